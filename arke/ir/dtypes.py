@@ -1,0 +1,67 @@
+"""Element types of the language and the promotion rules between them."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class DType(str, Enum):
+    """An element type. ``str`` values are the spellings in `.ak` files and IR text."""
+
+    BOOL = "bool"
+    I8 = "i8"
+    I32 = "i32"
+    I64 = "i64"
+    F16 = "f16"
+    BF16 = "bf16"
+    F32 = "f32"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.F16, DType.BF16, DType.F32)
+
+    @property
+    def is_int(self) -> bool:
+        return self in (DType.I8, DType.I32, DType.I64)
+
+    @property
+    def is_bool(self) -> bool:
+        return self is DType.BOOL
+
+    @property
+    def bits(self) -> int:
+        return _BITS[self]
+
+    @property
+    def compute(self) -> DType:
+        """The type arithmetic runs in: 16-bit floats compute in f32 and round when stored."""
+        return DType.F32 if self in (DType.F16, DType.BF16) else self
+
+
+_BITS = {DType.BOOL: 1, DType.I8: 8, DType.I32: 32, DType.I64: 64, DType.F16: 16, DType.BF16: 16, DType.F32: 32}
+_RANK = {DType.BOOL: 0, DType.I8: 1, DType.I32: 2, DType.I64: 3, DType.F16: 4, DType.BF16: 4, DType.F32: 5}
+
+DTYPES: dict[str, DType] = {d.value: d for d in DType}
+
+
+def promote(a: DType, b: DType) -> DType:
+    """The common type of two operands: bool < i8 < i32 < i64 < {f16, bf16} < f32; f16 with bf16 gives f32."""
+    if a == b:
+        return a
+    if {a, b} == {DType.F16, DType.BF16}:
+        return DType.F32
+    return a if _RANK[a] > _RANK[b] else b
+
+
+def can_store(value: DType, into: DType) -> bool:
+    """Whether a result of type ``value`` may be written to an output of type ``into`` without a cast.
+
+    Float to float (rounding) and widening conversions are implicit; anything that drops
+    the fractional part or the sign of truth (float -> int, int -> bool) needs a cast.
+    """
+    if value == into or promote(value, into) == into:
+        return True
+    return value.is_float and into.is_float or value.is_int and into.is_int

@@ -1,0 +1,172 @@
+"""Symbolic dims: SymPy expressions over positive-integer symbols, printed and read back.
+
+A dim is a SymPy expression built from :func:`sym` symbols, integers, ``+ - *`` and
+floor division / modulo (``//`` and ``%``). Every symbol is a positive integer, which lets
+SymPy prove things like ``N + 1 > N`` and ``M*N >= M`` on its own.
+
+:func:`parse_dim` reads the text :func:`dim_str` prints (a small recursive-descent reader,
+never ``eval``), so IR text round-trips.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import sympy
+
+Dim = sympy.Expr
+
+
+@lru_cache(maxsize=None)
+def sym(name: str) -> sympy.Symbol:
+    """The dim symbol called ``name`` (positive integer)."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def const(value: int) -> sympy.Integer:
+    return sympy.Integer(value)
+
+
+def floordiv(a: Dim, b: Dim) -> Dim:
+    return sympy.floor(a / b)
+
+
+def mod(a: Dim, b: Dim) -> Dim:
+    return sympy.Mod(a, b)
+
+
+def dim_str(d: Dim) -> str:
+    """Canonical text of a dim: ``M``, ``2*N``, ``H//G``, ``T - S + 1``, ``H % G``."""
+    return _Printer().doprint(sympy.sympify(d))
+
+
+class _Printer(sympy.StrPrinter):
+    def _print_floor(self, expr: sympy.floor) -> str:
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        return f"{self._wrap(num)}//{self._wrap(den)}"
+
+    def _print_Mod(self, expr: sympy.Mod) -> str:
+        return f"{self._wrap(expr.args[0])} % {self._wrap(expr.args[1])}"
+
+    def _wrap(self, e: sympy.Expr) -> str:
+        text = self.doprint(e)
+        return text if e.is_Atom else f"({text})"
+
+
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z_0-9]*)|(//|[-+*/%()]))")
+
+
+def parse_dim(text: str) -> Dim:
+    """Read a dim printed by :func:`dim_str` (``+ - * // %``, parentheses, names, integers)."""
+    tokens: list[str] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise ValueError(f"bad dim expression {text!r} at {pos}")
+        tokens.append(m.group(m.lastindex or 0))
+        pos = m.end()
+    reader = _DimReader(tokens)
+    value = reader.sum()
+    if reader.i != len(tokens):
+        raise ValueError(f"bad dim expression {text!r}")
+    return value
+
+
+class _DimReader:
+    def __init__(self, tokens: list[str]):
+        self.t = tokens
+        self.i = 0
+
+    def peek(self) -> str | None:
+        return self.t[self.i] if self.i < len(self.t) else None
+
+    def take(self) -> str:
+        tok = self.peek()
+        if tok is None:
+            raise ValueError("dim expression ends early")
+        self.i += 1
+        return tok
+
+    def sum(self) -> Dim:
+        value = self.term()
+        while self.peek() in ("+", "-"):
+            op = self.take()
+            rhs = self.term()
+            value = value + rhs if op == "+" else value - rhs
+        return value
+
+    def term(self) -> Dim:
+        value = self.unary()
+        while self.peek() in ("*", "//", "%", "/"):
+            op = self.take()
+            rhs = self.unary()
+            value = value * rhs if op == "*" else mod(value, rhs) if op == "%" else floordiv(value, rhs)
+        return value
+
+    def unary(self) -> Dim:
+        if self.peek() == "-":
+            self.take()
+            return -self.unary()
+        tok = self.take()
+        if tok == "(":
+            value = self.sum()
+            if self.take() != ")":
+                raise ValueError("expected ')'")
+            return value
+        if tok.isdigit():
+            return const(int(tok))
+        if re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", tok):
+            return sym(tok)
+        raise ValueError(f"unexpected {tok!r} in dim expression")
+
+
+def free_dims(d: Dim) -> set[str]:
+    return {s.name for s in sympy.sympify(d).free_symbols}
+
+
+def evaluate(d: Dim, env: dict[str, int]) -> int:
+    """The integer value of a dim once its symbols are known."""
+    value = sympy.sympify(d).subs({sym(k): v for k, v in env.items()})
+    if not value.is_Integer:
+        raise ValueError(f"dim {dim_str(d)} is not determined by {env}")
+    return int(value)
+
+
+def equal(a: Dim, b: Dim) -> bool | None:
+    """True or False when SymPy can decide ``a == b`` for every positive value of the symbols."""
+    diff = sympy.simplify(sympy.sympify(a) - sympy.sympify(b))
+    if diff == 0:
+        return True
+    if diff.is_zero is False:
+        return False
+    if diff.is_number:
+        return bool(diff == 0)
+    return None
+
+
+def decide(cond: sympy.Basic) -> bool | None:
+    """True/False when a boolean condition over dims holds for every (or no) positive value."""
+    try:
+        value = sympy.simplify(cond)
+    except (TypeError, ValueError):
+        return None
+    if value is sympy.true:
+        return True
+    if value is sympy.false:
+        return False
+    if isinstance(value, sympy.core.relational.Relational):
+        diff = sympy.simplify(value.lhs - value.rhs)
+        sign = {"<": diff.is_negative, "<=": diff.is_nonpositive, ">": diff.is_positive,
+                ">=": diff.is_nonnegative, "==": diff.is_zero, "!=": (None if diff.is_zero is None
+                                                                      else not diff.is_zero)}
+        verdict = sign.get(value.rel_op)
+        if verdict is not None:
+            return bool(verdict)
+        neg = {"<": diff.is_nonnegative, "<=": diff.is_positive, ">": diff.is_nonpositive,
+               ">=": diff.is_negative}.get(value.rel_op)
+        if neg:
+            return False
+    return None

@@ -1,0 +1,450 @@
+"""Parse `.ak` text into the AST (``arke.lang.ast``), with friendly syntax errors.
+
+The grammar is ``arke/grammar/arke.lark`` (LALR). Syntax errors never show Lark's
+internals: they say in words what was expected. When a file has an error, each top-level
+item (kernel, strategy, import) is parsed again on its own so one broken kernel does not
+hide the errors of the others.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from arke.lang import ast
+from arke.lang.diagnostics import Diagnostic, make
+from arke.lang.source import Source, Span
+
+_REDUCTIONS = frozenset({"sum", "max", "min", "mean", "prod"})
+
+
+@lru_cache(maxsize=1)
+def _lark() -> Lark:
+    text = resources.files("arke.grammar").joinpath("arke.lark").read_text(encoding="utf-8")
+    # cache=True keeps the LALR tables in the temp folder: start-up matters for `akc check`.
+    # The basic lexer reserves keywords everywhere (`return` is never a name), which keeps
+    # syntax errors where the mistake is rather than a statement later.
+    return Lark(text, parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True, cache=True)
+
+
+class _Build(Transformer[Token, Any]):
+    """Lark tree -> AST nodes. Each method gets the rule's meta (positions) and children."""
+
+    def __init__(self, source: Source):
+        super().__init__(visit_tokens=False)
+        self.src = source
+        self.diags: list[Diagnostic] = []
+
+    # -- helpers
+    def _span(self, meta: Any) -> Span:
+        if getattr(meta, "empty", False):
+            return self.src.span(0, 0)
+        return self.src.span(meta.start_pos, meta.end_pos)
+
+    def _tok(self, tok: Token) -> Span:
+        return self.src.span(tok.start_pos or 0, tok.end_pos or 0)
+
+    # -- module
+    @v_args(meta=True)
+    def start(self, meta: Any, items: list[Any]) -> ast.Module:
+        items = [i for i in items if i is not None]
+        return ast.Module(
+            self.src.path,
+            tuple(i for i in items if isinstance(i, ast.Import)),
+            tuple(i for i in items if isinstance(i, ast.Kernel)),
+            tuple(i for i in items if isinstance(i, ast.Strategy)),
+        )
+
+    def empty_item(self, _: list[Any]) -> None:
+        return None
+
+    def dotted_name(self, parts: list[Token]) -> str:
+        return ".".join(str(p) for p in parts)
+
+    def name_list(self, names: list[Token]) -> tuple[str, ...]:
+        return tuple(str(n) for n in names)
+
+    @v_args(meta=True)
+    def import_stmt(self, meta: Any, c: list[Any]) -> ast.Import:
+        return ast.Import(c[0], None, self._span(meta))
+
+    @v_args(meta=True)
+    def from_import(self, meta: Any, c: list[Any]) -> ast.Import:
+        return ast.Import(c[0], c[1], self._span(meta))
+
+    # -- kernels
+    @v_args(meta=True)
+    def kernel(self, meta: Any, c: list[Any]) -> ast.Kernel:
+        name, params, outputs, where, *body = c
+        return ast.Kernel(
+            str(name), self._tok(name), tuple(params or ()), tuple(outputs or ()), tuple(where or ()),
+            tuple(body), self._span(meta),
+        )
+
+    def params(self, c: list[ast.Param]) -> tuple[ast.Param, ...]:
+        return tuple(c)
+
+    @v_args(meta=True)
+    def param(self, meta: Any, c: list[Any]) -> ast.Param:
+        return ast.Param(str(c[0]), c[1], c[2], self._span(meta))
+
+    @v_args(meta=True)
+    def tensor_type(self, meta: Any, c: list[Any]) -> ast.TypeExpr:
+        return ast.TypeExpr(str(c[0]), self._tok(c[0]), c[1], self._span(meta))
+
+    @v_args(meta=True)
+    def scalar_type(self, meta: Any, c: list[Any]) -> ast.TypeExpr:
+        return ast.TypeExpr(str(c[0]), self._tok(c[0]), None, self._span(meta))
+
+    def dims(self, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
+        return tuple(c)
+
+    @v_args(meta=True)
+    def single_output(self, meta: Any, c: list[Any]) -> tuple[ast.Output, ...]:
+        return (ast.Output(None, c[0], self._span(meta)),)
+
+    @v_args(meta=True)
+    def named_output(self, meta: Any, c: list[Any]) -> tuple[ast.Output, ...]:
+        return (ast.Output(str(c[0]), c[1], self._span(meta)),)
+
+    def output_list(self, c: list[ast.Output]) -> tuple[ast.Output, ...]:
+        return tuple(c)
+
+    @v_args(meta=True)
+    def named_out(self, meta: Any, c: list[Any]) -> ast.Output:
+        return ast.Output(str(c[0]), c[1], self._span(meta))
+
+    @v_args(meta=True)
+    def anon_out(self, meta: Any, c: list[Any]) -> ast.Output:
+        return ast.Output(None, c[0], self._span(meta))
+
+    def where_clause(self, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
+        return tuple(c)
+
+    @v_args(meta=True)
+    def let_stmt(self, meta: Any, c: list[Any]) -> ast.Let:
+        return ast.Let(str(c[0]), self._tok(c[0]), c[1], self._span(meta))
+
+    @v_args(meta=True)
+    def define_stmt(self, meta: Any, c: list[Any]) -> ast.Define:
+        names, spans = c[1]
+        return ast.Define(str(c[0]), self._tok(c[0]), names, spans, c[2], self._span(meta))
+
+    @v_args(meta=True)
+    def assign_stmt(self, meta: Any, c: list[Any]) -> ast.Assign:
+        return ast.Assign(str(c[0]), self._tok(c[0]), c[1], self._span(meta))
+
+    @v_args(meta=True)
+    def return_stmt(self, meta: Any, c: list[Any]) -> ast.Return:
+        return ast.Return(self._span(meta), tuple(c))
+
+    def index_vars(self, c: list[Token]) -> tuple[tuple[str, ...], tuple[Span, ...]]:
+        return tuple(str(t) for t in c), tuple(self._tok(t) for t in c)
+
+    # -- expressions
+    @v_args(meta=True)
+    def ternary(self, meta: Any, c: list[Any]) -> ast.Ternary:
+        then, cond, other = c
+        return ast.Ternary(self._span(meta), cond, then, other)
+
+    @v_args(meta=True)
+    def or_op(self, meta: Any, c: list[Any]) -> ast.Binary:
+        return ast.Binary(self._span(meta), "or", c[0], c[1])
+
+    @v_args(meta=True)
+    def and_op(self, meta: Any, c: list[Any]) -> ast.Binary:
+        return ast.Binary(self._span(meta), "and", c[0], c[1])
+
+    @v_args(meta=True)
+    def not_op(self, meta: Any, c: list[Any]) -> ast.Unary:
+        return ast.Unary(self._span(meta), "not", c[0])
+
+    @v_args(meta=True)
+    def compare(self, meta: Any, c: list[Any]) -> ast.Binary:
+        return ast.Binary(self._span(meta), str(c[1]), c[0], c[2])
+
+    @v_args(meta=True)
+    def binop(self, meta: Any, c: list[Any]) -> ast.Binary:
+        return ast.Binary(self._span(meta), str(c[1]), c[0], c[2])
+
+    @v_args(meta=True)
+    def matmul(self, meta: Any, c: list[Any]) -> ast.Binary:
+        return ast.Binary(self._span(meta), "@", c[0], c[1])
+
+    @v_args(meta=True)
+    def pow_op(self, meta: Any, c: list[Any]) -> ast.Binary:
+        return ast.Binary(self._span(meta), "**", c[0], c[1])
+
+    @v_args(meta=True)
+    def unop(self, meta: Any, c: list[Any]) -> ast.Expr:
+        op, operand = str(c[0]), c[1]
+        # Fold the sign into a literal: `-inf`, `-1` are constants, not negations.
+        if isinstance(operand, ast.Num):
+            value = operand.value if op == "+" else -operand.value
+            return ast.Num(self._span(meta), value, operand.is_int)
+        return ast.Unary(self._span(meta), op, operand)
+
+    @v_args(meta=True)
+    def in_set(self, meta: Any, c: list[Any]) -> ast.InSet:
+        return ast.InSet(self._span(meta), c[0], c[1])
+
+    def int_list(self, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
+        return tuple(c)
+
+    @v_args(meta=True)
+    def index(self, meta: Any, c: list[Any]) -> ast.Index:
+        return ast.Index(self._span(meta), str(c[0]), self._tok(c[0]), c[1])
+
+    def qualname(self, c: list[Token]) -> tuple[str, Span]:
+        first, last = self._tok(c[0]), self._tok(c[-1])
+        return ".".join(str(t) for t in c), first.cover(last)
+
+    @v_args(meta=True)
+    def call(self, meta: Any, c: list[Any]) -> ast.Call:
+        (name, span), args = c
+        return ast.Call(self._span(meta), name, span, tuple(args or ()))
+
+    @v_args(meta=True)
+    def reduce(self, meta: Any, c: list[Any]) -> ast.Expr:
+        (name, span), body, (names, spans) = c
+        return ast.Reduce(self._span(meta), name, span, body, names, spans)
+
+    def args(self, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
+        return tuple(c)
+
+    @v_args(meta=True)
+    def name(self, meta: Any, c: list[Token]) -> ast.Expr:
+        text = str(c[0])
+        if text == "inf":
+            return ast.Num(self._span(meta), float("inf"), False)
+        return ast.Name(self._span(meta), text)
+
+    @v_args(meta=True)
+    def int_lit(self, meta: Any, c: list[Token]) -> ast.Num:
+        return ast.Num(self._span(meta), int(str(c[0])), True)
+
+    @v_args(meta=True)
+    def float_lit(self, meta: Any, c: list[Token]) -> ast.Num:
+        return ast.Num(self._span(meta), float(str(c[0])), False)
+
+    # -- strategies
+    @v_args(meta=True)
+    def strategy(self, meta: Any, c: list[Any]) -> ast.Strategy:
+        annotation, name, opts, *decisions = c
+        if str(annotation) != "strategy":
+            self.diags.append(make("AK1002", f"unknown annotation `@{annotation}`", self._tok(annotation),
+                                   hint="the only annotation is `@strategy(kernel, target = T)`",
+                                   replacement="strategy"))
+        targets = [o for o in opts if isinstance(o, tuple)]
+        target = targets[0][1] if targets else None
+        whens = [o for o in opts if not isinstance(o, tuple)]
+        return ast.Strategy(
+            str(name), self._tok(name), str(target) if target is not None else None,
+            self._tok(target) if target is not None else None, whens[0] if whens else None,
+            tuple(decisions), self._span(meta),
+        )
+
+    def strategy_opts(self, c: list[Any]) -> list[Any]:
+        return c
+
+    def opt_target(self, c: list[Token]) -> tuple[Token, Token]:
+        if str(c[0]) != "target":
+            self.diags.append(make("AK1002", f"unknown strategy option `{c[0]}`", self._tok(c[0]),
+                                   hint="write `target = NAME` or `when CONDITION`", replacement="target"))
+        return c[0], c[1]
+
+    def opt_when(self, c: list[ast.Expr]) -> ast.Expr:
+        return c[0]
+
+    @v_args(meta=True)
+    def decision_value(self, meta: Any, c: list[Any]) -> ast.Decision:
+        return ast.Decision(str(c[0]), self._tok(c[0]), c[1], (), self._span(meta))
+
+    @v_args(meta=True)
+    def decision_items(self, meta: Any, c: list[Any]) -> ast.Decision:
+        return ast.Decision(str(c[0]), self._tok(c[0]), None, tuple(c[1:]), self._span(meta))
+
+    @v_args(meta=True)
+    def ditem(self, meta: Any, c: list[Any]) -> ast.DecisionItem:
+        return ast.DecisionItem(str(c[0]), c[1], self._span(meta))
+
+    def dv_int(self, c: list[Token]) -> int:
+        return int(str(c[0]))
+
+    def dv_name(self, c: list[Token]) -> str:
+        return str(c[0])
+
+    def dv_list(self, c: list[Token]) -> tuple[int, ...]:
+        return tuple(int(str(t)) for t in c)
+
+
+# ---------------------------------------------------------------- errors in words
+
+_WORDS = {
+    "NAME": "a name",
+    "INT": "an integer",
+    "FLOAT": "a number",
+    "COMP_OP": "a comparison",
+    "ADD_OP": "`+` or `-`",
+    "MUL_OP": "an operator",
+    "$END": "the end of the file",
+}
+
+
+@lru_cache(maxsize=1)
+def _terminal_words() -> dict[str, str]:
+    words = dict(_WORDS)
+    for term in _lark().terminals:
+        if term.name not in words and term.pattern.type == "str":
+            words[term.name] = f"`{term.pattern.value}`"
+    return words
+
+
+# Terminals that would only continue an expression: listed only when nothing else fits,
+# so "expected `)` or `,`" is not drowned in every operator the expression could take.
+_CONTINUATIONS = frozenset({"ADD_OP", "MUL_OP", "COMP_OP", "DOT", "LPAR", "LSQB", "IF", "IN", "AND", "OR",
+                            "FOR", "__ANON_0", "__ANON_1", "POW", "STAR", "AT"})
+_ORDER = ["RBRACE", "RPAR", "RSQB", "COMMA", "EQUAL", "COLON", "LBRACE", "SEMICOLON", "NAME", "INT", "FLOAT"]
+
+
+def _expected_words(expected: set[str] | frozenset[str]) -> str:
+    words = _terminal_words()
+    useful = [e for e in expected if e not in _CONTINUATIONS and words.get(e, "") != "`**`"] or list(expected)
+    useful.sort(key=lambda e: (_ORDER.index(e) if e in _ORDER else len(_ORDER), e))
+    names = list(dict.fromkeys(words.get(e, e.lower()) for e in useful))
+    if len(names) > 5:  # a long list helps nobody: say the most useful few
+        return ", ".join(names[:4]) + " or another token"
+    if len(names) <= 1:
+        return names[0] if names else "something else"
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _unclosed(text: str) -> tuple[str, int] | None:
+    """The innermost bracket left open at the end of ``text`` (ignoring comments)."""
+    stack: list[tuple[str, int]] = []
+    pairs = {")": "(", "]": "[", "}": "{"}
+    for m in re.finditer(r"#[^\n]*|[()\[\]{}]", text):
+        ch = m.group()
+        if ch in "([{":
+            stack.append((ch, m.start()))
+        elif ch in pairs and stack and stack[-1][0] == pairs[ch]:
+            stack.pop()
+    return stack[-1] if stack else None
+
+
+def _accepted(err: UnexpectedInput) -> set[str]:
+    """What the parser would really take here (LALR's raw expected set over-approximates)."""
+    expected = set(getattr(err, "expected", ()) or ())
+    interactive = getattr(err, "interactive_parser", None)
+    if interactive is not None:
+        try:
+            return set(interactive.accepts()) or expected
+        except Exception:  # the exact set is a nicety; fall back to LALR's
+            return expected
+    return expected
+
+
+def _token_words(tok: Token) -> str:
+    if tok.type == "$END":
+        return "the end of the file"
+    return f"`{tok}`"
+
+
+def _syntax_diagnostic(err: UnexpectedInput, src: Source) -> Diagnostic:
+    if isinstance(err, UnexpectedCharacters):
+        pos = err.pos_in_stream or 0
+        char = src.text[pos] if pos < len(src.text) else ""
+        return make("AK1001", f"unexpected character `{char}`", src.span(pos, pos + 1),
+                    hint="Arke source uses names, numbers, operators and brackets; comments start with `#`")
+    if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
+        pos = len(src.text.rstrip())
+        expected = _expected_words(_accepted(err))
+        hint = "the last item is not finished"
+        open_ = _unclosed(src.text)
+        if open_ is not None:
+            closer = {"(": ")", "[": "]", "{": "}"}[open_[0]]
+            line, col = src.position(open_[1])
+            hint = f"`{open_[0]}` at line {line}, column {col} is never closed: add `{closer}`"
+        return make("AK1003", f"the file ends too early: expected {expected}", src.span(pos, pos), hint=hint)
+    assert isinstance(err, UnexpectedToken)
+    tok = err.token
+    start = tok.start_pos or 0
+    span = src.span(start, tok.end_pos or start + len(str(tok)))
+    accepted = _accepted(err)
+    expected = _expected_words(accepted)
+    hint = _hint_for(tok, accepted)
+    return make("AK1002", f"unexpected {_token_words(tok)}: expected {expected}", span, hint=hint)
+
+
+def _hint_for(tok: Token, expected: set[str] | frozenset[str]) -> str | None:
+    text = str(tok)
+    if text == "=" and "COMP_OP" in expected:
+        return "to compare, write `==`"
+    if text == "{" and "RPAR" in expected:
+        return "a `)` may be missing before `{`"
+    if tok.type == "NAME" and "RPAR" in expected:
+        return "a `,` or `)` may be missing"
+    if tok.type == "NAME" and "COMMA" in expected:
+        return "a `,` may be missing"
+    return None
+
+
+# The start of every top-level item: used to parse items one by one after an error.
+_ITEM_START = re.compile(r"^[ \t]*(?:kernel\b|@|import\b|from\b)", re.MULTILINE)
+
+
+def parse(text: str, path: str = "<input>") -> tuple[ast.Module, list[Diagnostic]]:
+    """Parse a `.ak` file. Returns the module (possibly partial) and syntax diagnostics.
+
+    Never raises for bad input: every problem becomes a diagnostic.
+    """
+    src = Source(path, text)
+    diags: list[Diagnostic] = []
+    try:
+        module = _parse_one(src, text, diags)
+        return module, sorted(diags, key=lambda d: (d.span.start, d.code))
+    except UnexpectedInput as err:
+        first = _syntax_diagnostic(err, src)
+    # Recover: parse each top-level item alone (other items blanked, so offsets stay exact).
+    starts = [m.start() for m in _ITEM_START.finditer(text)] + [len(text)]
+    diags = []
+    kernels: list[ast.Kernel] = []
+    strategies: list[ast.Strategy] = []
+    imports: list[ast.Import] = []
+    for a, b in zip(starts, starts[1:]):
+        chunk = _blank(text[:a]) + text[a:b] + _blank(text[b:])
+        try:
+            part = _parse_one(src, chunk, diags)
+        except UnexpectedInput as err:
+            diags.append(_syntax_diagnostic(err, src))
+            continue
+        kernels += part.kernels
+        strategies += part.strategies
+        imports += part.imports
+    if not diags:  # the error lies before the first item, or between items
+        diags.append(first)
+    module = ast.Module(path, tuple(imports), tuple(kernels), tuple(strategies))
+    return module, sorted(set(diags), key=lambda d: (d.span.start, d.code))
+
+
+def _blank(text: str) -> str:
+    return re.sub(r"[^\n]", " ", text)
+
+
+def _parse_one(src: Source, text: str, diags: list[Diagnostic]) -> ast.Module:
+    tree = _lark().parse(text)
+    builder = _Build(src)
+    try:
+        module: ast.Module = builder.transform(tree)
+    except VisitError as err:  # a bug in the builder, not in the input: surface the cause
+        raise err.orig_exc from err
+    diags.extend(builder.diags)
+    return module
+
+
+REDUCTIONS = _REDUCTIONS
