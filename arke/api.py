@@ -1,0 +1,133 @@
+"""The Python API: check, load and interpret `.ak` programs.
+
+>>> import arke
+>>> diags = arke.check("examples/rmsnorm.ak")          # [] when clean
+>>> mod = arke.load("examples/rmsnorm.ak")             # raises arke.CheckError on errors
+>>> y = arke.interpret(mod.kernels["rmsnorm"], x, w)   # the reference interpreter
+
+Nothing here imports torch or llvmlite at import time: ``akc check`` must start fast.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from arke.lang.diagnostics import CheckError, Diagnostic, make
+
+if TYPE_CHECKING:
+    from arke.ir import semantic
+    from arke.ir.strategy import StrategySet
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A checked kernel of a loaded module; call it (or :func:`interpret` it) to run the reference."""
+
+    name: str
+    module: Module = field(repr=False, compare=False)
+
+    @property
+    def function(self) -> semantic.Function:
+        """The kernel's SemanticIR."""
+        return self.module.semantic.get(self.name)
+
+    def __call__(self, *arrays: Any, **scalars: Any) -> Any:
+        return interpret(self, *arrays, **scalars)
+
+
+@dataclass(frozen=True)
+class Module:
+    """A checked `.ak` file: its kernels (imported ones included), SemanticIR and strategies."""
+
+    path: str
+    semantic: semantic.Module
+    strategies: StrategySet
+    names: tuple[str, ...]  # the kernels this file defines, in order
+    warnings: tuple[Diagnostic, ...] = ()
+
+    @property
+    def kernels(self) -> dict[str, Kernel]:
+        """Every kernel callable from this module, by name (the file's own and imported ones)."""
+        return {f.name: Kernel(f.name, self) for f in self.semantic.functions}
+
+
+def _read(source_or_path: str | os.PathLike[str]) -> tuple[str, str] | Diagnostic:
+    """(text, path) of a file path or of source text given directly."""
+    if isinstance(source_or_path, os.PathLike) or (
+        isinstance(source_or_path, str) and "\n" not in source_or_path and source_or_path.endswith(".ak")
+    ):
+        path = os.fspath(source_or_path)
+        return read_file(path)
+    return str(source_or_path), "<input>"
+
+
+def read_file(path: str) -> tuple[str, str] | Diagnostic:
+    """The text of a `.ak` file, or a diagnostic saying why it cannot be read."""
+    from arke.lang.source import NO_SPAN, Span
+
+    span = Span(path, 1, 1, 1, 1, 0, 0) if path else NO_SPAN
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        return make("AK1004", f"cannot read `{path}`: {err.strerror or err}", span,
+                    hint="check the path and its permissions")
+    try:
+        return data.decode("utf-8"), path
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        return make("AK1004", f"`{path}` is not UTF-8 text (byte {err.start})",
+                    Span(path, line, 1, line, 1, 0, 0), hint="save the file as UTF-8")
+
+
+def check(source_or_path: str | os.PathLike[str], *, path: str | None = None) -> list[Diagnostic]:
+    """All diagnostics of a program (errors and warnings), sorted by position; ``[]`` when clean.
+
+    ``source_or_path`` is a path to a `.ak` file or the source text itself (then ``path``
+    names it in messages). Never raises for bad input.
+    """
+    from arke.lang.checker import check_text
+
+    read = _read(source_or_path)
+    if isinstance(read, Diagnostic):
+        return [read]
+    text, name = read
+    result = check_text(text, path or name)
+    return list(result.diagnostics)
+
+
+def loads(text: str, path: str = "<input>") -> Module:
+    """Check and lower source text; raises :class:`CheckError` when it has errors."""
+    from arke.lang.checker import check_text
+
+    result = check_text(text, path, lower=True)
+    errors = [d for d in result.diagnostics if d.is_error]
+    if errors or result.semantic is None or result.strategies is None:
+        raise CheckError(result.diagnostics)
+    return Module(path, result.semantic, result.strategies, result.kernel_names,
+                  tuple(d for d in result.diagnostics if not d.is_error))
+
+
+def load(path: str | os.PathLike[str]) -> Module:
+    """Check and lower a `.ak` file; raises :class:`CheckError` with every diagnostic when it has errors."""
+    read = read_file(os.fspath(path))
+    if isinstance(read, Diagnostic):
+        raise CheckError([read])
+    return loads(*read)
+
+
+def interpret(kernel: Kernel, *arrays: Any, **scalars: Any) -> Any:
+    """Run ``kernel`` on the reference interpreter (the oracle every target is tested against).
+
+    Tensors may be NumPy arrays or torch tensors (bf16/f16 need torch); scalar parameters
+    are given by position or by name, and take their defaults when left out. Returns one
+    result (or a tuple for several outputs) of the inputs' kind.
+    """
+    from arke.runtime.interp import run
+
+    return run(kernel.module.semantic, kernel.name, arrays, scalars)
+
+
+__all__ = ["CheckError", "Diagnostic", "Kernel", "Module", "check", "interpret", "load", "loads"]
