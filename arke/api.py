@@ -46,12 +46,13 @@ class Module:
     semantic: semantic.Module
     strategies: StrategySet
     names: tuple[str, ...]  # the kernels this file defines, in order
+    kernel_map: dict[str, str] = field(default_factory=dict)  # name in scope -> IR function name
     warnings: tuple[Diagnostic, ...] = ()
 
     @property
     def kernels(self) -> dict[str, Kernel]:
-        """Every kernel callable from this module, by name (the file's own and imported ones)."""
-        return {f.name: Kernel(f.name, self) for f in self.semantic.functions}
+        """Every kernel in scope in this module, by name: the file's own and the imported ones."""
+        return {name: Kernel(ir_name, self) for name, ir_name in self.kernel_map.items()}
 
 
 def _read(source_or_path: str | os.PathLike[str]) -> tuple[str, str] | Diagnostic:
@@ -106,7 +107,7 @@ def loads(text: str, path: str = "<input>") -> Module:
     errors = [d for d in result.diagnostics if d.is_error]
     if errors or result.semantic is None or result.strategies is None:
         raise CheckError(result.diagnostics)
-    return Module(path, result.semantic, result.strategies, result.kernel_names,
+    return Module(path, result.semantic, result.strategies, result.kernel_names, dict(result.kernel_map),
                   tuple(d for d in result.diagnostics if not d.is_error))
 
 

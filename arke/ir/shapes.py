@@ -14,6 +14,7 @@ import re
 from functools import lru_cache
 
 import sympy
+from sympy.printing.precedence import PRECEDENCE
 
 Dim = sympy.Expr
 
@@ -46,6 +47,14 @@ class _Printer(sympy.StrPrinter):
         num, den = sympy.fraction(sympy.together(expr.args[0]))
         return f"{self._wrap(num)}//{self._wrap(den)}"
 
+    def parenthesize(self, item: sympy.Basic, level: int, strict: bool = False) -> str:
+        # `//` and `%` bind like `*` (as in Python), so a floor or Mod that is a factor or a
+        # power's base needs parentheses (SymPy asks at Add level for a negated product):
+        # 3*floor((M + 1)/2) is `3*((M + 1)//2)`, not `3*(M + 1)//2`.
+        if isinstance(item, (sympy.floor, sympy.Mod)) and level >= PRECEDENCE["Add"]:
+            return f"({self._print(item)})"
+        return str(super().parenthesize(item, level, strict))
+
     def _print_Mod(self, expr: sympy.Mod) -> str:
         return f"{self._wrap(expr.args[0])} % {self._wrap(expr.args[1])}"
 
@@ -54,11 +63,11 @@ class _Printer(sympy.StrPrinter):
         return text if e.is_Atom else f"({text})"
 
 
-_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z_0-9]*)|(//|[-+*/%()]))")
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z_0-9]*)|(//|\*\*|[-+*/%()]))")
 
 
 def parse_dim(text: str) -> Dim:
-    """Read a dim printed by :func:`dim_str` (``+ - * // %``, parentheses, names, integers)."""
+    """Read a dim printed by :func:`dim_str` (``+ - * // % **``, parentheses, names, integers)."""
     tokens: list[str] = []
     pos = 0
     text = text.strip()
@@ -110,6 +119,17 @@ class _DimReader:
         if self.peek() == "-":
             self.take()
             return -self.unary()
+        return self.power()
+
+    def power(self) -> Dim:
+        # `**` binds tighter than a leading minus and groups to the right, as in Python.
+        base = self.atom()
+        if self.peek() == "**":
+            self.take()
+            return sympy.Pow(base, self.unary())
+        return base
+
+    def atom(self) -> Dim:
         tok = self.take()
         if tok == "(":
             value = self.sum()

@@ -162,6 +162,15 @@ class Assign(Stmt):
 
 
 @dataclass(frozen=True)
+class MultiAssign(Stmt):
+    """``a, b = f(x)``: the outputs of a kernel with several results."""
+
+    names: tuple[str, ...]
+    name_spans: tuple[Span, ...]
+    value: Expr
+
+
+@dataclass(frozen=True)
 class Return(Stmt):
     values: tuple[Expr, ...]
 

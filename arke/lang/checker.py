@@ -1,29 +1,218 @@
-"""The checker: names, indices, extents, dtypes, where clauses, calls and strategies.
+"""The checker: one `.ak` file (and what it imports) from text to diagnostics and IR.
 
-(Under construction: for now it only parses.)
+Order of work: parse → resolve imports (each imported module is checked once per
+process and cached) → check every kernel's signature → check every body and lower it to
+SemanticIR → check strategies → warn. A kernel with errors is left out of the IR; the
+others are still checked, so one file reports all its problems at once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
 
 from arke.ir import semantic
 from arke.ir.strategy import StrategySet
-from arke.lang.diagnostics import Diagnostic
+from arke.lang import ast
+from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
+from arke.lang.exprs import BUILTINS
+from arke.lang.kernels import IndexInfo, KernelChecker
 from arke.lang.parser import parse
+from arke.lang.signatures import Signature, build_signature
+from arke.lang.source import Source, Span
+from arke.lang.strategies import check_strategies
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """What checking a file produced: its diagnostics and, when lowered and clean, its IR."""
+    """What checking a file produced: its diagnostics and, when it is clean, its IR.
+
+    ``kernel_map`` maps every kernel name in scope to its function's name in the IR
+    (imported kernels are qualified by their module, as ``std.nn.rmsnorm``).
+    """
 
     diagnostics: tuple[Diagnostic, ...]
     semantic: semantic.Module | None = None
     strategies: StrategySet | None = None
     kernel_names: tuple[str, ...] = ()
+    kernel_map: dict[str, str] = field(default_factory=dict)
+    indices: dict[str, dict[str, IndexInfo]] = field(default_factory=dict)
+    signatures: dict[str, Signature] = field(default_factory=dict)
+    ast: ast.Module | None = None
 
 
-def check_text(text: str, path: str, lower: bool = False) -> CheckResult:
-    """Check one file's text (and what it imports). With ``lower``, also build its SemanticIR."""
+@dataclass(frozen=True)
+class _Loaded:
+    """A checked module as its importers see it."""
+
+    signatures: dict[str, Signature]  # by plain name (the module's own kernels)
+    functions: tuple[semantic.Function, ...]  # its kernels and everything they import
+    strategies: StrategySet
+    errors: tuple[Diagnostic, ...]
+
+
+_CACHE: dict[tuple[str, str, float], _Loaded] = {}
+
+
+def stdlib_path(module: str) -> Path:
+    """The file of a standard-library module (``std.nn`` -> ``arke/stdlib/nn.ak``)."""
+    parts = module.split(".")[1:]
+    return Path(str(resources.files("arke.stdlib"))).joinpath(*parts[:-1], parts[-1] + ".ak") if parts else Path()
+
+
+def find_module(module: str, importer: str) -> Path | None:
+    """Where ``import module`` in file ``importer`` points: the stdlib for ``std.*``, else next to the importer."""
+    if module == "std" or module.startswith("std."):
+        path = stdlib_path(module)
+    else:
+        base = Path(importer).parent if importer and not importer.startswith("<") else Path.cwd()
+        path = base.joinpath(*module.split(".")[:-1], module.split(".")[-1] + ".ak")
+    return path if path.is_file() else None
+
+
+def stdlib_modules() -> list[str]:
+    root = Path(str(resources.files("arke.stdlib")))
+    return sorted("std." + p.stem for p in root.glob("*.ak"))
+
+
+def check_text(text: str, path: str, lower: bool = False, _stack: tuple[str, ...] = (),
+               _prefix: str = "") -> CheckResult:
+    """Check one file's text and what it imports; the IR is built whenever the file is clean."""
     module, diags = parse(text, path)
-    return CheckResult(tuple(diags), None, None, tuple(k.name for k in module.kernels))
+    source = Source(path, text)
+    scope: dict[str, Signature] = {}
+    origin: dict[str, str] = {}
+    functions: list[semantic.Function] = []
+    imported_strategies: list = []
+    for imp in module.imports:
+        loaded = _import(imp, path, _stack, diags)
+        if loaded is None:
+            continue
+        names = imp.names if imp.names is not None else tuple(loaded.signatures)
+        for n in names:
+            if n not in loaded.signatures:
+                guess = did_you_mean(n, loaded.signatures)
+                diags.append(make("AK2001", f"module `{imp.module}` has no kernel `{n}`", imp.span,
+                                  hint=f"did you mean `{guess}`?" if guess else None))
+                continue
+            if n in scope and origin[n] != imp.module:
+                diags.append(make("AK2005", f"`{n}` is imported from both `{origin[n]}` and `{imp.module}`",
+                                  imp.span, hint=f"import only the one you need: `from {imp.module} import ...`"))
+                continue
+            scope[n], origin[n] = loaded.signatures[n], imp.module
+        functions.extend(loaded.functions)
+        imported_strategies.extend(loaded.strategies.strategies)
+    own: dict[str, Signature] = {}
+    for k in module.kernels:
+        if k.name in own:
+            diags.append(make("AK2003", f"kernel `{k.name}` is defined twice", k.name_span,
+                              related=[Related(own[k.name].node.name_span, "first defined here")]))
+            continue
+        if k.name in BUILTINS and k.name not in _BUILTIN_KERNELS_OK:
+            diags.append(make("AK2003", f"kernel `{k.name}` has the name of a built-in function", k.name_span,
+                              hint="rename the kernel"))
+        own[k.name] = build_signature(k, source, _prefix + k.name, diags)
+    scope.update(own)  # a file's own kernels shadow imported ones
+    indices: dict[str, dict[str, IndexInfo]] = {}
+    calls: dict[str, list[tuple[str, Span]]] = {}
+    own_functions: list[semantic.Function] = []
+    for name, sig in own.items():
+        kc = KernelChecker(sig, scope, diags)
+        fn = kc.check() if sig.ok else None
+        indices[sig.ir_name] = kc.indices
+        calls[sig.ir_name] = kc.calls
+        if fn is not None:
+            own_functions.append(fn)
+    _report_cycles(calls, diags)
+    strategies = check_strategies(module.strategies, scope, indices, diags)
+    diags = _dedupe(diags)
+    errors = any(d.is_error for d in diags)
+    sem = None
+    strat = None
+    if not errors:
+        seen: set[str] = set()
+        merged = []
+        for f in functions + own_functions:
+            if f.name not in seen:
+                seen.add(f.name)
+                merged.append(f)
+        sem = semantic.Module(tuple(merged))
+        strat = StrategySet(tuple(imported_strategies) + strategies.strategies)
+    return CheckResult(tuple(diags), sem, strat, tuple(own), {n: s.ir_name for n, s in scope.items()}, indices,
+                       scope, module)
+
+
+# Stdlib activation kernels may share a built-in's name: the kernel wraps the built-in.
+_BUILTIN_KERNELS_OK = frozenset({"relu", "gelu", "silu", "sigmoid", "tanh", "exp", "abs"})
+
+
+def _import(imp: ast.Import, importer: str, stack: tuple[str, ...], diags: list[Diagnostic]) -> _Loaded | None:
+    path = find_module(imp.module, importer)
+    if path is None:
+        known = stdlib_modules()
+        guess = did_you_mean(imp.module, known)
+        diags.append(make("AK2004", f"module `{imp.module}` not found", imp.span,
+                          hint=f"did you mean `{guess}`?" if guess else "the standard library has "
+                          + ", ".join(known) if imp.module.startswith("std") else
+                          f"looked for `{imp.module.replace('.', '/')}.ak` next to this file"))
+        return None
+    key_path = str(path.resolve())
+    if key_path in stack:
+        diags.append(make("AK2009", f"importing `{imp.module}` makes an import cycle", imp.span,
+                          hint="move the shared kernels into a module both can import"))
+        return None
+    try:
+        mtime = os.stat(key_path).st_mtime
+        key = (key_path, imp.module, mtime)
+        if key not in _CACHE:
+            text = path.read_text(encoding="utf-8")
+            result = check_text(text, str(path), True, (*stack, key_path), imp.module + ".")
+            errors = tuple(d for d in result.diagnostics if d.is_error)
+            sigs = {n: s for n, s in result.signatures.items() if n in result.kernel_names}
+            _CACHE[key] = _Loaded(sigs, result.semantic.functions if result.semantic else (),
+                                  result.strategies or StrategySet(), errors)
+    except (OSError, UnicodeDecodeError) as err:
+        diags.append(make("AK2004", f"module `{imp.module}` cannot be read: {err}", imp.span))
+        return None
+    loaded = _CACHE[key]
+    if loaded.errors:
+        first = loaded.errors[0]
+        diags.append(make("AK2008", f"module `{imp.module}` has {len(loaded.errors)} error"
+                          f"{'s' if len(loaded.errors) > 1 else ''}", imp.span,
+                          related=[Related(first.span, f"{first.code}: {first.message}")],
+                          hint=f"run `akc check {path}`"))
+        return None
+    return loaded
+
+
+def _report_cycles(calls: dict[str, list[tuple[str, Span]]], diags: list[Diagnostic]) -> None:
+    """Kernels calling each other in a loop (a kernel calling itself is reported where it is checked)."""
+    state: dict[str, int] = {}
+
+    def visit(name: str, path: list[tuple[str, Span]]) -> None:
+        state[name] = 1
+        for callee, span in calls.get(name, ()):
+            if callee == name:
+                continue
+            if state.get(callee) == 1:
+                diags.append(make("AK2006", f"kernels call each other in a loop ({name} → {callee})", span,
+                                  hint="kernels cannot recurse"))
+            elif callee in calls and callee not in state:
+                visit(callee, [*path, (callee, span)])
+        state[name] = 2
+
+    for name in calls:
+        if name not in state:
+            visit(name, [])
+
+
+def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
+    seen: set[Diagnostic] = set()
+    out = []
+    for d in diags:
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return sorted(out, key=lambda d: (d.span.file, d.span.start, d.code))

@@ -45,6 +45,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK2005": (Severity.ERROR, "name imported from two modules"),
     "AK2006": (Severity.ERROR, "recursive kernel call"),
     "AK2007": (Severity.ERROR, "name used before it is defined"),
+    "AK2008": (Severity.ERROR, "imported module has errors"),
+    "AK2009": (Severity.ERROR, "modules import each other in a cycle"),
     "AK2101": (Severity.ERROR, "index bound twice on the left"),
     "AK2102": (Severity.ERROR, "reduction index shadows an index already bound"),
     "AK2103": (Severity.ERROR, "index on the left is not used on the right"),

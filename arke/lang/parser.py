@@ -128,16 +128,22 @@ class _Build(Transformer[Token, Any]):
 
     @v_args(meta=True)
     def let_stmt(self, meta: Any, c: list[Any]) -> ast.Let:
-        return ast.Let(str(c[0]), self._tok(c[0]), c[1], self._span(meta))
+        return ast.Let(self._span(meta), str(c[0]), self._tok(c[0]), c[1])
 
     @v_args(meta=True)
     def define_stmt(self, meta: Any, c: list[Any]) -> ast.Define:
         names, spans = c[1]
-        return ast.Define(str(c[0]), self._tok(c[0]), names, spans, c[2], self._span(meta))
+        return ast.Define(self._span(meta), str(c[0]), self._tok(c[0]), names, spans, c[2])
 
     @v_args(meta=True)
     def assign_stmt(self, meta: Any, c: list[Any]) -> ast.Assign:
-        return ast.Assign(str(c[0]), self._tok(c[0]), c[1], self._span(meta))
+        return ast.Assign(self._span(meta), str(c[0]), self._tok(c[0]), c[1])
+
+    @v_args(meta=True)
+    def multi_assign_stmt(self, meta: Any, c: list[Any]) -> ast.MultiAssign:
+        names, value = c[:-1], c[-1]
+        return ast.MultiAssign(self._span(meta), tuple(str(n) for n in names), tuple(self._tok(n) for n in names),
+                               value)
 
     @v_args(meta=True)
     def return_stmt(self, meta: Any, c: list[Any]) -> ast.Return:

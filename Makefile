@@ -1,0 +1,45 @@
+# Everyday commands. `make test` is what CI runs (.ci/run).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.arke-setup
+# torch first, pinned: `pip install torch==2.13.0` takes the CPU wheel on this machine's disk;
+# any other torch spec may download a multi-GB CUDA build.
+TORCH  := torch==2.13.0
+CODE   := arke tests benchmarks examples
+
+.PHONY: setup demo test lint fmt bench clean distclean
+
+setup: $(STAMP)
+
+# Re-runs only when pyproject.toml changes (or after `make distclean`).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: setup
+	$(BIN)/python examples/demo.py
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check $(CODE)
+	$(BIN)/mypy
+
+fmt: setup
+	$(BIN)/ruff check --fix $(CODE)
+	$(BIN)/ruff format $(CODE)
+
+bench: setup
+	$(BIN)/python benchmarks/check_speed.py
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

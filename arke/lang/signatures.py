@@ -1,0 +1,267 @@
+"""Kernel signatures: parameter and output types, dims, and `where` clauses.
+
+A signature is checked before any kernel body, so kernels may call each other in any
+order and across modules. `where` clauses become :class:`arke.ir.semantic.Cond` over the
+kernel's dims; those SymPy proves are dropped, those it refutes are errors, the rest are
+runtime guards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import sympy
+
+from arke.ir import semantic as ir
+from arke.ir.dtypes import DTYPES, DType, can_store
+from arke.ir.shapes import Dim, const, decide, dim_str, floordiv, mod, sym
+from arke.lang import ast
+from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
+from arke.lang.source import Source, Span
+
+ErrorFn = Callable[..., None]
+
+
+@dataclass
+class Signature:
+    """What callers and the body checker need to know about a kernel."""
+
+    name: str
+    ir_name: str
+    node: ast.Kernel
+    source: Source
+    params: tuple[ir.Param, ...] = ()
+    outputs: tuple[ir.TensorType, ...] = ()
+    output_names: tuple[str | None, ...] = ()
+    bindings: tuple[ir.DimBinding, ...] = ()
+    dims: dict[str, Dim] = field(default_factory=dict)
+    conds: tuple[tuple[ir.Cond, str], ...] = ()  # every where clause, as written
+    guards: tuple[ir.Guard, ...] = ()  # the clauses left for run time
+    subst: dict[sympy.Symbol, Dim] = field(default_factory=dict)  # dims the where clauses equate
+    ok: bool = True
+
+    def param(self, name: str) -> ir.Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+def dim_expr(e: ast.Expr, dims: dict[str, Dim], error: ErrorFn, what: str = "dimension") -> Dim | None:
+    """An AST expression over dim names and integers, as a SymPy dim (None after an error)."""
+    if isinstance(e, ast.Num):
+        if e.is_int:
+            return const(int(e.value))
+        error("AK3015", f"a {what} must be an integer, not `{e.value}`", e.span)
+        return None
+    if isinstance(e, ast.Name):
+        if e.id in dims:
+            return dims[e.id]
+        guess = did_you_mean(e.id, dims)
+        error("AK2001", f"unknown dim `{e.id}`", e.span,
+              hint=f"did you mean `{guess}`?" if guess else "dims are named in the parameters' types, as in "
+              "`x: f32[M, N]`", replacement=guess)
+        return None
+    if isinstance(e, ast.Unary) and e.op == "-":
+        inner = dim_expr(e.operand, dims, error, what)
+        return None if inner is None else -inner
+    if isinstance(e, ast.Binary) and e.op in ("+", "-", "*", "/", "//", "%"):
+        a, b = dim_expr(e.left, dims, error, what), dim_expr(e.right, dims, error, what)
+        if a is None or b is None:
+            return None
+        if e.op in ("/", "//", "%") and b == 0:
+            error("AK3015", "division by zero in a dimension", e.span)
+            return None
+        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: floordiv(a, b),
+                "//": lambda: floordiv(a, b), "%": lambda: mod(a, b)}[e.op]()
+    error("AK3015", f"a {what} may only use dim names, integers and `+ - * / // %`", e.span)
+    return None
+
+
+def cond_expr(e: ast.Expr, dims: dict[str, Dim], error: ErrorFn) -> ir.Cond | None:
+    """A `where`/`when` condition over dims as an IR condition."""
+    if isinstance(e, ast.Binary) and e.op in ("and", "or"):
+        a, b = cond_expr(e.left, dims, error), cond_expr(e.right, dims, error)
+        return None if a is None or b is None else ir.BoolOp(e.op, (a, b))
+    if isinstance(e, ast.Unary) and e.op == "not":
+        a = cond_expr(e.operand, dims, error)
+        return None if a is None else ir.BoolOp("not", (a,))
+    if isinstance(e, ast.Binary) and e.op in ("==", "!=", "<", "<=", ">", ">="):
+        a, b = dim_expr(e.left, dims, error), dim_expr(e.right, dims, error)
+        return None if a is None or b is None else ir.Rel(e.op, a, b)
+    if isinstance(e, ast.InSet):
+        x = dim_expr(e.operand, dims, error)
+        values = [dim_expr(v, dims, error) for v in e.values]
+        if x is None or any(v is None for v in values):
+            return None
+        return ir.InSet(x, tuple(v for v in values if v is not None))
+    error("AK3017", "a condition here must compare dims, as in `N % 16 == 0` or `S in {1, 2}`", e.span)
+    return None
+
+
+_REL = {"==": sympy.Eq, "!=": sympy.Ne, "<": sympy.Lt, "<=": sympy.Le, ">": sympy.Gt, ">=": sympy.Ge}
+
+
+def cond_sympy(c: ir.Cond, subst: dict[sympy.Symbol, Dim] | None = None) -> sympy.Basic:
+    """The SymPy boolean of a condition, with equal dims substituted."""
+    s = subst or {}
+    if isinstance(c, ir.Rel):
+        return _REL[c.op](_subs(c.lhs, s), _subs(c.rhs, s))
+    if isinstance(c, ir.InSet):
+        return sympy.Or(*[sympy.Eq(_subs(c.x, s), _subs(v, s)) for v in c.values])
+    parts = [cond_sympy(p, s) for p in c.parts]
+    return {"and": sympy.And, "or": sympy.Or}[c.op](*parts) if c.op != "not" else sympy.Not(parts[0])
+
+
+def _subs(d: Dim, s: dict[sympy.Symbol, Dim]) -> Dim:
+    for _ in range(4):  # substitutions may chain (K -> N -> M); a few rounds settle them
+        new = sympy.sympify(d).subs(s) if s else d
+        if new == d:
+            break
+        d = new
+    return d
+
+
+def subs_dims(d: Dim, s: dict[sympy.Symbol, Dim]) -> Dim:
+    return _subs(d, s)
+
+
+def cond_subs(c: ir.Cond, mapping: dict[sympy.Symbol, Dim]) -> ir.Cond:
+    """Rename the dims of a condition (callee dims to the caller's at a call)."""
+    if isinstance(c, ir.Rel):
+        return ir.Rel(c.op, _subs(c.lhs, mapping), _subs(c.rhs, mapping))
+    if isinstance(c, ir.InSet):
+        return ir.InSet(_subs(c.x, mapping), tuple(_subs(v, mapping) for v in c.values))
+    return ir.BoolOp(c.op, tuple(cond_subs(p, mapping) for p in c.parts))
+
+
+def build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list[Diagnostic]) -> Signature:
+    """Check a kernel's header and return its signature (``ok`` False when it had errors)."""
+    sig = Signature(node.name, ir_name, node, source)
+
+    def error(code: str, message: str, span: Span, **kw: object) -> None:
+        sig.ok = False
+        diags.append(make(code, message, span, **kw))  # type: ignore[arg-type]
+
+    seen: dict[str, Span] = {}
+    bindings: list[ir.DimBinding] = []
+    params: list[ir.Param] = []
+    # First pass: bind every dim written alone as a parameter axis.
+    for p in node.params:
+        for axis, d in enumerate(p.type.dims or ()):
+            if isinstance(d, ast.Name) and d.id not in sig.dims:
+                sig.dims[d.id] = sym(d.id)
+                bindings.append(ir.DimBinding(d.id, p.name, axis))
+    for p in node.params:
+        if p.name in seen:
+            error("AK2003", f"parameter `{p.name}` is declared twice", p.span,
+                  related=[Related(seen[p.name], "first declared here")])
+            continue
+        seen[p.name] = p.span
+        ttype = _type(p.type, sig.dims, error, "parameter")
+        if ttype is None:
+            continue
+        default = None
+        if p.default is not None:
+            default = _default(p, ttype, error)
+        params.append(ir.Param(p.name, ttype, default))
+    for p in node.params:
+        for d in p.type.dims or ():
+            for name in _names(d):
+                if name not in sig.dims:
+                    error("AK3015", f"dim `{name}` is never given by itself in a parameter's type, so its value "
+                          "cannot be read from the arguments", d.span,
+                          hint=f"add a parameter axis that is exactly `{name}`")
+    sig.params = tuple(params)
+    sig.bindings = tuple(bindings)
+    outputs, names = [], []
+    for o in node.outputs:
+        t = _type(o.type, sig.dims, error, "output")
+        if t is None:
+            continue
+        if o.name is not None and o.name in seen:
+            error("AK2003", f"output `{o.name}` has the name of a parameter", o.span,
+                  related=[Related(seen[o.name], "the parameter")])
+        outputs.append(t)
+        names.append(o.name)
+    if not node.outputs:
+        error("AK2202", f"kernel `{node.name}` does not declare what it returns", node.name_span,
+              hint="add the output type after the parameters, as in `-> f32[M, N]`")
+    sig.outputs, sig.output_names = tuple(outputs), tuple(names)
+    _where(sig, node, error)
+    return sig
+
+
+def _where(sig: Signature, node: ast.Kernel, error: ErrorFn) -> None:
+    conds = []
+    for clause in node.where:
+        c = cond_expr(clause, sig.dims, error)
+        if c is not None:
+            conds.append((c, sig.source.text[clause.span.start:clause.span.end], clause.span))
+    for c, _, _ in conds:  # equalities let the checker treat two names as one dim
+        if isinstance(c, ir.Rel) and c.op == "==":
+            if isinstance(c.rhs, sympy.Symbol) and c.rhs not in sympy.sympify(c.lhs).free_symbols:
+                sig.subst[c.rhs] = c.lhs
+            elif isinstance(c.lhs, sympy.Symbol) and c.lhs not in sympy.sympify(c.rhs).free_symbols:
+                sig.subst[c.lhs] = c.rhs
+    guards = []
+    for c, text, span in conds:
+        verdict = decide(cond_sympy(c))
+        if verdict is False:
+            error("AK3007", f"where clause `{text}` can never hold", span,
+                  hint="every dim is a positive integer; check the clause")
+        elif verdict is None:
+            guards.append(ir.Guard(c, text))
+    sig.conds = tuple((c, text) for c, text, _ in conds)
+    sig.guards = tuple(guards)
+
+
+def _names(e: ast.Expr) -> list[str]:
+    if isinstance(e, ast.Name):
+        return [e.id]
+    if isinstance(e, ast.Binary):
+        return _names(e.left) + _names(e.right)
+    if isinstance(e, ast.Unary):
+        return _names(e.operand)
+    return []
+
+
+def _type(t: ast.TypeExpr, dims: dict[str, Dim], error: ErrorFn, what: str) -> ir.TensorType | None:
+    dtype = DTYPES.get(t.dtype)
+    if dtype is None:
+        guess = did_you_mean(t.dtype, DTYPES)
+        error("AK3001", f"unknown dtype `{t.dtype}`", t.dtype_span,
+              hint=f"did you mean `{guess}`?" if guess else "dtypes are " + ", ".join(DTYPES), replacement=guess)
+        return None
+    shape: list[Dim] = []
+    for d in t.dims or ():
+        value = dim_expr(d, dims, error)
+        if value is None:
+            return None
+        if value.is_number and int(value) < 1:
+            error("AK3015", f"a {what} dim must be at least 1, not {dim_str(value)}", d.span)
+            return None
+        shape.append(value)
+    return ir.TensorType(dtype, tuple(shape))
+
+
+def _default(p: ast.Param, t: ir.TensorType, error: ErrorFn) -> float | int | bool | None:
+    if t.rank:
+        error("AK3018", f"only scalar parameters take defaults, and `{p.name}` is a tensor", p.default.span
+              if p.default else p.span)
+        return None
+    d = p.default
+    if isinstance(d, ast.Name) and d.id in ("true", "false"):
+        value: float | int | bool = d.id == "true"
+        given = DType.BOOL
+    elif isinstance(d, ast.Num):
+        value = d.value
+        given = DType.I64 if d.is_int else DType.F32
+    else:
+        error("AK3018", f"the default of `{p.name}` must be a literal number", d.span if d else p.span)
+        return None
+    if t.dtype.is_float and given.is_int:
+        return float(value)
+    if not can_store(given, t.dtype) and not (given.is_int and t.dtype.is_int):
+        error("AK3018", f"default `{value}` does not fit `{p.name}: {t.dtype}`", d.span,
+              hint="write an integer" if t.dtype.is_int else None)
+        return None
+    return value

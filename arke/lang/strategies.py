@@ -1,0 +1,184 @@
+"""Strategy blocks: checked against their kernel and the decision vocabulary, lowered to StrategyIR."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from arke.ir import strategy as sir
+from arke.ir.shapes import Dim
+from arke.lang import ast
+from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
+from arke.lang.kernels import IndexInfo
+from arke.lang.signatures import Signature, cond_expr
+from arke.lang.source import Span
+
+
+def check_strategies(
+    strategies: tuple[ast.Strategy, ...],
+    sigs: Mapping[str, Signature],
+    indices: Mapping[str, Mapping[str, IndexInfo]],
+    diags: list[Diagnostic],
+) -> sir.StrategySet:
+    """Check every ``@strategy`` block; the StrategyIR of those without errors."""
+    out: list[sir.Strategy] = []
+    seen: dict[tuple[str, str | None, str], Span] = {}
+    for s in strategies:
+        checked = _check(s, sigs, indices, diags)
+        if checked is None:
+            continue
+        key = (checked.kernel, checked.target, repr(checked.when))
+        if key in seen:
+            diags.append(make("AK4010", f"a second strategy for `{s.kernel}` with the same target and condition",
+                              s.span, related=[Related(seen[key], "the first one")],
+                              hint="merge the two blocks, or give them different `when` conditions"))
+            continue
+        seen[key] = s.span
+        out.append(checked)
+    return sir.StrategySet(tuple(out))
+
+
+def _check(s: ast.Strategy, sigs: Mapping[str, Signature], indices: Mapping[str, Mapping[str, IndexInfo]],
+           diags: list[Diagnostic]) -> sir.Strategy | None:
+    n_before = len(diags)
+
+    def error(code: str, message: str, span: Span, **kw: object) -> None:
+        diags.append(make(code, message, span, **kw))  # type: ignore[arg-type]
+
+    sig = sigs.get(s.kernel)
+    if sig is None:
+        guess = did_you_mean(s.kernel, sigs)
+        error("AK4001", f"strategy for `{s.kernel}`, but no kernel of that name is in scope", s.kernel_span,
+              hint=f"did you mean `{guess}`?" if guess else None, replacement=guess)
+        return None
+    if s.target is not None and s.target not in sir.TARGETS:
+        guess = did_you_mean(s.target, sir.TARGETS)
+        error("AK4006", f"unknown target `{s.target}`", s.target_span or s.span,
+              hint=f"did you mean `{guess}`?" if guess else "targets are " + ", ".join(sir.TARGETS),
+              replacement=guess)
+        return None
+    when = None
+    if s.when is not None:
+        def when_error(code: str, message: str, span: Span, **kw: object) -> None:
+            error("AK4008" if code == "AK2001" else code, message, span, **kw)
+
+        when = cond_expr(s.when, dict(sig.dims), when_error)
+    kernel_indices = indices.get(sig.ir_name, {})
+    operands = {p.name for p in sig.params if p.type.rank > 0}
+    decisions: list[sir.Decision] = []
+    given: dict[tuple[str, str | None], Span] = {}
+    for d in s.decisions:
+        for dec in _decision(d, s.target, kernel_indices, operands, s.kernel, error):
+            key = (dec.kind, dec.subject)
+            if key in given:
+                error("AK4007", f"`{d.name}` is given twice" + (f" for `{dec.subject}`" if dec.subject else ""),
+                      d.span, related=[Related(given[key], "first given here")])
+                continue
+            given[key] = d.span
+            decisions.append(dec)
+    if any(x.is_error for x in diags[n_before:]):
+        return None
+    return sir.Strategy(sig.ir_name, s.target, when, tuple(decisions))
+
+
+def _decision(d: ast.Decision, target: str | None, indices: Mapping[str, IndexInfo], operands: set[str],
+              kernel: str, error: object) -> list[sir.Decision]:
+    err = error  # typed loosely: a callable(code, message, span, **kw)
+    spec = sir.DECISIONS.get(d.name)
+    if spec is None:
+        guess = did_you_mean(d.name, sir.DECISIONS)
+        err("AK4002", f"unknown decision `{d.name}`", d.name_span,  # type: ignore[operator]
+            hint=f"did you mean `{guess}`?" if guess else "decisions are " + ", ".join(sir.DECISIONS),
+            replacement=guess)
+        return []
+    if target is not None and target not in spec.targets:
+        err("AK4009", f"`{d.name}` has no effect on target `{target}`", d.name_span,  # type: ignore[operator]
+            hint="it applies to " + ", ".join(sorted(spec.targets)))
+    if spec.subject == "none":
+        if d.items or d.value is None:
+            err("AK4004", f"`{d.name}` takes one value, as in `{d.name} = {_example(spec)}`",  # type: ignore[operator]
+                d.span)
+            return []
+        value = _value(spec, d.value, d.span, err)
+        return [] if value is _BAD else [sir.Decision(d.name, None, value)]  # type: ignore[list-item]
+    if not d.items:
+        what = "indices" if spec.subject == "index" else "operands"
+        err("AK4004", f"`{d.name}` names {what}, as in `{d.name} {_item_example(spec)}`", d.span)  # type: ignore[operator]
+        return []
+    out = []
+    for item in d.items:
+        if spec.subject == "index" and item.name not in indices:
+            guess = did_you_mean(item.name, indices)
+            known = ", ".join(indices) or "none (it is written without named indices)"
+            err("AK4003", f"kernel `{kernel}` has no index `{item.name}`", item.span,  # type: ignore[operator]
+                hint=f"did you mean `{guess}`?" if guess else f"its indices are: {known}", replacement=guess)
+            continue
+        if spec.subject == "operand" and item.name not in operands:
+            guess = did_you_mean(item.name, operands)
+            err("AK4003", f"kernel `{kernel}` has no tensor parameter `{item.name}`", item.span,  # type: ignore[operator]
+                hint=f"did you mean `{guess}`?" if guess else None, replacement=guess)
+            continue
+        info = indices.get(item.name)
+        if d.name == "parallel" and info is not None and info.reduced:
+            err("AK4005", f"`parallel {item.name}`: `{item.name}` is reduced, and splitting a reduction over "  # type: ignore[operator]
+                "workers would change the order of its sum", item.span,
+                hint=f"use `split {item.name} = N` for a reduction split with a fixed-order combine")
+            continue
+        if d.name == "split" and info is not None and not info.reduced:
+            err("AK4011", f"`split {item.name}`: `{item.name}` is not reduced", item.span,  # type: ignore[operator]
+                hint=f"to run `{item.name}` on several workers write `parallel {item.name}`")
+            continue
+        if item.value is None:
+            if spec.value_required:
+                err("AK4004", f"`{d.name} {item.name}` needs a value, as in `{d.name} {item.name} = "  # type: ignore[operator]
+                    f"{_example(spec)}`", item.span)
+                continue
+            out.append(sir.Decision(d.name, item.name, None))
+            continue
+        if spec.values == "none":
+            err("AK4004", f"`{d.name}` takes no value", item.span)  # type: ignore[operator]
+            continue
+        value = _value(spec, item.value, item.span, err, extent=info.extent if info else None)
+        if value is not _BAD:
+            out.append(sir.Decision(d.name, item.name, value))  # type: ignore[arg-type]
+    return out
+
+
+_BAD = object()
+
+
+def _value(spec: sir.DecisionSpec, value: object, span: Span, err: object, extent: Dim | None = None) -> object:
+    e = err
+    if spec.values == "enum":
+        if value not in spec.choices:
+            guess = did_you_mean(str(value), spec.choices)
+            e("AK4004", f"`{spec.name}` cannot be `{value}`", span,  # type: ignore[operator]
+              hint=f"did you mean `{guess}`?" if guess else "choose one of " + ", ".join(spec.choices),
+              replacement=guess)
+            return _BAD
+        return value
+    if not isinstance(value, int):
+        e("AK4004", f"`{spec.name}` takes an integer, not `{value}`", span)  # type: ignore[operator]
+        return _BAD
+    low = 2 if spec.values == "split" else 1
+    if value < low:
+        e("AK4004", f"`{spec.name}` must be at least {low}, not {value}", span)  # type: ignore[operator]
+        return _BAD
+    if spec.values == "pow2" and value & (value - 1):
+        e("AK4004", f"`{spec.name}` must be a power of two, not {value}", span,  # type: ignore[operator]
+          hint=f"try {1 << (value.bit_length() - 1)} or {1 << value.bit_length()}")
+        return _BAD
+    if spec.maximum is not None and value > spec.maximum:
+        e("AK4004", f"`{spec.name}` can be at most {spec.maximum}, not {value}", span)  # type: ignore[operator]
+        return _BAD
+    if extent is not None and extent.is_number and spec.name in ("tile", "split", "unroll") and value > int(extent):
+        e("AK4004", f"`{spec.name}` of {value} is larger than the index's extent {int(extent)}", span)  # type: ignore[operator]
+        return _BAD
+    return value
+
+
+def _example(spec: sir.DecisionSpec) -> str:
+    return spec.choices[0] if spec.values == "enum" else "4" if spec.values != "split" else "8"
+
+
+def _item_example(spec: sir.DecisionSpec) -> str:
+    return "w" if spec.subject == "operand" else "i = 64" if spec.value_required else "i"

@@ -1,0 +1,305 @@
+"""``akc``: exit codes, text and JSON output, stdin, folders, bad paths, start-up imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import arke
+from arke import cli
+from arke.lang import checker
+from arke.lang.checker import CheckResult
+from arke.lang.diagnostics import make
+from arke.lang.source import Source
+
+ROOT = Path(__file__).resolve().parent.parent
+
+GOOD = """\
+kernel rmsnorm(x: f32[M, N], w: f32[N], eps: f32 = 1e-6) -> f32[M, N]
+{
+  inv[m] = rsqrt(mean(x[m, n] * x[m, n] for n) + eps)
+  return x[m, n] * inv[m] * w[n]
+}
+"""
+
+# A syntax error at line 4, column 1 (the `}`): the parser reports it today.
+BAD = """\
+kernel f(x: f32[N]) -> f32[N]
+{
+  return x[n] +
+}
+"""
+
+
+def akc(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m arke ARGS`` in a fresh process (what a user's shell does)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "AKC_DEBUG")}
+    full_env = {**base, "NO_COLOR": "1", **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "arke", *args], input=stdin, capture_output=True,
+                          env=full_env, cwd=cwd or ROOT, timeout=60, check=False)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run ``akc ARGS`` in process: (exit status, stdout, stderr)."""
+    status = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "good.ak").write_text(GOOD, encoding="utf-8")
+    (tmp_path / "bad.ak").write_text(BAD, encoding="utf-8")
+    return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _plain_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("AKC_DEBUG", raising=False)
+
+
+# ---------------------------------------------------------------- exit codes and text
+
+
+def test_clean_file_exits_0(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "check", str(files / "good.ak"))
+    assert status == 0
+    assert out == "ok: 1 file\n"
+    assert err == ""
+
+
+def test_errors_exit_1_with_caret_and_summary(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(files / "bad.ak")
+    status, out, _ = run(capsys, "check", path, str(files / "good.ak"))
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{path}:4:1: error[AK1002]: unexpected `}}`")
+    assert lines[1:3] == ["4 | }", "  | ^"]
+    assert lines[-1] == "1 error in 2 files"
+    assert "\x1b[" not in out  # captured output is not a terminal
+
+
+def test_warnings_alone_exit_0(files: Path, capsys: pytest.CaptureFixture[str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    def with_warning(text: str, path: str, lower: bool = False) -> CheckResult:
+        start = text.index("inv")
+        return CheckResult((make("AK2301", "`inv` is never used", Source(path, text).span(start, start + 3)),))
+
+    monkeypatch.setattr(checker, "check_text", with_warning)
+    status, out, _ = run(capsys, "check", str(files / "good.ak"))
+    assert status == 0
+    assert "warning[AK2301]" in out
+    assert out.splitlines()[-1] == "1 warning in 1 file"
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "check")[0] == 2
+    assert run(capsys, "check", "--format", "xml", "x.ak")[0] == 2
+    assert run(capsys, "frobnicate")[0] == 2
+    status, _, err = run(capsys)
+    assert status == 2
+    assert "check" in err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "--version")
+    assert status == 0
+    assert out.strip() == f"akc {arke.__version__}"
+    proc = akc("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"akc {arke.__version__}"
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def test_json_is_one_document_of_lsp_diagnostics(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad, good = str(files / "bad.ak"), str(files / "good.ak")
+    status, out, _ = run(capsys, "check", "--format", "json", bad, good)
+    assert status == 1
+    doc = json.loads(out)
+    assert [f["path"] for f in doc["files"]] == [bad, good]
+    assert doc["files"][0]["uri"] == Path(bad).resolve().as_uri()
+    assert doc["files"][1]["diagnostics"] == []
+    (diag,) = doc["files"][0]["diagnostics"]
+    assert diag["range"] == {"start": {"line": 3, "character": 0}, "end": {"line": 3, "character": 1}}
+    assert diag["severity"] == 1
+    assert diag["code"] == "AK1002"
+    assert diag["source"] == "akc"
+    assert diag["message"].startswith("unexpected `}`")
+
+
+# ---------------------------------------------------------------- stdin and folders
+
+
+def test_stdin(files: Path) -> None:
+    proc = akc("check", "-", stdin=BAD.encode())
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("-:4:1: error[AK1002]")
+    proc = akc("check", "--format", "json", "-", stdin=GOOD.encode())
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) == {"files": [{"path": "-", "uri": "-", "diagnostics": []}]}
+
+
+def test_stdin_that_is_not_utf8() -> None:
+    proc = akc("check", "-", stdin=b"kernel \xff\xfe")
+    assert proc.returncode == 2
+    assert "not UTF-8" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_folders_are_searched_recursively(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "sub" / "deeper").mkdir(parents=True)
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / "a.ak").write_text(GOOD, encoding="utf-8")
+    (tmp_path / "sub" / "deeper" / "b.ak").write_text(GOOD, encoding="utf-8")
+    (tmp_path / ".hidden" / "c.ak").write_text(BAD, encoding="utf-8")
+    (tmp_path / "notes.txt").write_text("not a program", encoding="utf-8")
+    status, out, _ = run(capsys, "check", "--format", "json", str(tmp_path))
+    assert status == 0
+    paths = [Path(f["path"]) for f in json.loads(out)["files"]]
+    assert paths == [tmp_path / "a.ak", tmp_path / "sub" / "deeper" / "b.ak"]
+    status, out, _ = run(capsys, "check", str(tmp_path))
+    assert out == "ok: 2 files\n"
+
+
+def test_folder_without_programs_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run(capsys, "check", str(tmp_path))
+    assert status == 2
+    assert err.startswith("akc: error: no .ak files in folder")
+
+
+def test_examples_check_clean(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "check", str(ROOT / "examples"))
+    assert (status, out) == (0, "ok: 2 files\n")
+
+
+# ---------------------------------------------------------------- bad paths: clear, never a traceback
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.ak")
+    proc = akc("check", missing)
+    assert proc.returncode == 2
+    assert f"{missing}:1:1: error[AK1004]: cannot read `{missing}`: No such file or directory" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_missing_file_among_good_ones_still_checks_the_rest(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "check", str(files / "nope.ak"), str(files / "bad.ak"))
+    assert status == 2  # an I/O problem outranks the program's errors
+    assert "AK1004" in out
+    assert "AK1002" in out
+
+
+def test_file_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.ak"
+    path.write_bytes("kernel f() # caf\u00e9\n".encode("latin-1"))
+    proc = akc("check", str(path))
+    assert proc.returncode == 2
+    assert "error[AK1004]" in proc.stdout
+    assert "is not UTF-8 text" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    proc = akc("check", "--format", "json", str(path))
+    assert json.loads(proc.stdout)["files"][0]["diagnostics"][0]["code"] == "AK1004"
+
+
+def test_a_folder_given_to_ir_is_reported(tmp_path: Path) -> None:
+    proc = akc("ir", str(tmp_path))
+    assert proc.returncode == 2
+    assert "AK1004" in proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- internal errors
+
+
+def _boom(text: str, path: str, lower: bool = False) -> CheckResult:
+    raise RuntimeError("boom")
+
+
+def test_internal_error_exits_3_without_traceback(files: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checker, "check_text", _boom)
+    status, out, err = run(capsys, "check", str(files / "good.ak"))
+    assert status == 3
+    assert err.startswith("akc: internal error: RuntimeError: boom, please report")
+    assert "Traceback" not in err
+
+
+def test_akc_debug_shows_the_traceback(files: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checker, "check_text", _boom)
+    monkeypatch.setenv("AKC_DEBUG", "1")
+    status, _, err = run(capsys, "check", str(files / "good.ak"))
+    assert status == 3
+    assert "Traceback" in err
+    assert "akc: internal error: RuntimeError: boom" in err
+
+
+# ---------------------------------------------------------------- akc ir
+
+
+def test_ir_with_errors_renders_them_and_exits_1(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "ir", str(files / "bad.ak"))
+    assert status == 1
+    assert out == ""
+    assert "error[AK1002]" in err
+    assert "4 | }" in err
+
+
+def test_ir_prints_through_the_ir_modules(files: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wiring of ``akc ir``: stand-ins for the loader and the IR printers and serialiser."""
+    fake = types.SimpleNamespace(semantic="SEM", strategies="STRAT", warnings=())
+    monkeypatch.setattr(arke.api, "loads", lambda text, path: fake)
+    text_mod: Any = types.ModuleType("arke.ir.text")
+    text_mod.print_module = lambda m: f"module {m}"
+    text_mod.print_strategies = lambda s: f"strategies {s}\n"
+    ser_mod: Any = types.ModuleType("arke.ir.serialize")
+    ser_mod.to_json = lambda obj: {"version": 1, "ir": obj}
+    monkeypatch.setitem(sys.modules, "arke.ir.text", text_mod)
+    monkeypatch.setitem(sys.modules, "arke.ir.serialize", ser_mod)
+    monkeypatch.setattr(arke.ir, "text", text_mod, raising=False)
+    monkeypatch.setattr(arke.ir, "serialize", ser_mod, raising=False)
+    path = str(files / "good.ak")
+    assert run(capsys, "ir", path)[:2] == (0, "module SEM\n")
+    assert run(capsys, "ir", path, "--stage", "strategy")[:2] == (0, "strategies STRAT\n")
+    status, out, _ = run(capsys, "ir", path, "--stage", "strategy", "--format", "json")
+    assert status == 0
+    assert json.loads(out) == {"version": 1, "ir": "STRAT"}
+
+
+# ---------------------------------------------------------------- start-up cost and colour
+
+
+def test_check_imports_no_torch_triton_or_llvmlite(files: Path) -> None:
+    code = (
+        "import sys\n"
+        "from arke.cli import main\n"
+        f"status = main(['check', {str(files / 'good.ak')!r}, {str(files / 'bad.ak')!r}])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'llvmlite', 'rich'))\n"
+        "print('STATUS', status, 'HEAVY', heavy)\n"
+    )
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60,
+                          check=False)
+    assert proc.stdout.splitlines()[-1] == "STATUS 1 HEAVY []", proc.stderr
+
+
+def test_colour_follows_the_environment(files: Path) -> None:
+    bad = str(files / "bad.ak")
+    assert "\x1b[" not in akc("check", bad).stdout
+    forced = akc("check", bad, env={"FORCE_COLOR": "1", "NO_COLOR": ""})
+    assert "\x1b[" in forced.stdout
+    assert forced.returncode == 1
