@@ -184,7 +184,7 @@ class _Build(Transformer[Token, Any]):
 
     @v_args(meta=True)
     def pow_op(self, meta: Any, c: list[Any]) -> ast.Binary:
-        return ast.Binary(self._span(meta), "**", c[0], c[1])
+        return ast.Binary(self._span(meta), "**", c[0], c[2])
 
     @v_args(meta=True)
     def unop(self, meta: Any, c: list[Any]) -> ast.Expr:
