@@ -64,4 +64,4 @@ def can_store(value: DType, into: DType) -> bool:
     """
     if value == into or promote(value, into) == into:
         return True
-    return value.is_float and into.is_float or value.is_int and into.is_int
+    return (value.is_float and into.is_float) or (value.is_int and into.is_int)

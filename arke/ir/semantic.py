@@ -26,7 +26,6 @@ floats accumulate in ``f32``; integer ``div`` is floor division and ``mod`` is P
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim
@@ -161,7 +160,7 @@ class Cast:
     dtype: DType
 
 
-SExpr = Union[Const, Idx, DimRef, Load, Unary, Binary, Select, Cast]
+SExpr = Const | Idx | DimRef | Load | Unary | Binary | Select | Cast
 
 # ---------------------------------------------------------------- ops
 
@@ -238,7 +237,7 @@ class CallOp:
     name: str | None = None
 
 
-Op = Union[MapOp, ReduceOp, ContractOp, CallOp]
+Op = MapOp | ReduceOp | ContractOp | CallOp
 
 
 def op_results(op: Op) -> tuple[tuple[str, TensorType], ...]:
@@ -276,7 +275,7 @@ class BoolOp:
     parts: tuple[Cond, ...]
 
 
-Cond = Union[Rel, InSet, BoolOp]
+Cond = Rel | InSet | BoolOp
 
 
 @dataclass(frozen=True)

@@ -11,15 +11,16 @@ never ``eval``), so IR text round-trips.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
+from typing import TypeAlias
 
 import sympy
 from sympy.printing.precedence import PRECEDENCE
 
-Dim = sympy.Expr
+Dim: TypeAlias = sympy.Expr
 
 
-@lru_cache(maxsize=None)
+@cache
 def sym(name: str) -> sympy.Symbol:
     """The dim symbol called ``name`` (positive integer)."""
     return sympy.Symbol(name, integer=True, positive=True)

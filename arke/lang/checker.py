@@ -118,7 +118,7 @@ def check_text(text: str, path: str, lower: bool = False, _stack: tuple[str, ...
     indices: dict[str, dict[str, IndexInfo]] = {}
     calls: dict[str, list[tuple[str, Span]]] = {}
     own_functions: list[semantic.Function] = []
-    for name, sig in own.items():
+    for sig in own.values():
         kc = KernelChecker(sig, scope, diags)
         fn = kc.check() if sig.ok else None
         indices[sig.ir_name] = kc.indices

@@ -24,7 +24,7 @@ from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.exprs import BUILTINS, ExprLowering
 from arke.lang.signatures import Signature, cond_subs, cond_sympy, subs_dims
 from arke.lang.source import Span
-from arke.lang.terms import POISON, Scalar, Tensor, Term, cast
+from arke.lang.terms import POISON, Scalar, Tensor, Term, broadcast_scalar, cast
 
 
 @dataclass
@@ -371,9 +371,10 @@ class KernelChecker(ExprLowering):
             return
         dtype = t.dtype
         if out is not None:
-            dtype = self.store_dtype(t, out[1].dtype, s.value.span, f"output `{s.name}`")
-            if dtype is None:
+            stored = self.store_dtype(t, out[1].dtype, s.value.span, f"output `{s.name}`")
+            if stored is None:
                 return
+            dtype = stored
         axes = tuple(ir.Axis(n, frame[n]) for n in names)
         ssa = self.adopt(t, names, dtype, s.name) or self.fresh()
         if not self.ops or _result(self.ops[-1]) != ssa:
@@ -428,7 +429,7 @@ class KernelChecker(ExprLowering):
                 self.error("AK2106", f"the value depends on indices {idx}, so `{s.name}` needs them on the left",
                            s.name_span, hint=f"write `{s.name}[{idx}] = ...`", replacement=f"{s.name}[{idx}]")
                 return
-            t = Tensor((), t.dtype, lambda subs, sx=t.sx: sx)
+            t = broadcast_scalar(t.sx, t.dtype)
         assert isinstance(t, Tensor)
         dtype = t.dtype
         if out is not None:
@@ -490,7 +491,7 @@ class KernelChecker(ExprLowering):
             return None
         if isinstance(t, Tensor):
             if t.rank == 0 and out.rank > 0:
-                t = Tensor(out.shape, t.dtype, lambda subs, inner=t: inner.at(()))
+                t = broadcast_scalar(t.at(()), t.dtype, out.shape)
             if not self.shape_matches(t.shape, out.shape, e.span, what):
                 return None
             return self.materialize(t, dtype)
@@ -550,8 +551,8 @@ class KernelChecker(ExprLowering):
         deferred: list[tuple[ast.Call, ir.Param, int, Dim, Dim, Span]] = []
         for k, p in enumerate(params):
             if k >= len(e.args):
-                args.append(self.materialize(Tensor((), p.type.dtype, lambda subs, v=p.default, dt=p.type.dtype:
-                                                    ir.Const(v, dt))))  # type: ignore[arg-type]
+                assert p.default is not None
+                args.append(self.materialize(broadcast_scalar(ir.Const(p.default, p.type.dtype), p.type.dtype)))
                 continue
             ssa = self.call_arg(e, e.args[k], p, bind, deferred)
             if ssa is None:
@@ -600,10 +601,11 @@ class KernelChecker(ExprLowering):
                 self.error("AK3009", f"`{p.name}` of `{e.func}` is a scalar, but the argument has rank {t.rank}",
                            arg.span)
                 return None
-            dtype = self.store_dtype(t, p.type.dtype, arg.span, f"parameter `{p.name}`")  # type: ignore[arg-type]
+            assert isinstance(t, Scalar | Tensor)
+            dtype = self.store_dtype(t, p.type.dtype, arg.span, f"parameter `{p.name}`")
             if dtype is None:
                 return None
-            tensor = t if isinstance(t, Tensor) else Tensor((), t.dtype, lambda subs, sx=t.sx: sx)
+            tensor = t if isinstance(t, Tensor) else broadcast_scalar(t.sx, t.dtype)
             return self.materialize(tensor, dtype)
         if not isinstance(t, Tensor):
             self.error("AK3009", f"`{p.name}` of `{e.func}` is a tensor of rank {p.type.rank}, but the argument "

@@ -8,6 +8,7 @@ hide the errors of the others.
 
 from __future__ import annotations
 
+import itertools
 import re
 from functools import lru_cache
 from importlib import resources
@@ -383,8 +384,8 @@ def _syntax_diagnostic(err: UnexpectedInput, src: Source) -> Diagnostic:
     span = src.span(start, tok.end_pos or start + len(str(tok)))
     accepted = _accepted(err)
     expected = _expected_words(accepted)
-    hint = _hint_for(tok, accepted)
-    return make("AK1002", f"unexpected {_token_words(tok)}: expected {expected}", span, hint=hint)
+    return make("AK1002", f"unexpected {_token_words(tok)}: expected {expected}", span,
+                hint=_hint_for(tok, accepted))
 
 
 def _hint_for(tok: Token, expected: set[str] | frozenset[str]) -> str | None:
@@ -422,7 +423,7 @@ def parse(text: str, path: str = "<input>") -> tuple[ast.Module, list[Diagnostic
     kernels: list[ast.Kernel] = []
     strategies: list[ast.Strategy] = []
     imports: list[ast.Import] = []
-    for a, b in zip(starts, starts[1:]):
+    for a, b in itertools.pairwise(starts):
         chunk = _blank(text[:a]) + text[a:b] + _blank(text[b:])
         try:
             part = _parse_one(src, chunk, diags)

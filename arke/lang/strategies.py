@@ -99,7 +99,7 @@ def _decision(d: ast.Decision, target: str | None, indices: Mapping[str, IndexIn
                 d.span)
             return []
         value = _value(spec, d.value, d.span, err)
-        return [] if value is _BAD else [sir.Decision(d.name, None, value)]  # type: ignore[list-item]
+        return [] if value is _BAD else [sir.Decision(d.name, None, value)]  # type: ignore[arg-type]
     if not d.items:
         what = "indices" if spec.subject == "index" else "operands"
         err("AK4004", f"`{d.name}` names {what}, as in `{d.name} {_item_example(spec)}`", d.span)  # type: ignore[operator]

@@ -102,3 +102,12 @@ def scalar_const(value: float | int | bool, dtype: DType, weak: bool = True) -> 
 
     dim = const(int(value)) if isinstance(value, int) and not isinstance(value, bool) else None
     return Scalar(ir.Const(value, dtype), dtype, frozenset(), weak, dim)
+
+
+def broadcast_scalar(sx: ir.SExpr, dtype: DType, shape: tuple[Dim, ...] = ()) -> Tensor:
+    """A whole tensor of ``shape`` whose every element is ``sx`` (which uses no indices)."""
+
+    def at(subs: tuple[ir.SExpr, ...]) -> ir.SExpr:
+        return sx
+
+    return Tensor(shape, dtype, at)
