@@ -157,37 +157,46 @@ def evaluate(d: Dim, env: dict[str, int]) -> int:
 
 
 def equal(a: Dim, b: Dim) -> bool | None:
-    """True or False when SymPy can decide ``a == b`` for every positive value of the symbols."""
-    diff = sympy.simplify(sympy.sympify(a) - sympy.sympify(b))
+    """True or False when SymPy can decide ``a == b`` for every positive value of the symbols.
+
+    Uses ``expand`` and the symbols' assumptions, never ``simplify``: this runs on every
+    index use in ``akc check``, which must stay fast.
+    """
+    if a == b:
+        return True
+    diff = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
     if diff == 0:
         return True
+    if diff.is_number:
+        return False
     if diff.is_zero is False:
         return False
-    if diff.is_number:
-        return bool(diff == 0)
     return None
 
 
 def decide(cond: sympy.Basic) -> bool | None:
     """True/False when a boolean condition over dims holds for every (or no) positive value."""
-    try:
-        value = sympy.simplify(cond)
-    except (TypeError, ValueError):
-        return None
-    if value is sympy.true:
+    if cond is sympy.true or cond is True:
         return True
-    if value is sympy.false:
+    if cond is sympy.false or cond is False:
         return False
-    if isinstance(value, sympy.core.relational.Relational):
-        diff = sympy.simplify(value.lhs - value.rhs)
-        sign = {"<": diff.is_negative, "<=": diff.is_nonpositive, ">": diff.is_positive,
-                ">=": diff.is_nonnegative, "==": diff.is_zero, "!=": (None if diff.is_zero is None
-                                                                      else not diff.is_zero)}
-        verdict = sign.get(value.rel_op)
-        if verdict is not None:
-            return bool(verdict)
-        neg = {"<": diff.is_nonnegative, "<=": diff.is_positive, ">": diff.is_nonpositive,
-               ">=": diff.is_negative}.get(value.rel_op)
-        if neg:
+    if isinstance(cond, sympy.Not):
+        inner = decide(cond.args[0])
+        return None if inner is None else not inner
+    if isinstance(cond, sympy.And | sympy.Or):
+        verdicts = [decide(a) for a in cond.args]
+        if isinstance(cond, sympy.And):
+            return False if False in verdicts else (True if all(v is True for v in verdicts) else None)
+        return True if True in verdicts else (False if all(v is False for v in verdicts) else None)
+    if isinstance(cond, sympy.core.relational.Relational):
+        diff = sympy.expand(cond.lhs - cond.rhs)
+        holds = {"<": diff.is_negative, "<=": diff.is_nonpositive, ">": diff.is_positive,
+                 ">=": diff.is_nonnegative, "==": diff.is_zero,
+                 "!=": None if diff.is_zero is None else not diff.is_zero}.get(cond.rel_op)
+        if holds is not None:
+            return bool(holds)
+        fails = {"<": diff.is_nonnegative, "<=": diff.is_positive, ">": diff.is_nonpositive,
+                 ">=": diff.is_negative}.get(cond.rel_op)
+        if fails:
             return False
     return None
