@@ -80,6 +80,7 @@ class KernelChecker(ExprLowering):
         self.calls: list[tuple[str, Span]] = []
         self.failed = False
         self.poisoned: set[str] = set()
+        self.bad_extents: set[str] = set()
         self.outputs = {n: (k, t) for k, (n, t) in enumerate(zip(sig.output_names, sig.outputs)) if n is not None}
         self.results: list[str | None] = [None] * len(sig.outputs)
 
@@ -154,8 +155,19 @@ class KernelChecker(ExprLowering):
         return ssa
 
     def note_index(self, name: str, extent: Dim, span: Span, reduced: bool) -> None:
+        if name in self.bad_extents:
+            return
         old = self.indices.get(name)
         self.indices[name] = IndexInfo(name, extent, old.span if old else span, reduced or bool(old and old.reduced))
+
+    def mentions_poisoned(self, e: ast.Expr) -> bool:
+        if not self.poisoned:
+            return False
+        if isinstance(e, ast.Name) and e.id in self.poisoned:
+            return True
+        if isinstance(e, ast.Index) and e.name in self.poisoned:
+            return True
+        return any(self.mentions_poisoned(c) for c in _children(e))
 
     # ------------------------------------------------------------ extents
 
@@ -170,6 +182,7 @@ class KernelChecker(ExprLowering):
         for name, span in zip(names, spans):
             uses = found[name]
             if not uses:
+                self.bad_extents.add(name)
                 self.error("AK2105", f"the extent of index `{name}` cannot be inferred", span,
                            hint=f"use `{name}` directly as a subscript of a tensor on the right "
                                 "(as in `x[" + name + "]`), or declare the output's shape")
@@ -300,8 +313,11 @@ class KernelChecker(ExprLowering):
                            self.sig.output_names)
 
     def statement(self, s: ast.Stmt) -> None:
-        handler = getattr(self, "_s_" + type(s).__name__)
-        handler(s)
+        values = s.values if isinstance(s, ast.Return) else (getattr(s, "value", None),)
+        # A statement that uses a name whose definition failed was already reported: skip it.
+        if not any(v is not None and self.mentions_poisoned(v) for v in values):
+            handler = getattr(self, "_s_" + type(s).__name__)
+            handler(s)
         # A definition that failed still defines its name, silently: no "unknown name" cascade.
         names = s.names if isinstance(s, ast.MultiAssign) else (getattr(s, "name", None),)
         for n in names:

@@ -14,7 +14,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from arke.lang import ast
@@ -30,7 +30,30 @@ def _lark() -> Lark:
     # cache=True keeps the LALR tables in the temp folder: start-up matters for `akc check`.
     # The basic lexer reserves keywords everywhere (`return` is never a name), which keeps
     # syntax errors where the mistake is rather than a statement later.
-    return Lark(text, parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True, cache=True)
+    return Lark(text, parser="lalr", lexer="basic", keep_all_tokens=True, maybe_placeholders=True, cache=True)
+
+
+_VALUE_TOKENS = frozenset({"NAME", "INT", "FLOAT", "COMP_OP", "ADD_OP", "MUL_OP", "POW"})
+
+
+def _edge(children: Any, side: int) -> int | None:
+    """The start offset of the first (side 0) or end offset of the last (side -1) thing in children."""
+    items = children if side == 0 else reversed(children)
+    for c in items:
+        if c is None:
+            continue
+        if isinstance(c, Token):
+            return c.start_pos if side == 0 else c.end_pos
+        if isinstance(c, Span):
+            return c.start if side == 0 else c.end
+        span = getattr(c, "span", None)
+        if span is not None:
+            return int(span.start if side == 0 else span.end)
+        if isinstance(c, tuple | list):
+            found = _edge(c, side)
+            if found is not None:
+                return found
+    return None
 
 
 class _Build(Transformer[Token, Any]):
@@ -42,17 +65,23 @@ class _Build(Transformer[Token, Any]):
         self.diags: list[Diagnostic] = []
 
     # -- helpers
-    def _span(self, meta: Any) -> Span:
-        if getattr(meta, "empty", False):
-            return self.src.span(0, 0)
-        return self.src.span(meta.start_pos, meta.end_pos)
+    def _call_userfunc(self, tree: Any, new_children: Any = None) -> Any:
+        # Positions come from the children (the parser keeps every token), which is about
+        # twice as fast as Lark's propagate_positions; punctuation is dropped here.
+        children = tree.children if new_children is None else new_children
+        first, last = _edge(children, 0), _edge(children, -1)
+        span = self.src.span(first, last) if first is not None and last is not None else self.src.span(0, 0)
+        kept = [c for c in children if not (isinstance(c, Token) and c.type not in _VALUE_TOKENS)]
+        return getattr(self, tree.data)(span, kept)
+
+    def atom(self, span: Span, c: list[Any]) -> Any:
+        return c[0]  # a parenthesised expression keeps the span of what is inside
 
     def _tok(self, tok: Token) -> Span:
         return self.src.span(tok.start_pos or 0, tok.end_pos or 0)
 
     # -- module
-    @v_args(meta=True)
-    def start(self, meta: Any, items: list[Any]) -> ast.Module:
+    def start(self, span: Span, items: list[Any]) -> ast.Module:
         items = [i for i in items if i is not None]
         return ast.Module(
             self.src.path,
@@ -61,187 +90,155 @@ class _Build(Transformer[Token, Any]):
             tuple(i for i in items if isinstance(i, ast.Strategy)),
         )
 
-    def empty_item(self, _: list[Any]) -> None:
+    def empty_item(self, span: Span, _: list[Any]) -> None:
         return None
 
-    def dotted_name(self, parts: list[Token]) -> str:
+    def dotted_name(self, span: Span, parts: list[Token]) -> str:
         return ".".join(str(p) for p in parts)
 
-    def name_list(self, names: list[Token]) -> tuple[str, ...]:
+    def name_list(self, span: Span, names: list[Token]) -> tuple[str, ...]:
         return tuple(str(n) for n in names)
 
-    @v_args(meta=True)
-    def import_stmt(self, meta: Any, c: list[Any]) -> ast.Import:
-        return ast.Import(c[0], None, self._span(meta))
+    def import_stmt(self, span: Span, c: list[Any]) -> ast.Import:
+        return ast.Import(c[0], None, span)
 
-    @v_args(meta=True)
-    def from_import(self, meta: Any, c: list[Any]) -> ast.Import:
-        return ast.Import(c[0], c[1], self._span(meta))
+    def from_import(self, span: Span, c: list[Any]) -> ast.Import:
+        return ast.Import(c[0], c[1], span)
 
     # -- kernels
-    @v_args(meta=True)
-    def kernel(self, meta: Any, c: list[Any]) -> ast.Kernel:
+    def kernel(self, span: Span, c: list[Any]) -> ast.Kernel:
         name, params, outputs, where, *body = c
         return ast.Kernel(
             str(name), self._tok(name), tuple(params or ()), tuple(outputs or ()), tuple(where or ()),
-            tuple(body), self._span(meta),
+            tuple(body), span,
         )
 
-    def params(self, c: list[ast.Param]) -> tuple[ast.Param, ...]:
+    def params(self, span: Span, c: list[ast.Param]) -> tuple[ast.Param, ...]:
         return tuple(c)
 
-    @v_args(meta=True)
-    def param(self, meta: Any, c: list[Any]) -> ast.Param:
-        return ast.Param(str(c[0]), c[1], c[2], self._span(meta))
+    def param(self, span: Span, c: list[Any]) -> ast.Param:
+        return ast.Param(str(c[0]), c[1], c[2], span)
 
-    @v_args(meta=True)
-    def tensor_type(self, meta: Any, c: list[Any]) -> ast.TypeExpr:
-        return ast.TypeExpr(str(c[0]), self._tok(c[0]), c[1], self._span(meta))
+    def tensor_type(self, span: Span, c: list[Any]) -> ast.TypeExpr:
+        return ast.TypeExpr(str(c[0]), self._tok(c[0]), c[1], span)
 
-    @v_args(meta=True)
-    def scalar_type(self, meta: Any, c: list[Any]) -> ast.TypeExpr:
-        return ast.TypeExpr(str(c[0]), self._tok(c[0]), None, self._span(meta))
+    def scalar_type(self, span: Span, c: list[Any]) -> ast.TypeExpr:
+        return ast.TypeExpr(str(c[0]), self._tok(c[0]), None, span)
 
-    def dims(self, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
+    def dims(self, span: Span, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
         return tuple(c)
 
-    @v_args(meta=True)
-    def single_output(self, meta: Any, c: list[Any]) -> tuple[ast.Output, ...]:
-        return (ast.Output(None, c[0], self._span(meta)),)
+    def single_output(self, span: Span, c: list[Any]) -> tuple[ast.Output, ...]:
+        return (ast.Output(None, c[0], span),)
 
-    @v_args(meta=True)
-    def named_output(self, meta: Any, c: list[Any]) -> tuple[ast.Output, ...]:
-        return (ast.Output(str(c[0]), c[1], self._span(meta)),)
+    def named_output(self, span: Span, c: list[Any]) -> tuple[ast.Output, ...]:
+        return (ast.Output(str(c[0]), c[1], span),)
 
-    def output_list(self, c: list[ast.Output]) -> tuple[ast.Output, ...]:
+    def output_list(self, span: Span, c: list[ast.Output]) -> tuple[ast.Output, ...]:
         return tuple(c)
 
-    @v_args(meta=True)
-    def named_out(self, meta: Any, c: list[Any]) -> ast.Output:
-        return ast.Output(str(c[0]), c[1], self._span(meta))
+    def named_out(self, span: Span, c: list[Any]) -> ast.Output:
+        return ast.Output(str(c[0]), c[1], span)
 
-    @v_args(meta=True)
-    def anon_out(self, meta: Any, c: list[Any]) -> ast.Output:
-        return ast.Output(None, c[0], self._span(meta))
+    def anon_out(self, span: Span, c: list[Any]) -> ast.Output:
+        return ast.Output(None, c[0], span)
 
-    def where_clause(self, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
+    def where_clause(self, span: Span, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
         return tuple(c)
 
-    @v_args(meta=True)
-    def let_stmt(self, meta: Any, c: list[Any]) -> ast.Let:
-        return ast.Let(self._span(meta), str(c[0]), self._tok(c[0]), c[1])
+    def let_stmt(self, span: Span, c: list[Any]) -> ast.Let:
+        return ast.Let(span, str(c[0]), self._tok(c[0]), c[1])
 
-    @v_args(meta=True)
-    def define_stmt(self, meta: Any, c: list[Any]) -> ast.Define:
+    def define_stmt(self, span: Span, c: list[Any]) -> ast.Define:
         names, spans = c[1]
-        return ast.Define(self._span(meta), str(c[0]), self._tok(c[0]), names, spans, c[2])
+        return ast.Define(span, str(c[0]), self._tok(c[0]), names, spans, c[2])
 
-    @v_args(meta=True)
-    def assign_stmt(self, meta: Any, c: list[Any]) -> ast.Assign:
-        return ast.Assign(self._span(meta), str(c[0]), self._tok(c[0]), c[1])
+    def assign_stmt(self, span: Span, c: list[Any]) -> ast.Assign:
+        return ast.Assign(span, str(c[0]), self._tok(c[0]), c[1])
 
-    @v_args(meta=True)
-    def multi_assign_stmt(self, meta: Any, c: list[Any]) -> ast.MultiAssign:
+    def multi_assign_stmt(self, span: Span, c: list[Any]) -> ast.MultiAssign:
         names, value = c[:-1], c[-1]
-        return ast.MultiAssign(self._span(meta), tuple(str(n) for n in names), tuple(self._tok(n) for n in names),
+        return ast.MultiAssign(span, tuple(str(n) for n in names), tuple(self._tok(n) for n in names),
                                value)
 
-    @v_args(meta=True)
-    def return_stmt(self, meta: Any, c: list[Any]) -> ast.Return:
-        return ast.Return(self._span(meta), tuple(c))
+    def return_stmt(self, span: Span, c: list[Any]) -> ast.Return:
+        return ast.Return(span, tuple(c))
 
-    def index_vars(self, c: list[Token]) -> tuple[tuple[str, ...], tuple[Span, ...]]:
+    def index_vars(self, span: Span, c: list[Token]) -> tuple[tuple[str, ...], tuple[Span, ...]]:
         return tuple(str(t) for t in c), tuple(self._tok(t) for t in c)
 
     # -- expressions
-    @v_args(meta=True)
-    def ternary(self, meta: Any, c: list[Any]) -> ast.Ternary:
+    def ternary(self, span: Span, c: list[Any]) -> ast.Ternary:
         then, cond, other = c
-        return ast.Ternary(self._span(meta), cond, then, other)
+        return ast.Ternary(span, cond, then, other)
 
-    @v_args(meta=True)
-    def or_op(self, meta: Any, c: list[Any]) -> ast.Binary:
-        return ast.Binary(self._span(meta), "or", c[0], c[1])
+    def or_op(self, span: Span, c: list[Any]) -> ast.Binary:
+        return ast.Binary(span, "or", c[0], c[1])
 
-    @v_args(meta=True)
-    def and_op(self, meta: Any, c: list[Any]) -> ast.Binary:
-        return ast.Binary(self._span(meta), "and", c[0], c[1])
+    def and_op(self, span: Span, c: list[Any]) -> ast.Binary:
+        return ast.Binary(span, "and", c[0], c[1])
 
-    @v_args(meta=True)
-    def not_op(self, meta: Any, c: list[Any]) -> ast.Unary:
-        return ast.Unary(self._span(meta), "not", c[0])
+    def not_op(self, span: Span, c: list[Any]) -> ast.Unary:
+        return ast.Unary(span, "not", c[0])
 
-    @v_args(meta=True)
-    def compare(self, meta: Any, c: list[Any]) -> ast.Binary:
-        return ast.Binary(self._span(meta), str(c[1]), c[0], c[2])
+    def compare(self, span: Span, c: list[Any]) -> ast.Binary:
+        return ast.Binary(span, str(c[1]), c[0], c[2])
 
-    @v_args(meta=True)
-    def binop(self, meta: Any, c: list[Any]) -> ast.Binary:
-        return ast.Binary(self._span(meta), str(c[1]), c[0], c[2])
+    def binop(self, span: Span, c: list[Any]) -> ast.Binary:
+        return ast.Binary(span, str(c[1]), c[0], c[2])
 
-    @v_args(meta=True)
-    def matmul(self, meta: Any, c: list[Any]) -> ast.Binary:
-        return ast.Binary(self._span(meta), "@", c[0], c[1])
+    def matmul(self, span: Span, c: list[Any]) -> ast.Binary:
+        return ast.Binary(span, "@", c[0], c[1])
 
-    @v_args(meta=True)
-    def pow_op(self, meta: Any, c: list[Any]) -> ast.Binary:
-        return ast.Binary(self._span(meta), "**", c[0], c[2])
+    def pow_op(self, span: Span, c: list[Any]) -> ast.Binary:
+        return ast.Binary(span, "**", c[0], c[2])
 
-    @v_args(meta=True)
-    def unop(self, meta: Any, c: list[Any]) -> ast.Expr:
+    def unop(self, span: Span, c: list[Any]) -> ast.Expr:
         op, operand = str(c[0]), c[1]
         # Fold the sign into a literal: `-inf`, `-1` are constants, not negations.
         if isinstance(operand, ast.Num):
             value = operand.value if op == "+" else -operand.value
-            return ast.Num(self._span(meta), value, operand.is_int)
-        return ast.Unary(self._span(meta), op, operand)
+            return ast.Num(span, value, operand.is_int)
+        return ast.Unary(span, op, operand)
 
-    @v_args(meta=True)
-    def in_set(self, meta: Any, c: list[Any]) -> ast.InSet:
-        return ast.InSet(self._span(meta), c[0], c[1])
+    def in_set(self, span: Span, c: list[Any]) -> ast.InSet:
+        return ast.InSet(span, c[0], c[1])
 
-    def int_list(self, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
+    def int_list(self, span: Span, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
         return tuple(c)
 
-    @v_args(meta=True)
-    def index(self, meta: Any, c: list[Any]) -> ast.Index:
-        return ast.Index(self._span(meta), str(c[0]), self._tok(c[0]), c[1])
+    def index(self, span: Span, c: list[Any]) -> ast.Index:
+        return ast.Index(span, str(c[0]), self._tok(c[0]), c[1])
 
-    def qualname(self, c: list[Token]) -> tuple[str, Span]:
+    def qualname(self, span: Span, c: list[Token]) -> tuple[str, Span]:
         first, last = self._tok(c[0]), self._tok(c[-1])
         return ".".join(str(t) for t in c), first.cover(last)
 
-    @v_args(meta=True)
-    def call(self, meta: Any, c: list[Any]) -> ast.Call:
+    def call(self, span: Span, c: list[Any]) -> ast.Call:
         (name, span), args = c
-        return ast.Call(self._span(meta), name, span, tuple(args or ()))
+        return ast.Call(span, name, span, tuple(args or ()))
 
-    @v_args(meta=True)
-    def reduce(self, meta: Any, c: list[Any]) -> ast.Expr:
+    def reduce(self, span: Span, c: list[Any]) -> ast.Expr:
         (name, span), body, (names, spans) = c
-        return ast.Reduce(self._span(meta), name, span, body, names, spans)
+        return ast.Reduce(span, name, span, body, names, spans)
 
-    def args(self, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
+    def args(self, span: Span, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
         return tuple(c)
 
-    @v_args(meta=True)
-    def name(self, meta: Any, c: list[Token]) -> ast.Expr:
+    def name(self, span: Span, c: list[Token]) -> ast.Expr:
         text = str(c[0])
         if text == "inf":
-            return ast.Num(self._span(meta), float("inf"), False)
-        return ast.Name(self._span(meta), text)
+            return ast.Num(span, float("inf"), False)
+        return ast.Name(span, text)
 
-    @v_args(meta=True)
-    def int_lit(self, meta: Any, c: list[Token]) -> ast.Num:
-        return ast.Num(self._span(meta), int(str(c[0])), True)
+    def int_lit(self, span: Span, c: list[Token]) -> ast.Num:
+        return ast.Num(span, int(str(c[0])), True)
 
-    @v_args(meta=True)
-    def float_lit(self, meta: Any, c: list[Token]) -> ast.Num:
-        return ast.Num(self._span(meta), float(str(c[0])), False)
+    def float_lit(self, span: Span, c: list[Token]) -> ast.Num:
+        return ast.Num(span, float(str(c[0])), False)
 
     # -- strategies
-    @v_args(meta=True)
-    def strategy(self, meta: Any, c: list[Any]) -> ast.Strategy:
+    def strategy(self, span: Span, c: list[Any]) -> ast.Strategy:
         annotation, name, opts, *decisions = c
         if str(annotation) != "strategy":
             self.diags.append(make("AK1002", f"unknown annotation `@{annotation}`", self._tok(annotation),
@@ -253,41 +250,39 @@ class _Build(Transformer[Token, Any]):
         return ast.Strategy(
             str(name), self._tok(name), str(target) if target is not None else None,
             self._tok(target) if target is not None else None, whens[0] if whens else None,
-            tuple(decisions), self._span(meta),
+            tuple(decisions), span,
         )
 
-    def strategy_opts(self, c: list[Any]) -> list[Any]:
+    def strategy_opts(self, span: Span, c: list[Any]) -> list[Any]:
         return c
 
-    def opt_target(self, c: list[Token]) -> tuple[Token, Token]:
+    def opt_target(self, span: Span, c: list[Token]) -> tuple[Token, Token]:
         if str(c[0]) != "target":
             self.diags.append(make("AK1002", f"unknown strategy option `{c[0]}`", self._tok(c[0]),
                                    hint="write `target = NAME` or `when CONDITION`", replacement="target"))
         return c[0], c[1]
 
-    def opt_when(self, c: list[ast.Expr]) -> ast.Expr:
+    def opt_when(self, span: Span, c: list[ast.Expr]) -> ast.Expr:
         return c[0]
 
-    @v_args(meta=True)
-    def decision_value(self, meta: Any, c: list[Any]) -> ast.Decision:
-        return ast.Decision(str(c[0]), self._tok(c[0]), c[1], (), self._span(meta))
+    def decision_value(self, span: Span, c: list[Any]) -> ast.Decision:
+        return ast.Decision(str(c[0]), self._tok(c[0]), c[1][0], (), span)
 
-    @v_args(meta=True)
-    def decision_items(self, meta: Any, c: list[Any]) -> ast.Decision:
-        return ast.Decision(str(c[0]), self._tok(c[0]), None, tuple(c[1:]), self._span(meta))
+    def decision_items(self, span: Span, c: list[Any]) -> ast.Decision:
+        return ast.Decision(str(c[0]), self._tok(c[0]), None, tuple(c[1:]), span)
 
-    @v_args(meta=True)
-    def ditem(self, meta: Any, c: list[Any]) -> ast.DecisionItem:
-        return ast.DecisionItem(str(c[0]), c[1], self._span(meta))
+    def ditem(self, span: Span, c: list[Any]) -> ast.DecisionItem:
+        return ast.DecisionItem(str(c[0]), c[1][0] if c[1] is not None else None, span)
 
-    def dv_int(self, c: list[Token]) -> int:
-        return int(str(c[0]))
+    # Decision values travel with their span, so a decision's span covers its value.
+    def dv_int(self, span: Span, c: list[Token]) -> tuple[int, Span]:
+        return int(str(c[0])), span
 
-    def dv_name(self, c: list[Token]) -> str:
-        return str(c[0])
+    def dv_name(self, span: Span, c: list[Token]) -> tuple[str, Span]:
+        return str(c[0]), span
 
-    def dv_list(self, c: list[Token]) -> tuple[int, ...]:
-        return tuple(int(str(t)) for t in c)
+    def dv_list(self, span: Span, c: list[Token]) -> tuple[tuple[int, ...], Span]:
+        return tuple(int(str(t)) for t in c), span
 
 
 # ---------------------------------------------------------------- errors in words
