@@ -9,6 +9,7 @@ others are still checked, so one file reports all its problems at once.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -80,6 +81,20 @@ def stdlib_modules() -> list[str]:
 def check_text(text: str, path: str, lower: bool = False, _stack: tuple[str, ...] = (),
                _prefix: str = "") -> CheckResult:
     """Check one file's text and what it imports; the IR is built whenever the file is clean."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 6000))  # long operator chains make deep (but finite) trees
+    try:
+        return _check_text(text, path, _stack, _prefix)
+    except RecursionError:
+        end = len(text.rstrip())
+        src = Source(path, text)
+        return CheckResult((make("AK1006", "an expression is nested too deeply or is too long to check",
+                                 src.span(0, min(end, 1)), hint="split long expressions into named steps"),))
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _check_text(text: str, path: str, _stack: tuple[str, ...], _prefix: str) -> CheckResult:
     module, diags = parse(text, path)
     source = Source(path, text)
     scope: dict[str, Signature] = {}

@@ -37,6 +37,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK1003": (Severity.ERROR, "unexpected end of file"),
     "AK1004": (Severity.ERROR, "file cannot be read as UTF-8 text"),
     "AK1005": (Severity.ERROR, "invalid literal"),
+    "AK1006": (Severity.ERROR, "nested too deeply"),
     # -- names and indices
     "AK2001": (Severity.ERROR, "unknown name"),
     "AK2002": (Severity.ERROR, "unknown kernel or function"),

@@ -407,6 +407,9 @@ def parse(text: str, path: str = "<input>") -> tuple[ast.Module, list[Diagnostic
     """
     src = Source(path, text)
     diags: list[Diagnostic] = []
+    too_deep = _too_deep(src)
+    if too_deep is not None:
+        return ast.Module(path, (), (), ()), [too_deep]
     try:
         module = _parse_one(src, text, diags)
         return module, sorted(diags, key=lambda d: (d.span.start, d.code))
@@ -432,6 +435,24 @@ def parse(text: str, path: str = "<input>") -> tuple[ast.Module, list[Diagnostic
         diags.append(first)
     module = ast.Module(path, tuple(imports), tuple(kernels), tuple(strategies))
     return module, sorted(set(diags), key=lambda d: (d.span.start, d.code))
+
+
+MAX_DEPTH = 200
+
+
+def _too_deep(src: Source) -> Diagnostic | None:
+    """Brackets nested past MAX_DEPTH: reported up front, before the recursive tree walks."""
+    depth = 0
+    for m in re.finditer(r"#[^\n]*|[()\[\]{}]", src.text):
+        ch = m.group()
+        if ch in "([{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return make("AK1006", f"brackets are nested more than {MAX_DEPTH} deep", src.span(m.start(),
+                            m.start() + 1), hint="split the expression into named steps")
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+    return None
 
 
 def _blank(text: str) -> str:
