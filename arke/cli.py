@@ -99,9 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("akc: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `akc check ... | head`: the reader left; that is not an error
+    except BrokenPipeError:  # `akc check ... | head`: the reader left; say nothing more
         _silence_stdout()
-        return EXIT_OK
+        return EXIT_ERRORS
     except Exception as exc:  # the one place that turns a bug into a clear message
         if os.environ.get("AKC_DEBUG"):
             traceback.print_exc()
@@ -237,12 +237,11 @@ def cmd_ir(args: argparse.Namespace) -> int:
         return exit_status(err.diagnostics)
     if module.warnings:
         print_diagnostics(module.warnings, sources, sys.stderr)
-    obj = module.semantic if args.stage == "semantic" else module.strategies
     if args.format == "json":
-        from arke.ir.serialize import to_json
+        from arke.ir import serialize
 
-        doc = to_json(obj)
-        text = doc if isinstance(doc, str) else json.dumps(doc, indent=2)
+        text = serialize.to_json(module.semantic, indent=2) if args.stage == "semantic" \
+            else serialize.strategies_to_json(module.strategies, indent=2)
     else:
         from arke.ir import text as ir_text
 

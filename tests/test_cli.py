@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -142,13 +143,19 @@ def test_json_is_one_document_of_lsp_diagnostics(files: Path, capsys: pytest.Cap
 # ---------------------------------------------------------------- stdin and folders
 
 
-def test_stdin(files: Path) -> None:
-    proc = akc("check", "-", stdin=BAD.encode())
-    assert proc.returncode == 1
-    assert proc.stdout.startswith("-:4:1: error[AK1002]")
-    proc = akc("check", "--format", "json", "-", stdin=GOOD.encode())
-    assert proc.returncode == 0
-    assert json.loads(proc.stdout) == {"files": [{"path": "-", "uri": "-", "diagnostics": []}]}
+def feed_stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+def test_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    feed_stdin(monkeypatch, BAD.encode())
+    status, out, _ = run(capsys, "check", "-")
+    assert status == 1
+    assert out.startswith("-:4:1: error[AK1002]")
+    feed_stdin(monkeypatch, GOOD.encode())
+    status, out, _ = run(capsys, "check", "--format", "json", "-")
+    assert status == 0
+    assert json.loads(out) == {"files": [{"path": "-", "uri": "-", "diagnostics": []}]}
 
 
 def test_stdin_that_is_not_utf8() -> None:
@@ -202,23 +209,23 @@ def test_missing_file_among_good_ones_still_checks_the_rest(files: Path, capsys:
     assert "AK1002" in out
 
 
-def test_file_that_is_not_utf8(tmp_path: Path) -> None:
+def test_file_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "latin1.ak"
     path.write_bytes("kernel f() # caf\u00e9\n".encode("latin-1"))
-    proc = akc("check", str(path))
-    assert proc.returncode == 2
-    assert "error[AK1004]" in proc.stdout
-    assert "is not UTF-8 text" in proc.stdout
-    assert "Traceback" not in proc.stdout + proc.stderr
-    proc = akc("check", "--format", "json", str(path))
-    assert json.loads(proc.stdout)["files"][0]["diagnostics"][0]["code"] == "AK1004"
+    status, out, err = run(capsys, "check", str(path))
+    assert status == 2
+    assert f"{path}:1:1: error[AK1004]: `{path}` is not UTF-8 text" in out
+    assert err == ""
+    status, out, _ = run(capsys, "check", "--format", "json", str(path))
+    assert status == 2
+    assert json.loads(out)["files"][0]["diagnostics"][0]["code"] == "AK1004"
 
 
-def test_a_folder_given_to_ir_is_reported(tmp_path: Path) -> None:
-    proc = akc("ir", str(tmp_path))
-    assert proc.returncode == 2
-    assert "AK1004" in proc.stderr
-    assert "Traceback" not in proc.stdout + proc.stderr
+def test_a_folder_given_to_ir_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "ir", str(tmp_path))
+    assert status == 2
+    assert out == ""
+    assert "error[AK1004]" in err
 
 
 # ---------------------------------------------------------------- internal errors
@@ -231,7 +238,7 @@ def _boom(text: str, path: str, lower: bool = False) -> CheckResult:
 def test_internal_error_exits_3_without_traceback(files: Path, capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(checker, "check_text", _boom)
-    status, out, err = run(capsys, "check", str(files / "good.ak"))
+    status, _, err = run(capsys, "check", str(files / "good.ak"))
     assert status == 3
     assert err.startswith("akc: internal error: RuntimeError: boom, please report")
     assert "Traceback" not in err
@@ -267,7 +274,8 @@ def test_ir_prints_through_the_ir_modules(files: Path, capsys: pytest.CaptureFix
     text_mod.print_module = lambda m: f"module {m}"
     text_mod.print_strategies = lambda s: f"strategies {s}\n"
     ser_mod: Any = types.ModuleType("arke.ir.serialize")
-    ser_mod.to_json = lambda obj: {"version": 1, "ir": obj}
+    ser_mod.to_json = lambda m, indent=None: json.dumps({"version": 1, "ir": m}, indent=indent)
+    ser_mod.strategies_to_json = lambda s, indent=None: json.dumps({"version": 1, "strategies": s}, indent=indent)
     monkeypatch.setitem(sys.modules, "arke.ir.text", text_mod)
     monkeypatch.setitem(sys.modules, "arke.ir.serialize", ser_mod)
     monkeypatch.setattr(arke.ir, "text", text_mod, raising=False)
@@ -277,7 +285,19 @@ def test_ir_prints_through_the_ir_modules(files: Path, capsys: pytest.CaptureFix
     assert run(capsys, "ir", path, "--stage", "strategy")[:2] == (0, "strategies STRAT\n")
     status, out, _ = run(capsys, "ir", path, "--stage", "strategy", "--format", "json")
     assert status == 0
-    assert json.loads(out) == {"version": 1, "ir": "STRAT"}
+    assert json.loads(out) == {"version": 1, "strategies": "STRAT"}
+    status, out, _ = run(capsys, "ir", path, "--format", "json")
+    assert (status, json.loads(out)) == (0, {"version": 1, "ir": "SEM"})
+
+
+def test_ir_of_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(ROOT / "examples" / "rmsnorm.ak")
+    status, out, _ = run(capsys, "ir", path)
+    assert status == 0
+    assert "kernel @rmsnorm" in out
+    status, out, _ = run(capsys, "ir", path, "--stage", "strategy", "--format", "json")
+    assert status == 0
+    assert json.loads(out)["format"] == "arke.strategy"
 
 
 # ---------------------------------------------------------------- start-up cost and colour
@@ -299,7 +319,55 @@ def test_check_imports_no_torch_triton_or_llvmlite(files: Path) -> None:
 
 def test_colour_follows_the_environment(files: Path) -> None:
     bad = str(files / "bad.ak")
-    assert "\x1b[" not in akc("check", bad).stdout
     forced = akc("check", bad, env={"FORCE_COLOR": "1", "NO_COLOR": ""})
     assert "\x1b[" in forced.stdout
     assert forced.returncode == 1
+
+
+# ---------------------------------------------------------------- akc demo
+
+
+def _numpy_kernel(name: str, *arrays: Any) -> Any:
+    """The demo's kernels in explicit NumPy (float64): a stand-in for the interpreter."""
+    import numpy as np
+
+    xs = [np.asarray(a, dtype=np.float64) for a in arrays]
+    if name == "rmsnorm":
+        x, w = xs
+        return (x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w).astype(np.float32)
+    if name == "softmax":
+        e = np.exp(xs[0] - xs[0].max(-1, keepdims=True))
+        return (e / e.sum(-1, keepdims=True)).astype(np.float32)
+    q, k, v = xs
+    _, heads, s, d = q.shape
+    groups, t = k.shape[1], k.shape[2]
+    k = np.repeat(k, heads // groups, axis=1)
+    v = np.repeat(v, heads // groups, axis=1)
+    scores = q @ k.swapaxes(-1, -2) / np.sqrt(d)
+    scores = np.where(np.arange(t)[None, :] <= np.arange(s)[:, None] + t - s, scores, -np.inf)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    return ((p @ v) / p.sum(-1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_demo_compares_the_interpreter_with_torch(wrong: bool, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``akc demo`` with the loader and interpreter stood in for: agreement exits 0, a wrong answer 1."""
+    pytest.importorskip("torch")
+
+    def load(path: Any) -> Any:
+        names = ("rmsnorm", "softmax") if "rmsnorm" in str(path) else ("attention",)
+        kernels = {n: types.SimpleNamespace(name=n) for n in names}
+        return types.SimpleNamespace(names=names, kernels=kernels, strategies=types.SimpleNamespace(strategies=()))
+
+    def interpret(kernel: Any, *arrays: Any) -> Any:
+        out = _numpy_kernel(kernel.name, *arrays)
+        return out * 1.01 if wrong and kernel.name == "attention" else out
+
+    monkeypatch.setattr(arke, "load", load)
+    monkeypatch.setattr(arke, "interpret", interpret)
+    status, out, _ = run(capsys, "demo")
+    assert status == (1 if wrong else 0)
+    assert out.count(" ok ") == (4 if wrong else 6)
+    assert ("2 of 6 cases disagree" if wrong else "all 6 cases agree with torch") in out
+

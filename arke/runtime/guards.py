@@ -29,7 +29,7 @@ import sympy
 import torch
 
 from arke.ir import semantic as S
-from arke.ir.dtypes import DType
+from arke.ir.dtypes import DTYPES, DType
 from arke.ir.shapes import Dim, dim_str, evaluate, free_dims
 
 #: The torch dtype that stores each DType.
@@ -48,7 +48,7 @@ _NP_NAMES = {DType.BOOL: "np.bool_", DType.I8: "np.int8", DType.I32: "np.int32",
              DType.F16: "np.float16", DType.F32: "np.float32"}
 
 #: What a dtype argument of :func:`check_call` may be.
-AnyDType = DType | torch.dtype | np.dtype | type
+AnyDType = DType | torch.dtype | np.dtype | type | str
 ShapeArgs = Mapping[str, Sequence[int]] | Sequence[Sequence[int]]
 DTypeArgs = Mapping[str, AnyDType] | Sequence[AnyDType]
 
@@ -56,15 +56,26 @@ DTypeArgs = Mapping[str, AnyDType] | Sequence[AnyDType]
 class GuardError(ValueError):
     """Arguments that break a kernel's contract. The message names the kernel, parameter and rule.
 
-    ``rule`` is one of ``kernel arity missing type rank dtype scalar dim where index
-    division`` (tools match on it); ``param`` is the parameter concerned, if any.
+    ``rule`` says which check failed (tools match on it): ``kernel`` (no such kernel),
+    ``arity``, ``missing``, ``type`` (not a tensor / not a number), ``rank``, ``dtype``,
+    ``scalar`` (a scalar value that does not fit), ``dim``, ``where`` (a guard), and, while
+    running, ``index`` (a subscript out of range) and ``arith`` (integer division by zero,
+    integer to a negative power). ``param`` is the parameter concerned, if any.
     """
 
     def __init__(self, kernel: str, message: str, *, rule: str, param: str | None = None):
         super().__init__(f"kernel `{kernel}`: {message}")
         self.kernel = kernel
+        self.message = message
         self.rule = rule
         self.param = param
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable, for worker processes
+        return (_guard_error, (self.kernel, self.message, self.rule, self.param))
+
+
+def _guard_error(kernel: str, message: str, rule: str, param: str | None) -> GuardError:
+    return GuardError(kernel, message, rule=rule, param=param)
 
 
 class InterpError(RuntimeError):
@@ -78,6 +89,8 @@ def dtype_of(value: Any) -> DType | None:
     """The DType of a torch/NumPy dtype, tensor or array (``None`` when the language has none)."""
     if isinstance(value, DType):
         return value
+    if isinstance(value, str) and value in DTYPES:
+        return DTYPES[value]
     if isinstance(value, torch.Tensor):
         value = value.dtype
     if isinstance(value, torch.dtype):
@@ -95,10 +108,13 @@ def _dtype_mismatch(fn: S.Function, p: S.Param, given: AnyDType) -> GuardError:
     if isinstance(given, torch.dtype):
         shown = str(given).removeprefix("torch.")
         how = f"convert it with `.to({TORCH_DTYPES[need]})`"
-    elif isinstance(given, DType):
+    elif isinstance(given, str) and str(given) in DTYPES:
         shown, how = str(given), f"convert it to {need}"
     else:
-        shown = str(np.dtype(given))
+        try:
+            shown = str(np.dtype(given))
+        except TypeError:
+            shown = str(given)
         how = (f"convert it with `.astype({_NP_NAMES[need]})`" if need in _NP_NAMES else
                f"NumPy has no {need}: pass a torch tensor, e.g. `torch.from_numpy(a).to({TORCH_DTYPES[need]})`")
     return GuardError(fn.name, f"parameter `{p.name}` needs {need}, but was given {shown}; {how}",

@@ -7,7 +7,8 @@ How it computes (the language spec quotes this list):
 
 * **Storage and compute types.** Every SSA value is stored in its op's dtype. Inside an
   op's body, ``f16``/``bf16`` arithmetic runs in ``f32`` and is rounded (to nearest even)
-  only when the op's result is stored. An explicit cast to ``f16``/``bf16`` rounds at once.
+  only when the op's result is stored. The leaves of a body hold values of their own
+  type: loads are exact, literals and explicit casts to ``f16``/``bf16`` round at once.
   Integer arithmetic wraps at its type's width (two's complement).
 * **Division.** Integer ``div`` and ``floordiv`` are floor division and ``mod`` follows
   Python's sign rule; an integer division or modulo by zero, and an integer raised to a
@@ -310,8 +311,8 @@ class _Frame:
 
     def expr(self, e: S.SExpr, dom: _Domain) -> torch.Tensor:
         """``e`` over ``dom``: one dimension per domain axis (size 1 where unused), in ``e.dtype``'s compute type."""
-        if isinstance(e, S.Const):
-            return torch.full(dom.ones, e.value, dtype=_compute(e.dtype))
+        if isinstance(e, S.Const):  # a literal holds a value of its type: f16/bf16 literals are rounded
+            return torch.full(dom.ones, e.value, dtype=TORCH_DTYPES[e.dtype]).to(_compute(e.dtype))
         if isinstance(e, S.Idx):
             if e.name not in dom.pos:
                 raise InterpError(f"{self.fn.name}: index `{e.name}` is not an axis of {self.where}")
@@ -409,5 +410,5 @@ class _Frame:
         bad = (index < 0) | (index >= size)
         if bool(bad.any()):
             value = int(index[bad].flatten()[0])
-            raise self.error(f"subscript {k} of {self.labels[src]} is {value}, outside its axis "
-                             f"(0 <= {value} < {size} is false)", "index")
+            raise self.error(f"subscript {k} of {self.labels[src]} is {value}, outside its axis {k} of size {size} "
+                             f"(valid: 0 to {size - 1})", "index")
