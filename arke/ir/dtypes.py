@@ -59,9 +59,23 @@ def promote(a: DType, b: DType) -> DType:
 def can_store(value: DType, into: DType) -> bool:
     """Whether a result of type ``value`` may be written to an output of type ``into`` without a cast.
 
-    Float to float (rounding) and widening conversions are implicit; anything that drops
-    the fractional part or the sign of truth (float -> int, int -> bool) needs a cast.
+    Widening conversions and float to float (rounding to a narrower float, as every
+    bf16 kernel does) are implicit. Anything that can lose an integer's value or a
+    fraction (float -> int, i64 -> i8, int -> bool) needs an explicit cast.
     """
     if value == into or promote(value, into) == into:
         return True
-    return (value.is_float and into.is_float) or (value.is_int and into.is_int)
+    return value.is_float and into.is_float
+
+
+INT_RANGE: dict[DType, tuple[int, int]] = {
+    DType.I8: (-(2**7), 2**7 - 1),
+    DType.I32: (-(2**31), 2**31 - 1),
+    DType.I64: (-(2**63), 2**63 - 1),
+}
+
+
+def fits(value: int, dtype: DType) -> bool:
+    """Whether the integer ``value`` is representable in integer type ``dtype``."""
+    low, high = INT_RANGE.get(dtype, (-(2**63), 2**63 - 1))
+    return low <= value <= high

@@ -52,6 +52,7 @@ class _Loaded:
     functions: tuple[semantic.Function, ...]  # its kernels and everything they import
     strategies: StrategySet
     errors: tuple[Diagnostic, ...]
+    indices: dict[str, dict[str, IndexInfo]]  # by IR name: what strategies may name
 
 
 _CACHE: dict[tuple[str, str, float], _Loaded] = {}
@@ -101,6 +102,9 @@ def _check_text(text: str, path: str, _stack: tuple[str, ...], _prefix: str) -> 
     origin: dict[str, str] = {}
     functions: list[semantic.Function] = []
     imported_strategies: list = []
+    indices: dict[str, dict[str, IndexInfo]] = {}
+    if not path.startswith("<") and os.path.isfile(path):
+        _stack = (*_stack, str(Path(path).resolve()))  # so a cycle back to this file is reported here
     for imp in module.imports:
         loaded = _import(imp, path, _stack, diags)
         if loaded is None:
@@ -119,6 +123,7 @@ def _check_text(text: str, path: str, _stack: tuple[str, ...], _prefix: str) -> 
             scope[n], origin[n] = loaded.signatures[n], imp.module
         functions.extend(loaded.functions)
         imported_strategies.extend(loaded.strategies.strategies)
+        indices.update(loaded.indices)
     own: dict[str, Signature] = {}
     for k in module.kernels:
         if k.name in own:
@@ -130,7 +135,6 @@ def _check_text(text: str, path: str, _stack: tuple[str, ...], _prefix: str) -> 
                               hint="rename the kernel"))
         own[k.name] = build_signature(k, source, _prefix + k.name, diags)
     scope.update(own)  # a file's own kernels shadow imported ones
-    indices: dict[str, dict[str, IndexInfo]] = {}
     calls: dict[str, list[tuple[str, Span]]] = {}
     own_functions: list[semantic.Function] = []
     for sig in own.values():
@@ -187,7 +191,7 @@ def _import(imp: ast.Import, importer: str, stack: tuple[str, ...], diags: list[
             errors = tuple(d for d in result.diagnostics if d.is_error)
             sigs = {n: s for n, s in result.signatures.items() if n in result.kernel_names}
             _CACHE[key] = _Loaded(sigs, result.semantic.functions if result.semantic else (),
-                                  result.strategies or StrategySet(), errors)
+                                  result.strategies or StrategySet(), errors, result.indices)
     except (OSError, UnicodeDecodeError) as err:
         diags.append(make("AK2004", f"module `{imp.module}` cannot be read: {err}", imp.span))
         return None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import sympy
 
 from arke.ir import semantic as ir
-from arke.ir.dtypes import DTYPES, DType
+from arke.ir.dtypes import DTYPES, DType, fits
 from arke.ir.shapes import Dim, dim_str, floordiv, mod
 from arke.lang import ast
 from arke.lang.diagnostics import Related, did_you_mean
@@ -68,6 +68,10 @@ class ExprLowering:
 
     def _e_Num(self: KernelChecker, e: ast.Num) -> Term:
         if e.is_int:
+            if not fits(int(e.value), DType.I64):
+                self.error("AK1005", f"integer literal {e.value} does not fit in i64", e.span,
+                           hint="write it as a float (with a `.0`) if an approximate value will do")
+                return POISON
             return scalar_const(int(e.value), DType.I64)
         return scalar_const(float(e.value), DType.F32)
 
@@ -180,6 +184,8 @@ class ExprLowering:
                     return None
             return Scalar(ir.Binary(op, a.sx, b.sx, DType.BOOL), DType.BOOL, free)
         dtype, weak = common_dtype(a, b)
+        if not (self.literal_fits(a, dtype, e) and self.literal_fits(b, dtype, e)):
+            return None
         if op in _COMPARE:
             if a.dtype.is_bool != b.dtype.is_bool and op not in ("==", "!="):
                 self.error("AK3005", f"cannot order a boolean and a number with `{op}`", e.span)
@@ -194,6 +200,14 @@ class ExprLowering:
         if a.dim is not None and b.dim is not None and not dtype.is_float:
             dim = _dim_op(name, a.dim, b.dim)
         return Scalar(ir.Binary(name, cast(a.sx, dtype), cast(b.sx, dtype), dtype), dtype, free, weak, dim)
+
+    def literal_fits(self: KernelChecker, s: Scalar, dtype: DType, e: ast.Expr) -> bool:
+        """A weak integer literal must be representable in the integer type it takes."""
+        if s.weak and dtype.is_int and isinstance(s.sx, ir.Const) and not fits(int(s.sx.value), dtype):
+            self.error("AK1005", f"the literal {s.sx.value} does not fit in {dtype}", e.span,
+                       hint="widen the other operand first, as in `i64(...)`")
+            return False
+        return True
 
     def _e_Ternary(self: KernelChecker, e: ast.Ternary) -> Term:
         c, a, b = self.expr(e.cond), self.expr(e.then), self.expr(e.other)
@@ -342,9 +356,12 @@ class ExprLowering:
         if len(e.args) != 1:
             self.error("AK3008", f"the cast `{e.func}` takes 1 argument, not {len(e.args)}", e.span)
             return POISON
-        return self.lift([self.expr(e.args[0])],
-                         lambda s: Scalar(cast(s[0].sx, to), to, s[0].free, False,
-                                          s[0].dim if to.is_int else None), e)
+        def conv(s: list[Scalar]) -> Scalar | None:
+            if not self.literal_fits(s[0], to, e):
+                return None
+            return Scalar(cast(s[0].sx, to), to, s[0].free, False, s[0].dim if to.is_int else None)
+
+        return self.lift([self.expr(e.args[0])], conv, e)
 
     def transpose(self: KernelChecker, e: ast.Call) -> Term:
         if len(e.args) not in (1, 3):

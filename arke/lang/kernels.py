@@ -22,7 +22,7 @@ from arke.ir.shapes import Dim, decide, dim_str, equal
 from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.exprs import BUILTINS, ExprLowering
-from arke.lang.signatures import Signature, cond_subs, cond_sympy, subs_dims
+from arke.lang.signatures import RESERVED, Signature, cond_str, cond_subs, cond_sympy, subs_dims
 from arke.lang.source import Span
 from arke.lang.terms import POISON, Scalar, Tensor, Term, broadcast_scalar, cast
 
@@ -299,7 +299,7 @@ class KernelChecker(ExprLowering):
             if isinstance(stmt, ast.Return):
                 returned = stmt
             self.statement(stmt)
-        if returned is None:
+        if returned is None and not self.failed:
             missing = [n for n, r in zip(self.sig.output_names, self.results) if r is None]
             if missing or not self.sig.output_names:
                 what = ", ".join(f"`{n}`" for n in missing if n) or "its result"
@@ -325,6 +325,9 @@ class KernelChecker(ExprLowering):
                 self.poisoned.add(n)
 
     def defined_before(self, name: str, span: Span) -> bool:
+        if name in RESERVED:
+            self.error("AK2003", f"`{name}` is a literal and cannot be defined", span)
+            return True
         if name in self.values or name in self.lets:
             first = self.values[name].span if name in self.values else self.let_spans[name]
             self.error("AK2003", f"`{name}` is already defined; every name is defined once", span,
@@ -410,7 +413,11 @@ class KernelChecker(ExprLowering):
         return None
 
     def store_dtype(self, t: Scalar | Tensor, to: DType, span: Span, name: str) -> DType | None:
-        weak = isinstance(t, Scalar) and t.weak
+        # A weak literal takes the destination's type if it is of the same kind (an int
+        # literal fits any number type, a float literal only floats).
+        weak = isinstance(t, Scalar) and t.weak and not to.is_bool and (t.dtype.is_int or to.is_float)
+        if weak and isinstance(t, Scalar) and not self.literal_fits(t, to, ast.Name(span, name)):
+            return None
         if weak or can_store(t.dtype, to):
             return to
         what = name if " " in name else f"`{name}`"
@@ -487,6 +494,12 @@ class KernelChecker(ExprLowering):
             return
         for k, (e, out) in enumerate(zip(s.values, outs)):
             name = self.sig.output_names[k]
+            if self.results[k] is not None:
+                if not (isinstance(e, ast.Name) and e.id == name):
+                    self.error("AK2202", f"output `{name}` is already defined above; `return` would replace it",
+                               e.span, hint=f"write `return {name}`, or drop the `return`",
+                               replacement=name)
+                continue
             what = f"output `{name}`" if name else "the output" if len(outs) == 1 else f"output {k}"
             ssa = self.return_value(e, out, what)
             if ssa is not None:
@@ -589,7 +602,7 @@ class KernelChecker(ExprLowering):
                            related=[Related(callee.node.name_span, f"`{e.func}` is defined here")])
                 return POISON
             if verdict is None:
-                self.guards.append(ir.Guard(c, f"{text} (for the call of {e.func})"))
+                self.guards.append(ir.Guard(c, f"{cond_str(c)} (`{text}` of the call of `{e.func}`)"))
         types = tuple(ir.TensorType(t.dtype, tuple(subs_dims(d, bind) for d in t.shape)) for t in callee.outputs)
         if len(types) != count:
             self.error("AK3008", f"`{e.func}` returns {len(types)} outputs, but {count} "

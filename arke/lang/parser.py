@@ -93,17 +93,18 @@ class _Build(Transformer[Token, Any]):
     def empty_item(self, span: Span, _: list[Any]) -> None:
         return None
 
-    def dotted_name(self, span: Span, parts: list[Token]) -> str:
-        return ".".join(str(p) for p in parts)
+    def dotted_name(self, span: Span, parts: list[Token]) -> Token:
+        # A token (a str with positions), so the import's span reaches the module name's end.
+        return Token("NAME", ".".join(str(p) for p in parts), start_pos=parts[0].start_pos, end_pos=parts[-1].end_pos)
 
-    def name_list(self, span: Span, names: list[Token]) -> tuple[str, ...]:
-        return tuple(str(n) for n in names)
+    def name_list(self, span: Span, names: list[Token]) -> tuple[Token, ...]:
+        return tuple(names)
 
     def import_stmt(self, span: Span, c: list[Any]) -> ast.Import:
-        return ast.Import(c[0], None, span)
+        return ast.Import(str(c[0]), None, span)
 
     def from_import(self, span: Span, c: list[Any]) -> ast.Import:
-        return ast.Import(c[0], c[1], span)
+        return ast.Import(str(c[0]), tuple(str(n) for n in c[1]), span)
 
     # -- kernels
     def kernel(self, span: Span, c: list[Any]) -> ast.Kernel:
@@ -247,6 +248,11 @@ class _Build(Transformer[Token, Any]):
         targets = [o for o in opts if isinstance(o, tuple)]
         target = targets[0][1] if targets else None
         whens = [o for o in opts if not isinstance(o, tuple)]
+        for what, extra in (("target", [t[0] for t in targets[1:]]), ("when", whens[1:])):
+            for item in extra:
+                where = self._tok(item) if isinstance(item, Token) else item.span
+                self.diags.append(make("AK4007", f"`{what}` is given twice", where,
+                                       hint=f"a strategy has one `{what}`; write a second strategy for another"))
         return ast.Strategy(
             str(name), self._tok(name), str(target) if target is not None else None,
             self._tok(target) if target is not None else None, whens[0] if whens else None,

@@ -14,13 +14,16 @@ from dataclasses import dataclass, field
 import sympy
 
 from arke.ir import semantic as ir
-from arke.ir.dtypes import DTYPES, DType, can_store
+from arke.ir.dtypes import DTYPES, DType, fits
 from arke.ir.shapes import Dim, const, decide, dim_str, floordiv, mod, sym
 from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.source import Source, Span
 
 ErrorFn = Callable[..., None]
+
+#: Names that are literals: they can never be defined.
+RESERVED = frozenset({"inf", "true", "false"})
 
 
 @dataclass
@@ -111,13 +114,20 @@ def cond_sympy(c: ir.Cond, subst: dict[sympy.Symbol, Dim] | None = None) -> symp
     return {"and": sympy.And, "or": sympy.Or}[c.op](*parts) if c.op != "not" else sympy.Not(parts[0])
 
 
+def cond_str(c: ir.Cond) -> str:
+    """A condition as text, in the language's own spelling."""
+    if isinstance(c, ir.Rel):
+        return f"{dim_str(c.lhs)} {c.op} {dim_str(c.rhs)}"
+    if isinstance(c, ir.InSet):
+        return f"{dim_str(c.x)} in {{{', '.join(dim_str(v) for v in c.values)}}}"
+    if c.op == "not":
+        return f"not ({cond_str(c.parts[0])})"
+    return f" {c.op} ".join(f"({cond_str(p)})" if isinstance(p, ir.BoolOp) else cond_str(p) for p in c.parts)
+
+
 def _subs(d: Dim, s: dict[sympy.Symbol, Dim]) -> Dim:
-    for _ in range(4):  # substitutions may chain (K -> N -> M); a few rounds settle them
-        new = sympy.sympify(d).subs(s) if s else d
-        if new == d:
-            break
-        d = new
-    return d
+    """Replace every symbol of ``s`` at once (a callee's ``M, N`` may become the caller's ``N, M``)."""
+    return sympy.sympify(d).xreplace(s) if s else d
 
 
 def subs_dims(d: Dim, s: dict[sympy.Symbol, Dim]) -> Dim:
@@ -151,6 +161,9 @@ def build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list[
                 sig.dims[d.id] = sym(d.id)
                 bindings.append(ir.DimBinding(d.id, p.name, axis))
     for p in node.params:
+        if p.name in RESERVED:
+            error("AK2003", f"`{p.name}` is a literal and cannot name a parameter", p.span)
+            continue
         if p.name in seen:
             error("AK2003", f"parameter `{p.name}` is declared twice", p.span,
                   related=[Related(seen[p.name], "first declared here")])
@@ -202,6 +215,11 @@ def _where(sig: Signature, node: ast.Kernel, error: ErrorFn) -> None:
                 sig.subst[c.rhs] = c.lhs
             elif isinstance(c.lhs, sympy.Symbol) and c.lhs not in sympy.sympify(c.rhs).free_symbols:
                 sig.subst[c.lhs] = c.rhs
+    for _ in range(len(sig.subst)):  # close chains (K -> N, N -> M) so one replacement suffices
+        closed = {k: sympy.sympify(v).xreplace(sig.subst) for k, v in sig.subst.items()}
+        if closed == sig.subst:
+            break
+        sig.subst = {k: v for k, v in closed.items() if k not in sympy.sympify(v).free_symbols}
     guards = []
     for c, text, span in conds:
         verdict = decide(cond_sympy(c))
@@ -258,10 +276,13 @@ def _default(p: ast.Param, t: ir.TensorType, error: ErrorFn) -> float | int | bo
     else:
         error("AK3018", f"the default of `{p.name}` must be a literal number", d.span if d else p.span)
         return None
-    if t.dtype.is_float and given.is_int:
-        return float(value)
-    if not can_store(given, t.dtype) and not (given.is_int and t.dtype.is_int):
-        error("AK3018", f"default `{value}` does not fit `{p.name}: {t.dtype}`", d.span,
-              hint="write an integer" if t.dtype.is_int else None)
+    ok = (given.is_bool == t.dtype.is_bool) and not (given.is_float and t.dtype.is_int)
+    if ok and t.dtype.is_int and not fits(int(value), t.dtype):
+        ok = False
+    if not ok:
+        hint = ("write `true` or `false`" if t.dtype.is_bool else "write an integer that fits" if t.dtype.is_int
+                else "write a number")
+        error("AK3018", f"default `{d.id if isinstance(d, ast.Name) else value}` does not fit `{p.name}: "
+              f"{t.dtype}`", d.span, hint=hint)
         return None
-    return value
+    return float(value) if t.dtype.is_float else value

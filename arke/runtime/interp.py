@@ -305,7 +305,12 @@ class _Frame:
                              param=err.param) from err
         if len(outs) != len(op.results):
             raise InterpError(f"{self.fn.name}: `{op.callee}` gives {len(outs)} results, not {len(op.results)}")
-        return tuple(o.to(TORCH_DTYPES[t.dtype]) for o, t in zip(outs, op.types, strict=True))
+        for out, t in zip(outs, op.types, strict=True):  # the call's declared types are the caller's contract
+            shape = tuple(self.dim(d) for d in t.shape)
+            if tuple(out.shape) != shape or out.dtype != TORCH_DTYPES[t.dtype]:
+                raise InterpError(f"{self.fn.name}: `{op.callee}` returned {out.dtype}{list(out.shape)}, but the "
+                                  f"call declares {t.dtype}{list(shape)}")
+        return outs
 
     # -------------------------------------------------------------- scalar expressions
 
