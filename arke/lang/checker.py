@@ -105,9 +105,11 @@ def _check_text(text: str, path: str, _stack: tuple[str, ...], _prefix: str) -> 
     indices: dict[str, dict[str, IndexInfo]] = {}
     if not path.startswith("<") and os.path.isfile(path):
         _stack = (*_stack, str(Path(path).resolve()))  # so a cycle back to this file is reported here
+    import_failed = False
     for imp in module.imports:
         loaded = _import(imp, path, _stack, diags)
         if loaded is None:
+            import_failed = True
             continue
         names = imp.names if imp.names is not None else tuple(loaded.signatures)
         for n in names:
@@ -139,7 +141,13 @@ def _check_text(text: str, path: str, _stack: tuple[str, ...], _prefix: str) -> 
     own_functions: list[semantic.Function] = []
     for sig in own.values():
         kc = KernelChecker(sig, scope, diags)
-        fn = kc.check() if sig.ok else None
+        kc.import_failed = import_failed
+        try:
+            fn = kc.check() if sig.ok else None
+        except RecursionError:  # one absurdly long expression: report it, check the other kernels
+            diags.append(make("AK1006", f"an expression of kernel `{sig.name}` is too long to check",
+                              sig.node.name_span, hint="split long expressions into named steps"))
+            fn = None
         indices[sig.ir_name] = kc.indices
         calls[sig.ir_name] = kc.calls
         if fn is not None:

@@ -50,7 +50,6 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK2009": (Severity.ERROR, "modules import each other in a cycle"),
     "AK2101": (Severity.ERROR, "index bound twice on the left"),
     "AK2102": (Severity.ERROR, "reduction index shadows an index already bound"),
-    "AK2103": (Severity.ERROR, "index on the left is not used on the right"),
     "AK2104": (Severity.ERROR, "index not bound"),
     "AK2105": (Severity.ERROR, "extent of an index cannot be inferred"),
     "AK2106": (Severity.ERROR, "free indices in a whole-tensor expression"),
@@ -78,7 +77,6 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK3016": (Severity.ERROR, "result dtype does not match the declared output"),
     "AK3017": (Severity.ERROR, "condition is not a boolean"),
     "AK3018": (Severity.ERROR, "default value does not fit the parameter"),
-    "AK3019": (Severity.ERROR, "tensor used where a scalar is needed"),
     # -- strategies
     "AK4001": (Severity.ERROR, "strategy for an unknown kernel"),
     "AK4002": (Severity.ERROR, "unknown decision"),

@@ -201,11 +201,11 @@ class ExprLowering:
             dim = _dim_op(name, a.dim, b.dim)
         return Scalar(ir.Binary(name, cast(a.sx, dtype), cast(b.sx, dtype), dtype), dtype, free, weak, dim)
 
-    def literal_fits(self: KernelChecker, s: Scalar, dtype: DType, e: ast.Expr) -> bool:
+    def literal_fits(self: KernelChecker, s: Scalar, dtype: DType, e: ast.Expr,
+                     hint: str = "widen the other operand first, as in `i64(...)`") -> bool:
         """A weak integer literal must be representable in the integer type it takes."""
         if s.weak and dtype.is_int and isinstance(s.sx, ir.Const) and not fits(int(s.sx.value), dtype):
-            self.error("AK1005", f"the literal {s.sx.value} does not fit in {dtype}", e.span,
-                       hint="widen the other operand first, as in `i64(...)`")
+            self.error("AK1005", f"the literal {s.sx.value} does not fit in {dtype}", e.span, hint=hint)
             return False
         return True
 
@@ -345,7 +345,9 @@ class ExprLowering:
             return self.lift([a, b], lambda s: self.binary(name, s[0], s[1], e), e)
         if name in self.callables:
             return self.call_kernel(e)
-        pool = list(BUILTINS) + list(self.callables) + list(REDUCTIONS)
+        if self.import_failed:  # it may well come from the module that failed to import
+            return POISON
+        pool = list(BUILTINS) + [c for c in self.callables if c != self.sig.name] + list(REDUCTIONS)
         guess = did_you_mean(name, pool)
         self.error("AK2002", f"unknown function or kernel `{name}`", e.func_span,
                    hint=f"did you mean `{guess}`?" if guess else "import the module that defines it, "
@@ -357,7 +359,8 @@ class ExprLowering:
             self.error("AK3008", f"the cast `{e.func}` takes 1 argument, not {len(e.args)}", e.span)
             return POISON
         def conv(s: list[Scalar]) -> Scalar | None:
-            if not self.literal_fits(s[0], to, e):
+            hint = f"{to} holds values from {_range(to)}" if to.is_int else ""
+            if not self.literal_fits(s[0], to, e, hint=hint):
                 return None
             return Scalar(cast(s[0].sx, to), to, s[0].free, False, s[0].dim if to.is_int else None)
 
@@ -452,6 +455,13 @@ class ExprLowering:
                        replacement=guess)
             return POISON
         return self.reduction(e)
+
+
+def _range(dtype: DType) -> str:
+    from arke.ir.dtypes import INT_RANGE
+
+    low, high = INT_RANGE[dtype]
+    return f"{low} to {high}"
 
 
 def _dim_op(name: str, a: Dim, b: Dim) -> Dim | None:

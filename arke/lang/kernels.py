@@ -80,7 +80,14 @@ class KernelChecker(ExprLowering):
         self.calls: list[tuple[str, Span]] = []
         self.failed = False
         self.poisoned: set[str] = set()
-        self.bad_extents: set[str] = set()
+        self.import_failed = False  # set by the checker: unknown calls are then not reported
+        # Every name a statement defines, with where: to tell "used before defined" from "unknown".
+        self.defined_at: dict[str, Span] = {}
+        for st in sig.node.body:
+            if isinstance(st, ast.MultiAssign):
+                self.defined_at.update(zip(st.names, st.name_spans))
+            elif isinstance(st, ast.Let | ast.Define | ast.Assign):
+                self.defined_at.setdefault(st.name, st.name_span)
         self.outputs = {n: (k, t) for k, (n, t) in enumerate(zip(sig.output_names, sig.outputs)) if n is not None}
         self.results: list[str | None] = [None] * len(sig.outputs)
 
@@ -130,6 +137,12 @@ class KernelChecker(ExprLowering):
                    f"{name}] = ...`) or reduce over it (`sum(... for {name})`)", replacement=guess)
 
     def unknown_name(self, name: str, span: Span) -> None:
+        later = self.defined_at.get(name)
+        if later is not None and later.start > span.start:
+            self.error("AK2007", f"`{name}` is used before it is defined", span,
+                       related=[Related(later, f"`{name}` is defined here")],
+                       hint="move the definition above its first use")
+            return
         pool = [*self.values, *self.lets, *self.dims, *(n for f in self.frames for n in f)]
         guess = did_you_mean(name, pool)
         self.error("AK2001", f"unknown name `{name}`", span,
@@ -155,8 +168,6 @@ class KernelChecker(ExprLowering):
         return ssa
 
     def note_index(self, name: str, extent: Dim, span: Span, reduced: bool) -> None:
-        if name in self.bad_extents:
-            return
         old = self.indices.get(name)
         self.indices[name] = IndexInfo(name, extent, old.span if old else span, reduced or bool(old and old.reduced))
 
@@ -172,21 +183,28 @@ class KernelChecker(ExprLowering):
     # ------------------------------------------------------------ extents
 
     def extents(self, e: ast.Expr, names: list[str], spans: list[Span],
-                declared: dict[str, Dim] | None = None) -> dict[str, Dim]:
-        """Infer each index's extent from its direct uses as a subscript in ``e``."""
+                declared: dict[str, Dim] | None = None) -> tuple[dict[str, Dim], bool]:
+        """Infer each index's extent from its direct uses as a subscript in ``e``.
+
+        Returns the extents and whether they are all known; after an error the unknown
+        ones are 1, good enough to look for the expression's own errors, not to define anything.
+        """
         found: dict[str, list[tuple[Dim, Span, str]]] = {n: [] for n in names}
         for n, d in (declared or {}).items():
             found[n].append((d, spans[names.index(n)], "the declared output"))
         self._collect(e, found, frozenset())
         out: dict[str, Dim] = {}
+        ok = True
         for name, span in zip(names, spans):
             uses = found[name]
             if not uses:
-                self.bad_extents.add(name)
+                ok = False
+                out[name] = sympy.Integer(1)
+                if self.unreliable_use(e, name):
+                    continue  # the access itself is wrong (unknown tensor, wrong arity): that is the error
                 self.error("AK2105", f"the extent of index `{name}` cannot be inferred", span,
                            hint=f"use `{name}` directly as a subscript of a tensor on the right "
                                 "(as in `x[" + name + "]`), or declare the output's shape")
-                out[name] = sympy.Integer(1)
                 continue
             first = uses[0]
             for other in uses[1:]:
@@ -196,13 +214,25 @@ class KernelChecker(ExprLowering):
                                related=[Related(first[1], f"`{name}` runs over {dim_str(first[0])} here")],
                                hint=f"if they are always equal, add `where {dim_str(first[0])} == "
                                     f"{dim_str(other[0])}`; otherwise use two indices")
+                    ok = False
                     break
             out[name] = first[0]
-        return out
+        return out, ok
+
+    def unreliable_use(self, e: ast.Expr, name: str) -> bool:
+        """Whether ``name`` subscripts an access that is wrong itself (an unknown or failed tensor,
+        or the wrong number of subscripts), which is reported instead of the missing extent."""
+        if isinstance(e, ast.Index) and any(isinstance(i, ast.Name) and i.id == name for i in e.indices):
+            v = self.values.get(e.name)
+            if v is None or len(e.indices) != v.type.rank:
+                return True
+        return any(self.unreliable_use(c, name) for c in _children(e))
 
     def _collect(self, e: ast.Expr, found: dict[str, list[tuple[Dim, Span, str]]], hidden: frozenset[str]) -> None:
         if isinstance(e, ast.Index):
             v = self.values.get(e.name)
+            if v is not None and len(e.indices) != v.type.rank:
+                v = None  # a wrong number of subscripts is its own error; it says nothing about extents
             for k, sub in enumerate(e.indices):
                 if (isinstance(sub, ast.Name) and sub.id in found and sub.id not in hidden and v is not None
                         and k < v.type.rank):
@@ -250,7 +280,12 @@ class KernelChecker(ExprLowering):
             if names.count(n) > 1:
                 self.error("AK2101", f"index `{n}` is listed twice", s)
                 return POISON
-        frame = self.extents(e.body, names, spans)
+        frame, ok = self.extents(e.body, names, spans)
+        if not ok:
+            self.frames.append(frame)
+            self.scalar(e.body, "a value to reduce")  # for its own errors only
+            self.frames.pop()
+            return POISON
         for n, s in zip(names, spans):
             self.note_index(n, frame[n], s, reduced=True)
         self.frames.append(frame)
@@ -380,7 +415,12 @@ class KernelChecker(ExprLowering):
                            f"{len(names)} indices", s.span)
                 return
             declared = dict(zip(names, out[1].shape))
-        frame = self.extents(s.value, names, spans, declared)
+        frame, ok = self.extents(s.value, names, spans, declared)
+        if not ok:
+            self.frames.append(frame)
+            self.scalar(s.value, "an element")  # for its own errors only: the name stays undefined
+            self.frames.pop()
+            return
         for n, sp in zip(names, spans):
             self.note_index(n, frame[n], sp, reduced=False)
         self.frames.append(frame)
@@ -507,7 +547,12 @@ class KernelChecker(ExprLowering):
 
     def return_value(self, e: ast.Expr, out: ir.TensorType, what: str) -> str | None:
         names, spans = self.implicit_indices(e)
-        frame = self.extents(e, names, spans) if names else {}
+        frame, ok = self.extents(e, names, spans) if names else ({}, True)
+        if not ok:
+            self.frames.append(frame)
+            self.expr(e)  # for its own errors only
+            self.frames.pop()
+            return None
         for n, sp in zip(names, spans):
             self.note_index(n, frame[n], sp, reduced=False)
         self.frames.append(frame)
@@ -525,6 +570,8 @@ class KernelChecker(ExprLowering):
                 return None
             return self.materialize(t, dtype)
         assert isinstance(t, Scalar)
+        if not t.free:  # an element that depends on no index fills the whole output
+            return self.materialize(broadcast_scalar(cast(t.sx, dtype), dtype, out.shape), dtype)
         order = self.map_axes(t, names, frame, out, e.span, what)
         if order is None:
             return None

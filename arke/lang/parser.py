@@ -33,24 +33,28 @@ def _lark() -> Lark:
     return Lark(text, parser="lalr", lexer="basic", keep_all_tokens=True, maybe_placeholders=True, cache=True)
 
 
-_VALUE_TOKENS = frozenset({"NAME", "INT", "FLOAT", "COMP_OP", "ADD_OP", "MUL_OP", "POW"})
+_VALUE_TOKENS = frozenset({"NAME", "INT", "FLOAT", "BAD_NUMBER", "COMP_OP", "ADD_OP", "MUL_OP", "POW"})
 
 
-def _edge(children: Any, side: int) -> int | None:
-    """The start offset of the first (side 0) or end offset of the last (side -1) thing in children."""
+def _edge(children: Any, side: int, base: int) -> int | None:
+    """The file offset where the first (side 0) thing in children starts, or the last (-1) ends.
+
+    Tokens count from ``base`` (the start of the parsed text); AST spans are already in the file.
+    """
     items = children if side == 0 else reversed(children)
     for c in items:
         if c is None:
             continue
         if isinstance(c, Token):
-            return c.start_pos if side == 0 else c.end_pos
+            pos = c.start_pos if side == 0 else c.end_pos
+            return None if pos is None else pos + base
         if isinstance(c, Span):
             return c.start if side == 0 else c.end
         span = getattr(c, "span", None)
         if span is not None:
             return int(span.start if side == 0 else span.end)
         if isinstance(c, tuple | list):
-            found = _edge(c, side)
+            found = _edge(c, side, base)
             if found is not None:
                 return found
     return None
@@ -59,9 +63,10 @@ def _edge(children: Any, side: int) -> int | None:
 class _Build(Transformer[Token, Any]):
     """Lark tree -> AST nodes. Each method gets the rule's meta (positions) and children."""
 
-    def __init__(self, source: Source):
+    def __init__(self, source: Source, base: int = 0):
         super().__init__(visit_tokens=False)
         self.src = source
+        self.base = base  # where the parsed text starts in the file
         self.diags: list[Diagnostic] = []
 
     # -- helpers
@@ -69,8 +74,9 @@ class _Build(Transformer[Token, Any]):
         # Positions come from the children (the parser keeps every token), which is about
         # twice as fast as Lark's propagate_positions; punctuation is dropped here.
         children = tree.children if new_children is None else new_children
-        first, last = _edge(children, 0), _edge(children, -1)
-        span = self.src.span(first, last) if first is not None and last is not None else self.src.span(0, 0)
+        first, last = _edge(children, 0, self.base), _edge(children, -1, self.base)
+        span = self.src.span(first, last) if first is not None and last is not None else self.src.span(self.base,
+                                                                                                      self.base)
         kept = [c for c in children if not (isinstance(c, Token) and c.type not in _VALUE_TOKENS)]
         return getattr(self, tree.data)(span, kept)
 
@@ -78,7 +84,7 @@ class _Build(Transformer[Token, Any]):
         return c[0]  # a parenthesised expression keeps the span of what is inside
 
     def _tok(self, tok: Token) -> Span:
-        return self.src.span(tok.start_pos or 0, tok.end_pos or 0)
+        return self.src.span((tok.start_pos or 0) + self.base, (tok.end_pos or 0) + self.base)
 
     # -- module
     def start(self, span: Span, items: list[Any]) -> ast.Module:
@@ -216,12 +222,12 @@ class _Build(Transformer[Token, Any]):
         return ".".join(str(t) for t in c), first.cover(last)
 
     def call(self, span: Span, c: list[Any]) -> ast.Call:
-        (name, span), args = c
-        return ast.Call(span, name, span, tuple(args or ()))
+        (name, name_span), args = c
+        return ast.Call(span, name, name_span, tuple(args or ()))
 
     def reduce(self, span: Span, c: list[Any]) -> ast.Expr:
-        (name, span), body, (names, spans) = c
-        return ast.Reduce(span, name, span, body, names, spans)
+        (name, name_span), body, (names, spans) = c
+        return ast.Reduce(span, name, name_span, body, names, spans)
 
     def args(self, span: Span, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
         return tuple(c)
@@ -234,6 +240,12 @@ class _Build(Transformer[Token, Any]):
 
     def int_lit(self, span: Span, c: list[Token]) -> ast.Num:
         return ast.Num(span, int(str(c[0])), True)
+
+    def bad_number(self, span: Span, c: list[Token]) -> ast.Num:
+        text = str(c[0])
+        self.diags.append(make("AK1005", f"malformed number `{text}`: its exponent has no digits", span,
+                               hint=f"write the exponent's digits, as in `{text.rstrip('eE+-')}e-3`"))
+        return ast.Num(span, 0.0, False)
 
     def float_lit(self, span: Span, c: list[Token]) -> ast.Num:
         return ast.Num(span, float(str(c[0])), False)
@@ -363,26 +375,30 @@ def _token_words(tok: Token) -> str:
     return f"`{tok}`"
 
 
-def _syntax_diagnostic(err: UnexpectedInput, src: Source) -> Diagnostic:
+def _syntax_diagnostic(err: UnexpectedInput, src: Source, text: str, base: int) -> Diagnostic:
+    """The diagnostic of a Lark error in ``text``, which starts at offset ``base`` of the file."""
     if isinstance(err, UnexpectedCharacters):
-        pos = err.pos_in_stream or 0
+        pos = (err.pos_in_stream or 0) + base
         char = src.text[pos] if pos < len(src.text) else ""
-        return make("AK1001", f"unexpected character `{char}`", src.span(pos, pos + 1),
-                    hint="Arke source uses names, numbers, operators and brackets; comments start with `#`")
+        hint = ("powers are written `x ** 2`" if char == "^" else
+                "Arke source uses names, numbers, operators and brackets; comments start with `#`")
+        return make("AK1001", f"unexpected character `{char}`", src.span(pos, pos + 1), hint=hint,
+                    replacement="**" if char == "^" else None)
     if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
-        pos = len(src.text.rstrip())
+        pos = base + len(text.rstrip())
         expected = _expected_words(_accepted(err))
         hint = "the last item is not finished"
-        open_ = _unclosed(src.text)
+        open_ = _unclosed(text)
         if open_ is not None:
             closer = {"(": ")", "[": "]", "{": "}"}[open_[0]]
-            line, col = src.position(open_[1])
+            line, col = src.position(open_[1] + base)
             hint = f"`{open_[0]}` at line {line}, column {col} is never closed: add `{closer}`"
         return make("AK1003", f"the file ends too early: expected {expected}", src.span(pos, pos), hint=hint)
     assert isinstance(err, UnexpectedToken)
     tok = err.token
-    start = tok.start_pos or 0
-    span = src.span(start, tok.end_pos or start + len(str(tok)))
+    start = (tok.start_pos or 0) + base
+    span = src.span(start, (tok.end_pos or 0) + base if tok.end_pos else start + len(str(tok)))
+
     accepted = _accepted(err)
     expected = _expected_words(accepted)
     return make("AK1002", f"unexpected {_token_words(tok)}: expected {expected}", span,
@@ -411,6 +427,8 @@ def parse(text: str, path: str = "<input>") -> tuple[ast.Module, list[Diagnostic
 
     Never raises for bad input: every problem becomes a diagnostic.
     """
+    if text.startswith("\ufeff"):  # a byte-order mark: white space, so offsets stay exact
+        text = " " + text[1:]
     src = Source(path, text)
     diags: list[Diagnostic] = []
     too_deep = _too_deep(src)
@@ -420,19 +438,24 @@ def parse(text: str, path: str = "<input>") -> tuple[ast.Module, list[Diagnostic
         module = _parse_one(src, text, diags)
         return module, sorted(diags, key=lambda d: (d.span.start, d.code))
     except UnexpectedInput as err:
-        first = _syntax_diagnostic(err, src)
-    # Recover: parse each top-level item alone (other items blanked, so offsets stay exact).
+        first = _syntax_diagnostic(err, src, text, 0)
+    except RecursionError:  # an extremely long expression: find it item by item below
+        first = _too_long(src, text, 0)
+    # Recover: parse each top-level item alone, its positions shifted to its place in the file.
     starts = [m.start() for m in _ITEM_START.finditer(text)] + [len(text)]
     diags = []
     kernels: list[ast.Kernel] = []
     strategies: list[ast.Strategy] = []
     imports: list[ast.Import] = []
     for a, b in itertools.pairwise(starts):
-        chunk = _blank(text[:a]) + text[a:b] + _blank(text[b:])
+        chunk = text[a:b]
         try:
-            part = _parse_one(src, chunk, diags)
+            part = _parse_one(src, chunk, diags, a)
         except UnexpectedInput as err:
-            diags.append(_syntax_diagnostic(err, src))
+            diags.append(_syntax_diagnostic(err, src, chunk, a))
+            continue
+        except RecursionError:
+            diags.append(_too_long(src, chunk, a))
             continue
         kernels += part.kernels
         strategies += part.strategies
@@ -444,6 +467,16 @@ def parse(text: str, path: str = "<input>") -> tuple[ast.Module, list[Diagnostic
 
 
 MAX_DEPTH = 200
+
+
+def _too_long(src: Source, text: str, base: int) -> Diagnostic:
+    """AK1006 for an expression too long to build a tree of: it is on the longest line of ``text``."""
+    lines = text.split("\n")
+    longest = max(range(len(lines)), key=lambda k: len(lines[k]))
+    start = base + sum(len(line) + 1 for line in lines[:longest])
+    indent = len(lines[longest]) - len(lines[longest].lstrip())
+    return make("AK1006", "this expression is too long to check", src.span(start + indent, start + len(lines[longest])),
+                hint="split it into named steps (`a = ...`, `b = a + ...`)")
 
 
 def _too_deep(src: Source) -> Diagnostic | None:
@@ -461,13 +494,9 @@ def _too_deep(src: Source) -> Diagnostic | None:
     return None
 
 
-def _blank(text: str) -> str:
-    return re.sub(r"[^\n]", " ", text)
-
-
-def _parse_one(src: Source, text: str, diags: list[Diagnostic]) -> ast.Module:
+def _parse_one(src: Source, text: str, diags: list[Diagnostic], base: int = 0) -> ast.Module:
     tree = _lark().parse(text)
-    builder = _Build(src)
+    builder = _Build(src, base)
     try:
         module: ast.Module = builder.transform(tree)
     except VisitError as err:  # a bug in the builder, not in the input: surface the cause

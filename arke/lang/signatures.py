@@ -160,7 +160,21 @@ def build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list[
             if isinstance(d, ast.Name) and d.id not in sig.dims:
                 sig.dims[d.id] = sym(d.id)
                 bindings.append(ir.DimBinding(d.id, p.name, axis))
+    # A dim that only appears inside compound dims (`f32[N / 2]`) cannot be read from the
+    # arguments: one AK3015 per name, and the name is taken as a dim so nothing else cascades.
     for p in node.params:
+        for d in p.type.dims or ():
+            for name in _names(d):
+                if name not in sig.dims:
+                    error("AK3015", f"dim `{name}` is never given by itself in a parameter's type, so its value "
+                          "cannot be read from the arguments", d.span,
+                          hint=f"add a parameter axis that is exactly `{name}`")
+                    sig.dims[name] = sym(name)
+    for p in node.params:
+        if p.name in sig.dims:
+            error("AK2003", f"parameter `{p.name}` has the name of a dim", p.span,
+                  hint="dims and parameters share one namespace: rename one of them")
+            continue
         if p.name in RESERVED:
             error("AK2003", f"`{p.name}` is a literal and cannot name a parameter", p.span)
             continue
@@ -176,13 +190,6 @@ def build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list[
         if p.default is not None:
             default = _default(p, ttype, error)
         params.append(ir.Param(p.name, ttype, default))
-    for p in node.params:
-        for d in p.type.dims or ():
-            for name in _names(d):
-                if name not in sig.dims:
-                    error("AK3015", f"dim `{name}` is never given by itself in a parameter's type, so its value "
-                          "cannot be read from the arguments", d.span,
-                          hint=f"add a parameter axis that is exactly `{name}`")
     sig.params = tuple(params)
     sig.bindings = tuple(bindings)
     outputs, names = [], []
