@@ -1,6 +1,6 @@
 """Symbolic dims: SymPy expressions over positive-integer symbols, printed and read back.
 
-A dim is a SymPy expression built from :func:`sym` symbols, integers, ``+ - *`` and
+A dim is a SymPy expression built from :func:`sym` symbols, integers, ``+ - * **`` and
 floor division / modulo (``//`` and ``%``). Every symbol is a positive integer, which lets
 SymPy prove things like ``N + 1 > N`` and ``M*N >= M`` on its own.
 
@@ -10,6 +10,7 @@ never ``eval``), so IR text round-trips.
 
 from __future__ import annotations
 
+import math
 import re
 from functools import cache
 from typing import TypeAlias
@@ -45,7 +46,16 @@ def dim_str(d: Dim) -> str:
 
 class _Printer(sympy.StrPrinter):
     def _print_floor(self, expr: sympy.floor) -> str:
-        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        # Print num//den so that parse_dim rebuilds this very expression: SymPy keeps
+        # (K**2 + 2*K)/N as a product (split it as it is; `together` would factor it to
+        # K*(K + 2)) and (M + 1)/2 as the sum M/2 + 1/2 (multiply by the common denominator).
+        arg = expr.args[0]
+        num, den = sympy.fraction(arg)
+        if den == 1:
+            den = sympy.Integer(math.lcm(*(int(t.as_coeff_Mul()[0].q) for t in sympy.Add.make_args(arg))))
+            num = arg * den
+        if den == 1:  # a sum over symbolic denominators: exact in value, if not in form
+            num, den = sympy.fraction(sympy.together(arg))
         return f"{self._wrap(num)}//{self._wrap(den)}"
 
     def parenthesize(self, item: sympy.Basic, level: int, strict: bool = False) -> str:
@@ -60,8 +70,9 @@ class _Printer(sympy.StrPrinter):
         return f"{self._wrap(expr.args[0])} % {self._wrap(expr.args[1])}"
 
     def _wrap(self, e: sympy.Expr) -> str:
+        # A negative number is wrapped too: `(-4) % M`, not `-4 % M` (read as -(4 % M) in a sum).
         text = self.doprint(e)
-        return text if e.is_Atom else f"({text})"
+        return text if e.is_Atom and not text.startswith("-") else f"({text})"
 
 
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z_0-9]*)|(//|\*\*|[-+*/%()]))")
@@ -109,12 +120,23 @@ class _DimReader:
         return value
 
     def term(self) -> Dim:
-        value = self.unary()
+        # The factors of a product are multiplied at once, as SymPy holds them: two at a time,
+        # 2*(H + 7)*(H % 2) would distribute the 2 over the sum first. A leading minus is a
+        # factor -1 for the same reason (-(H + 7)*x is not (-H - 7)*x).
+        factors: list[Dim] = []
+        while self.peek() == "-":
+            self.take()
+            factors.append(sympy.Integer(-1))
+        factors.append(self.power())
         while self.peek() in ("*", "//", "%", "/"):
             op = self.take()
             rhs = self.unary()
-            value = value * rhs if op == "*" else mod(value, rhs) if op == "%" else floordiv(value, rhs)
-        return value
+            if op == "*":
+                factors.append(rhs)
+            else:
+                lhs = sympy.Mul(*factors)
+                factors = [mod(lhs, rhs) if op == "%" else floordiv(lhs, rhs)]
+        return sympy.Mul(*factors)
 
     def unary(self) -> Dim:
         if self.peek() == "-":

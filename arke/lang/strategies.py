@@ -93,6 +93,7 @@ def _decision(d: ast.Decision, target: str | None, indices: Mapping[str, IndexIn
     if target is not None and target not in spec.targets:
         err("AK4009", f"`{d.name}` has no effect on target `{target}`", d.name_span,  # type: ignore[operator]
             hint="it applies to " + ", ".join(sorted(spec.targets)))
+        return []  # warned, and left out of the StrategyIR: it would mean nothing there
     if spec.subject == "none":
         if d.items or d.value is None:
             err("AK4004", f"`{d.name}` takes one value, as in `{d.name} = {_example(spec)}`",  # type: ignore[operator]
