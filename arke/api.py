@@ -75,12 +75,20 @@ def read_file(path: str) -> tuple[str, str] | Diagnostic:
     except OSError as err:
         return make("AK1004", f"cannot read `{path}`: {err.strerror or err}", span,
                     hint="check the path and its permissions")
+    return decode_source(data, path, f"`{path}`")
+
+
+def decode_source(data: bytes, name: str, what: str) -> tuple[str, str] | Diagnostic:
+    """(text, name) of UTF-8 source bytes, or AK1004 saying where the first bad byte is."""
+    from arke.lang.source import Span
+
     try:
-        return data.decode("utf-8"), path
+        return data.decode("utf-8"), name
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
-        return make("AK1004", f"`{path}` is not UTF-8 text (byte {err.start})",
-                    Span(path, line, 1, line, 1, 0, 0), hint="save the file as UTF-8")
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        return make("AK1004", f"{what} is not UTF-8 text (byte {err.start})",
+                    Span(name, line, col, line, col + 1, 0, 0), hint="save it as UTF-8")
 
 
 def check(source_or_path: str | os.PathLike[str], *, path: str | None = None) -> list[Diagnostic]:

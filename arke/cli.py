@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from arke.lang.diagnostics import Diagnostic, Severity, make
+from arke.lang.diagnostics import Diagnostic, Severity
 
 if TYPE_CHECKING:
     from arke.lang.render import Sources
@@ -151,7 +151,7 @@ def _ak_files(folder: Path) -> list[str]:
 
 def read_input(path: str, stdin: IO[str] | None = None) -> tuple[str, str] | Diagnostic:
     """(text, path) of a file or of stdin (``-``), or the AK1004 diagnostic saying why it cannot be read."""
-    from arke.api import read_file
+    from arke.api import decode_source, read_file
 
     if path != STDIN:
         return read_file(path)
@@ -160,14 +160,7 @@ def read_input(path: str, stdin: IO[str] | None = None) -> tuple[str, str] | Dia
     if buffer is None:  # a text stream without bytes underneath (tests, embedding)
         return stream.read(), STDIN
     data: bytes = buffer.read()
-    try:
-        return data.decode("utf-8"), STDIN
-    except UnicodeDecodeError as err:
-        from arke.lang.source import Span
-
-        line = data[: err.start].count(b"\n") + 1
-        return make("AK1004", f"standard input is not UTF-8 text (byte {err.start})",
-                    Span(STDIN, line, 1, line, 1, 0, 0), hint="send the program as UTF-8")
+    return decode_source(data, STDIN, "standard input")
 
 
 # ---------------------------------------------------------------- akc check

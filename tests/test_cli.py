@@ -214,7 +214,7 @@ def test_file_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str
     path.write_bytes("kernel f() # caf\u00e9\n".encode("latin-1"))
     status, out, err = run(capsys, "check", str(path))
     assert status == 2
-    assert f"{path}:1:1: error[AK1004]: `{path}` is not UTF-8 text" in out
+    assert f"{path}:1:17: error[AK1004]: `{path}` is not UTF-8 text (byte 16)" in out  # at the bad byte
     assert err == ""
     status, out, _ = run(capsys, "check", "--format", "json", str(path))
     assert status == 2

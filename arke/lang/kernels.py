@@ -171,6 +171,15 @@ class KernelChecker(ExprLowering):
         old = self.indices.get(name)
         self.indices[name] = IndexInfo(name, extent, old.span if old else span, reduced or bool(old and old.reduced))
 
+    def under(self, frame: dict[str, Dim], e: ast.Expr, what: str | None) -> Term:
+        """Lower ``e`` with the indices of ``frame`` bound: one element (``what`` it is for), or
+        any term when ``what`` is None."""
+        self.frames.append(frame)
+        try:
+            return self.expr(e) if what is None else self.scalar(e, what)
+        finally:
+            self.frames.pop()
+
     def mentions_poisoned(self, e: ast.Expr) -> bool:
         if not self.poisoned:
             return False
@@ -282,15 +291,11 @@ class KernelChecker(ExprLowering):
                 return POISON
         frame, ok = self.extents(e.body, names, spans)
         if not ok:
-            self.frames.append(frame)
-            self.scalar(e.body, "a value to reduce")  # for its own errors only
-            self.frames.pop()
+            self.under(frame, e.body, "a value to reduce")  # for its own errors only
             return POISON
         for n, s in zip(names, spans):
             self.note_index(n, frame[n], s, reduced=True)
-        self.frames.append(frame)
-        body = self.scalar(e.body, "a value to reduce")
-        self.frames.pop()
+        body = self.under(frame, e.body, "a value to reduce")
         if not isinstance(body, Scalar):
             return POISON
         order = [n for f in self.frames for n in f]
@@ -417,15 +422,11 @@ class KernelChecker(ExprLowering):
             declared = dict(zip(names, out[1].shape))
         frame, ok = self.extents(s.value, names, spans, declared)
         if not ok:
-            self.frames.append(frame)
-            self.scalar(s.value, "an element")  # for its own errors only: the name stays undefined
-            self.frames.pop()
+            self.under(frame, s.value, "an element")  # for its own errors only: the name stays undefined
             return
         for n, sp in zip(names, spans):
             self.note_index(n, frame[n], sp, reduced=False)
-        self.frames.append(frame)
-        t = self.scalar(s.value, "an element")
-        self.frames.pop()
+        t = self.under(frame, s.value, "an element")
         if not isinstance(t, Scalar):
             return
         dtype = t.dtype
@@ -549,15 +550,11 @@ class KernelChecker(ExprLowering):
         names, spans = self.implicit_indices(e)
         frame, ok = self.extents(e, names, spans) if names else ({}, True)
         if not ok:
-            self.frames.append(frame)
-            self.expr(e)  # for its own errors only
-            self.frames.pop()
+            self.under(frame, e, None)  # for its own errors only
             return None
         for n, sp in zip(names, spans):
             self.note_index(n, frame[n], sp, reduced=False)
-        self.frames.append(frame)
-        t = self.expr(e)
-        self.frames.pop()
+        t = self.under(frame, e, None)
         if t is POISON:
             return None
         dtype = self.store_dtype(t, out.dtype, e.span, what)  # type: ignore[arg-type]
