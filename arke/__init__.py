@@ -4,8 +4,10 @@ The public API is small: :func:`check`, :func:`load`, :func:`loads` and :func:`i
 (see ``arke.api``). Importing ``arke`` stays cheap; heavy dependencies load on first use.
 """
 
-from arke.api import CheckError, Diagnostic, Kernel, Module, check, interpret, load, loads
+from arke.api import CheckError, Diagnostic, Kernel, Module, build, check, interpret, load, loads
 
 __version__ = "0.1.0"
 
-__all__ = ["CheckError", "Diagnostic", "Kernel", "Module", "__version__", "check", "interpret", "load", "loads"]
+__all__ = [
+    "CheckError", "Diagnostic", "Kernel", "Module", "__version__", "build", "check", "interpret", "load", "loads",
+]

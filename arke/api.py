@@ -139,4 +139,18 @@ def interpret(kernel: Kernel, *arrays: Any, **scalars: Any) -> Any:
     return run(kernel.module.semantic, kernel.name, arrays, scalars)
 
 
-__all__ = ["CheckError", "Diagnostic", "Kernel", "Module", "check", "interpret", "load", "loads"]
+def build(path_or_module: str | os.PathLike[str] | Module, target: str = "llvm", threads: int | None = None) -> Any:
+    """Compile a module (or a `.ak` file) for ``target``: a Library of callable kernels.
+
+    ``lib.rmsnorm(x, w)`` takes NumPy arrays or torch CPU tensors (zero-copy when contiguous)
+    and returns the same kind; shapes, dtypes and `where` clauses are checked before any
+    kernel runs. Kernels compile on first use, through the on-disk cache. ``threads``: the
+    worker team's size (default: every core; results do not depend on it).
+    """
+    from arke.runtime.build import Library
+
+    module = path_or_module if isinstance(path_or_module, Module) else load(path_or_module)
+    return Library(module, target, threads)
+
+
+__all__ = ["CheckError", "Diagnostic", "Kernel", "Module", "build", "check", "interpret", "load", "loads"]

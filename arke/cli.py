@@ -29,6 +29,7 @@ from typing import IO, TYPE_CHECKING
 from arke.lang.diagnostics import Diagnostic, Severity
 
 if TYPE_CHECKING:
+    from arke.api import Module as api_Module
     from arke.lang.render import Sources
 
 EXIT_OK = 0
@@ -77,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Load examples/rmsnorm.ak and examples/attention.ak, run them on the "
                                       "reference interpreter and compare with an independent torch computation.")
     demo.set_defaults(handler=cmd_demo)
+
+    from arke.cli_build import add_commands
+
+    add_commands(sub)
     return parser
 
 
@@ -210,26 +215,34 @@ def cmd_check(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- akc ir
 
 
-def cmd_ir(args: argparse.Namespace) -> int:
-    """``akc ir``: check and lower one file, then print its SemanticIR or StrategyIR."""
+def load_or_report(path: str) -> api_Module | int:
+    """Check and lower one file (``-``: stdin); on errors, print them to stderr and return the exit status."""
     from arke import api
     from arke.lang.render import Sources, print_diagnostics, print_lines, summary
 
     sources = Sources()
     try:
-        read = read_input(args.path)
+        read = read_input(path)
         if isinstance(read, Diagnostic):
             raise api.CheckError([read])
         sources.add(read[1], read[0])
         module = api.loads(*read)
     except api.CheckError as err:
         if not any(d.is_error for d in err.diagnostics):  # the checker's contract: no IR means an error
-            raise RuntimeError(f"`{args.path}` produced no IR and no error") from err
+            raise RuntimeError(f"`{path}` produced no IR and no error") from err
         print_diagnostics(err.diagnostics, sources, sys.stderr)
         print_lines([[(summary(err.diagnostics, 1), "bold red")]], sys.stderr)
         return exit_status(err.diagnostics)
     if module.warnings:
         print_diagnostics(module.warnings, sources, sys.stderr)
+    return module
+
+
+def cmd_ir(args: argparse.Namespace) -> int:
+    """``akc ir``: check and lower one file, then print its SemanticIR or StrategyIR."""
+    module = load_or_report(args.path)
+    if isinstance(module, int):
+        return module
     if args.format == "json":
         from arke.ir import serialize
 

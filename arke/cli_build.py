@@ -1,0 +1,166 @@
+"""``akc build`` and ``akc run``: compile a file's kernels for a target, and run one on random inputs.
+
+    akc build FILE --target llvm [--kernel NAME] [--emit source|asm|obj] [-o PATH]
+    akc run FILE KERNEL --dims M=128,N=4097 [--threads N] [--repeat R]
+
+``run`` makes random inputs from the kernel's signature and the dims, runs the compiled
+kernel and the reference interpreter, and prints the largest difference and the times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+EMITS = ("source", "asm", "obj")
+
+
+def add_commands(sub: Any) -> None:
+    """Register the subcommands on ``akc``'s subparsers."""
+    build = sub.add_parser("build", help="compile a .ak file's kernels for a target",
+                           description="Compile kernels and write what the target made.")
+    build.add_argument("path", metavar="FILE")
+    build.add_argument("--target", default="llvm", help="the target (default: llvm)")
+    build.add_argument("--kernel", help="only this kernel (default: every kernel the file defines)")
+    build.add_argument("--emit", choices=EMITS, default="source",
+                       help="source: the target's source (LLVM IR); asm: host assembly; obj: object code")
+    build.add_argument("-o", "--output", help="write here instead of standard output (needed for obj)")
+    build.set_defaults(handler=cmd_build)
+
+    run = sub.add_parser("run", help="run a kernel on random inputs and compare it with the interpreter",
+                         description="Run KERNEL of FILE on random inputs of the given dims.")
+    run.add_argument("path", metavar="FILE")
+    run.add_argument("kernel", metavar="KERNEL")
+    run.add_argument("--dims", default="", help="dim values, as M=128,N=4097")
+    run.add_argument("--target", default="llvm")
+    run.add_argument("--threads", type=int, default=None)
+    run.add_argument("--repeat", type=int, default=5, help="timed runs (the median is shown)")
+    run.add_argument("--seed", type=int, default=0)
+    run.set_defaults(handler=cmd_run)
+
+
+def _usage(message: str) -> Exception:
+    from arke.cli import UsageError
+
+    return UsageError(message)
+
+
+def _library(path: str, target: str) -> Any:
+    from arke.cli import load_or_report
+    from arke.runtime.build import TARGETS_RUNNABLE, Library
+
+    module = load_or_report(path)
+    if isinstance(module, int):
+        return module
+    if target not in TARGETS_RUNNABLE:
+        raise _usage(f"target `{target}` cannot be built here yet; available: {', '.join(TARGETS_RUNNABLE)}")
+    return Library(module, target, None)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """``akc build``: render (and, for asm/obj, compile) the kernels of a file."""
+    from arke.runtime.cpu import assembly, compile_object
+
+    lib = _library(args.path, args.target)
+    if isinstance(lib, int):
+        return lib
+    names = [args.kernel] if args.kernel else list(lib.module.names)
+    for n in names:
+        if n not in lib.kernels:
+            raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(lib.kernels)}")
+    sources = [lib.kernels[n].source() for n in names]
+    if args.emit == "obj":
+        if not args.output:
+            raise _usage("--emit obj writes binary object code: give a file with -o PATH")
+        if len(names) != 1:
+            raise _usage("--emit obj builds one kernel: add --kernel NAME")
+        data = compile_object(sources[0])
+        with open(args.output, "wb") as f:
+            f.write(data)
+        return 0
+    text = "\n".join(assembly(s) if args.emit == "asm" else s for s in sources)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def parse_dims(text: str) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition("=")
+        if not name.isidentifier() or not value.strip().isdigit() or int(value) < 1:
+            raise _usage(f"--dims takes NAME=VALUE pairs with positive values, as M=128,N=4097; not `{part}`")
+        dims[name] = int(value)
+    return dims
+
+
+def random_inputs(fn: Any, dims: dict[str, int], seed: int) -> list[Any]:
+    """Random tensors for a kernel's parameters (integer tensors are small non-negative values)."""
+    import torch
+
+    from arke.ir.shapes import evaluate
+    from arke.runtime.guards import TORCH_DTYPES
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for p in fn.params:
+        if p.type.rank == 0:
+            out.append(p.default if p.default is not None else 1)
+            continue
+        try:
+            shape = tuple(evaluate(d, dims) for d in p.type.shape)
+        except ValueError:
+            missing = sorted({s.name for d in p.type.shape for s in getattr(d, "free_symbols", ())} - set(dims))
+            raise _usage(f"give every dim of `{p.name}` with --dims (missing: {', '.join(missing)})") from None
+        dtype = TORCH_DTYPES[p.type.dtype]
+        if dtype.is_floating_point:
+            out.append(torch.randn(shape, generator=g).to(dtype))
+        elif dtype == torch.bool:
+            out.append(torch.rand(shape, generator=g) > 0.5)
+        else:
+            out.append(torch.randint(0, 2, shape, generator=g, dtype=dtype))
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``akc run``: the compiled kernel against the interpreter, on random inputs."""
+    import torch
+
+    from arke.runtime.guards import GuardError
+
+    lib = _library(args.path, args.target)
+    if isinstance(lib, int):
+        return lib
+    if args.kernel not in lib.kernels:
+        raise _usage(f"`{args.path}` has no kernel `{args.kernel}`; it has: {', '.join(lib.kernels)}")
+    kernel = lib.kernels[args.kernel]
+    fn = lib.module.semantic.get(kernel.ir_name)
+    inputs = random_inputs(fn, parse_dims(args.dims), args.seed)
+    try:
+        got = kernel(*inputs, threads=args.threads)
+        times = []
+        for _ in range(max(1, args.repeat)):
+            start = time.perf_counter()
+            kernel(*inputs, threads=args.threads)
+            times.append(time.perf_counter() - start)
+        want = lib.module.kernels[args.kernel](*inputs)
+    except GuardError as err:
+        print(f"akc: {err}", file=sys.stderr)
+        return 1
+    got_t = got if isinstance(got, tuple) else (got,)
+    want_t = want if isinstance(want, tuple) else (want,)
+    worst = 0.0
+    for a, b in zip(got_t, want_t):
+        if a.numel():
+            worst = max(worst, float((a.double() - b.double()).abs().max()))
+    times.sort()
+    shapes = " ".join(str(list(t.shape)) for t in inputs if isinstance(t, torch.Tensor))
+    print(f"{args.kernel} on {args.target}: inputs {shapes}")
+    print(f"  max |{args.target} - interpreter| = {worst:.3g}")
+    print(f"  time: {times[len(times) // 2] * 1e3:.3f} ms (median of {len(times)}, {lib.threads} threads)")
+    return 0

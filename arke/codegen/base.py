@@ -1,0 +1,72 @@
+"""What every target's renderer shares: the artifact it produces and the registry of targets.
+
+A renderer is pure: it turns a :class:`~arke.codegen.plan.KernelPlan` into text (an
+:class:`Artifact`) and never runs a compiler; compiling, caching and launching belong to
+``arke.runtime``. Targets are found by module name (``arke.codegen.<target>``), so adding a
+target is one file that defines a ``RENDERER``; the conformance tests iterate them all.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from arke.codegen.plan import KernelPlan
+
+#: Modules under arke.codegen that define a target's renderer.
+TARGET_MODULES = ("llvm",)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How the runtime runs one dispatch: its entry symbol and the axis split over workers.
+
+    ``parallel_extent`` is the dim expression (text, over the kernel's dim symbols) of the
+    range ``[0, n)`` that the entry's ``lo``/``hi`` arguments cut into static chunks, or
+    None when the dispatch runs whole on one worker.
+    """
+
+    entry: str
+    parallel_extent: str | None
+    buffers: tuple[int, ...] = ()  # the plan's buffers the entry takes, in order
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A rendered kernel: the source text and one launch per dispatch, in order."""
+
+    target: str
+    source: str
+    launches: tuple[LaunchSpec, ...]
+    meta: dict[str, str] = field(default_factory=dict)
+
+
+class UnsupportedError(NotImplementedError):
+    """A plan uses something a renderer cannot express (named like JAX's lowering errors)."""
+
+
+class Renderer:
+    """Base of every target's renderer: a name, capabilities, and ``render(plan)``."""
+
+    name: str = ""
+    #: what the target can do natively (e.g. {"bf16", "fma"}), for plans and tests
+    capabilities: frozenset[str] = frozenset()
+
+    def render(self, plan: KernelPlan) -> Artifact:
+        raise NotImplementedError
+
+
+def renderer(target: str) -> Renderer:
+    """The renderer of ``target`` (an unknown target is a ValueError naming the known ones)."""
+    if target not in TARGET_MODULES:
+        raise ValueError(f"unknown target {target!r}; the targets are: {', '.join(TARGET_MODULES)}")
+    module = importlib.import_module(f"arke.codegen.{target}")
+    found: Renderer = module.RENDERER
+    return found
+
+
+def renderers() -> list[Renderer]:
+    """Every registered target's renderer (the conformance suite runs them all)."""
+    return [renderer(t) for t in TARGET_MODULES]

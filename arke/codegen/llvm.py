@@ -1,0 +1,665 @@
+"""The LLVM target: LLVM IR text for the host CPU, one function per dispatch.
+
+Each dispatch becomes ``void @<kernel>.d<k>(ptr noalias %b0, ..., ptr noalias %dims, i64 %lo,
+i64 %hi, ptr noalias %err)``: the buffers it touches (in plan order), the kernel's dim values,
+the range ``[lo, hi)`` of its parallel axis (the runtime's workers each take a static chunk),
+and an error word. The loop nest is the op's domain with the parallel axis outermost and
+reduce axes innermost; reductions run in a fixed order, so a result never depends on how the
+parallel axis was split. Subscripts that are not plain, in-range indices are checked: a bad
+one is clamped (no wild read) and raises the error word, and the runtime then reports the
+exact problem. Loop counters and accumulators live in allocas that LLVM's mem2reg and loop
+vectorizer turn into vector code at O3.
+
+This generic form handles every kernel correctly; the tiled, packed and attention-specific
+forms that make it fast build on the same plan (see the issue tracker).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable, Sequence
+
+import sympy
+
+from arke.codegen.base import Artifact, LaunchSpec, Renderer, UnsupportedError
+from arke.codegen.plan import Buffer, Dispatch, KernelPlan
+from arke.ir import semantic as ir
+from arke.ir.dtypes import DType
+from arke.ir.shapes import Dim, dim_str
+
+# ---------------------------------------------------------------- type tables
+
+STORAGE = {DType.F32: "float", DType.F16: "half", DType.BF16: "bfloat", DType.I64: "i64", DType.I32: "i32",
+           DType.I8: "i8", DType.BOOL: "i8"}
+COMPUTE = {DType.F32: "float", DType.F16: "float", DType.BF16: "float", DType.I64: "i64", DType.I32: "i32",
+           DType.I8: "i8", DType.BOOL: "i1"}
+INT_BITS = {DType.I64: 64, DType.I32: 32, DType.I8: 8}
+
+FLOAT_BINARY = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
+INT_BINARY = {"add": "add", "sub": "sub", "mul": "mul"}
+FLOAT_COMPARE = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}
+INT_COMPARE = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
+# Float math with an LLVM intrinsic (NaN-propagating maximum/minimum, as torch does).
+FLOAT_INTRINSIC = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "sin": "llvm.sin",
+                   "cos": "llvm.cos", "floor": "llvm.floor", "ceil": "llvm.ceil", "exp2": "llvm.exp2",
+                   "log2": "llvm.log2", "abs": "llvm.fabs"}
+LIBM = {"tanh": "tanhf", "erf": "erff"}
+
+
+def float_const(value: float, dtype: DType = DType.F32) -> str:
+    """An LLVM float literal: the value rounded to ``dtype``, written as the hex of its double."""
+    if math.isnan(value):
+        return "0x7FF8000000000000"
+    value = _round(float(value), dtype)
+    return "0x" + struct.pack(">d", value).hex().upper()
+
+
+def _round(value: float, dtype: DType) -> float:
+    """``value`` rounded to f32, f16 or bf16 (round to nearest even), as a Python float."""
+    if math.isinf(value):
+        return value
+    as_f32 = struct.unpack(">f", struct.pack(">f", value))[0] if abs(value) < 3.5e38 else math.copysign(
+        math.inf, value)
+    if dtype is DType.F16:
+        return float(struct.unpack(">e", struct.pack(">e", as_f32))[0]) if abs(as_f32) < 65520 else \
+            math.copysign(math.inf, as_f32)
+    if dtype is DType.BF16:
+        bits = struct.unpack(">I", struct.pack(">f", as_f32))[0]
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        return float(struct.unpack(">f", struct.pack(">I", bits & 0xFFFFFFFF))[0])
+    return float(as_f32)
+
+
+# ---------------------------------------------------------------- one function
+
+
+class _Function:
+    """Emits one dispatch's LLVM function."""
+
+    def __init__(self, plan: KernelPlan, dispatch: Dispatch, name: str, declare: Callable[[str], None]):
+        self.plan, self.d, self.name, self.declare = plan, dispatch, name, declare
+        self.op = dispatch.op
+        self.prologue: list[str] = []  # entry-block code (dims, buffer shapes): dominates everything
+        self.body: list[str] = []
+        self.n = 0
+        self.dims: dict[str, str] = {}
+        used = sorted({b for b in self._buffers_used()}, key=plan.buffer_index)
+        self.args = used
+        self.ptr = {b: f"%b{plan.buffer_index(b)}" for b in used}
+        self.extent: dict[str, Dim] = {a.name: a.extent for a in self.op.axes}
+        if not isinstance(self.op, ir.MapOp):
+            self.extent.update({a.name: a.extent for a in self.op.reduce_axes})
+
+    # -- plumbing
+    def tmp(self) -> str:
+        self.n += 1
+        return f"%t{self.n}"
+
+    def emit(self, line: str) -> None:
+        self.body.append("  " + line)
+
+    def label(self, name: str) -> None:
+        self.body.append(f"{name}:")
+
+    def _buffers_used(self) -> set[str]:
+        names = {self.op.result}
+        exprs = [self.op.lhs, self.op.rhs] if isinstance(self.op, ir.ContractOp) else [self.op.body]
+        for e in exprs:
+            names |= {x.src for x in _loads(e)}
+        return names
+
+    def buffer(self, name: str) -> Buffer:
+        return self.plan.buffers[self.plan.buffer_index(name)]
+
+    # -- dims (computed once, in the entry block)
+    def dim(self, d: Dim) -> str:
+        d = sympy.sympify(d)
+        key = dim_str(d)
+        if key in self.dims:
+            return self.dims[key]
+        value = self._dim(d)
+        self.dims[key] = value
+        return value
+
+    def _pro(self, text: str) -> str:
+        t = self.tmp()
+        self.prologue.append(f"  {t} = {text}")
+        return t
+
+    def _dim(self, d: sympy.Expr) -> str:
+        if d.is_Integer:
+            return str(int(d))
+        if d.is_Symbol:
+            if d.name not in self.plan.dims:
+                raise UnsupportedError(f"dim {d.name} is not bound by a parameter of `{self.plan.name}`")
+            p = self._pro(f"getelementptr inbounds i64, ptr %dims, i64 {self.plan.dims.index(d.name)}")
+            return self._pro(f"load i64, ptr {p}")
+        if d.is_Add or d.is_Mul:
+            if any(a.is_Rational and not a.is_Integer for a in d.args):
+                raise UnsupportedError(f"dim {dim_str(d)} is not an integer expression")
+            values = [self.dim(a) for a in d.args]
+            out = values[0]
+            for v in values[1:]:
+                out = self._pro(f"{'add' if d.is_Add else 'mul'} i64 {out}, {v}")
+            return out
+        if isinstance(d, sympy.floor):
+            num, den = _fraction(d.args[0])
+            return self._floordiv_pro(self.dim(num), self.dim(den))
+        if isinstance(d, sympy.Mod):
+            a, b = self.dim(d.args[0]), self.dim(d.args[1])
+            r = self._pro(f"srem i64 {a}, {b}")
+            fix = self._pro(f"icmp slt i64 {r}, 0")
+            plus = self._pro(f"add i64 {r}, {b}")
+            return self._pro(f"select i1 {fix}, i64 {plus}, i64 {r}")
+        if d.is_Pow and d.exp.is_Integer and int(d.exp) > 0:
+            base = self.dim(d.base)
+            out = base
+            for _ in range(int(d.exp) - 1):
+                out = self._pro(f"mul i64 {out}, {base}")
+            return out
+        raise UnsupportedError(f"dim {dim_str(d)} cannot be computed on this target")
+
+    def _floordiv_pro(self, a: str, b: str) -> str:
+        # dims are positive; numerators may not be (T - S + ...): floor, not truncation
+        q = self._pro(f"sdiv i64 {a}, {b}")
+        r = self._pro(f"srem i64 {a}, {b}")
+        neg = self._pro(f"icmp slt i64 {r}, 0")
+        q1 = self._pro(f"sub i64 {q}, 1")
+        return self._pro(f"select i1 {neg}, i64 {q1}, i64 {q}")
+
+    # -- the function
+    def render(self) -> str:
+        op = self.op
+        order = [a.name for a in op.axes]
+        if self.d.parallel is not None:
+            order.remove(self.d.parallel)
+            order.insert(0, self.d.parallel)
+        self.prologue.append("  %errflag = alloca i1")
+        self.prologue.append("  store i1 false, ptr %errflag")
+        self.loops(order, 0)
+        params = ", ".join(f"ptr noalias {self.ptr[b]}" for b in self.args)
+        head = f"define void @\"{self.name}\"({params}, ptr noalias %dims, i64 %lo, i64 %hi, ptr noalias %err) {{"
+        tail = ["  %ef = load i1, ptr %errflag", "  %ez = zext i1 %ef to i64", "  %eo = load i64, ptr %err",
+                "  %en = or i64 %eo, %ez", "  store i64 %en, ptr %err", "  ret void", "}"]
+        return "\n".join([head, "entry:", *self.prologue, "  br label %start", "start:", *self.body, *tail])
+
+    def loops(self, order: list[str], depth: int) -> None:
+        """Loops over the op's axes (``order``), then its reduction; falls through at the end."""
+        if depth == len(order):
+            self.element(order)
+            return
+        axis = order[depth]
+        lo, hi = ("%lo", "%hi") if (depth == 0 and axis == self.d.parallel) else ("0", self.dim(self.extent[axis]))
+        self.loop(axis, lo, hi, lambda: self.loops(order, depth + 1))
+
+    def loop(self, axis: str, lo: str, hi: str, inner: Callable[[], None]) -> None:
+        counter = f"%ix.{axis}.p"
+        self.prologue.append(f"  {counter} = alloca i64")
+        head, body, done = f"h.{axis}", f"b.{axis}", f"e.{axis}"
+        self.emit(f"store i64 {lo}, ptr {counter}")
+        self.emit(f"br label %{head}")
+        self.label(head)
+        i = f"%ix.{axis}"
+        self.emit(f"{i} = load i64, ptr {counter}")
+        c = self.tmp()
+        self.emit(f"{c} = icmp slt i64 {i}, {hi}")
+        self.emit(f"br i1 {c}, label %{body}, label %{done}")
+        self.label(body)
+        inner()
+        nxt = self.tmp()
+        self.emit(f"{nxt} = add i64 {i}, 1")
+        self.emit(f"store i64 {nxt}, ptr {counter}")
+        self.emit(f"br label %{head}")
+        self.label(done)
+
+    def element(self, order: list[str]) -> None:
+        """The innermost body: compute (or reduce) one element of the result and store it."""
+        op = self.op
+        dtype = op.dtype
+        value = self.expr(op.body) if isinstance(op, ir.MapOp) else self.reduction(op)
+        out = self.buffer(op.result)
+        self.store(out, [ir.Idx(a.name) for a in op.axes], value, dtype)
+
+    def reduction(self, op: ir.ReduceOp | ir.ContractOp) -> str:
+        dtype = op.dtype
+        ct = COMPUTE[dtype]
+        kind = op.kind if isinstance(op, ir.ReduceOp) else "sum"
+        acc = f"%acc.{op.result}"
+        self.prologue.append(f"  {acc} = alloca {ct}")
+        self.emit(f"store {ct} {_identity(kind, dtype)}, ptr {acc}")
+        names = [a.name for a in op.reduce_axes]
+
+        def step() -> None:
+            body: ir.SExpr = (ir.Binary("mul", _as(op.lhs, dtype), _as(op.rhs, dtype), dtype)
+                              if isinstance(op, ir.ContractOp) else op.body)
+            v = self.expr(body) if body.dtype == dtype else self.expr(ir.Cast(body, dtype))
+            a = self.tmp()
+            self.emit(f"{a} = load {ct}, ptr {acc}")
+            self.emit(f"store {ct} {self.combine(kind, dtype, a, v)}, ptr {acc}")
+
+        def nest(k: int) -> None:
+            if k == len(names):
+                step()
+                return
+            self.loop(names[k], "0", self.dim(self.extent[names[k]]), lambda: nest(k + 1))
+
+        nest(0)
+        result = self.tmp()
+        self.emit(f"{result} = load {ct}, ptr {acc}")
+        return result
+
+    def combine(self, kind: str, dtype: DType, a: str, b: str) -> str:
+        ct = COMPUTE[dtype]
+        t = self.tmp()
+        if dtype.is_float:
+            if kind in ("sum", "prod"):
+                self.emit(f"{t} = {'fadd' if kind == 'sum' else 'fmul'} float {a}, {b}")
+            else:
+                fn = "llvm.maximum.f32" if kind == "max" else "llvm.minimum.f32"
+                self.declare(f"declare float @{fn}(float, float)")
+                self.emit(f"{t} = call float @{fn}(float {a}, float {b})")
+        elif dtype.is_bool:
+            self.emit(f"{t} = {'or' if kind in ('max', 'sum') else 'and'} i1 {a}, {b}")
+        elif kind in ("sum", "prod"):
+            self.emit(f"{t} = {'add' if kind == 'sum' else 'mul'} {ct} {a}, {b}")
+        else:
+            c = self.tmp()
+            self.emit(f"{c} = icmp {'sgt' if kind == 'max' else 'slt'} {ct} {a}, {b}")
+            self.emit(f"{t} = select i1 {c}, {ct} {a}, {ct} {b}")
+        return t
+
+    # -- memory
+    def address(self, buf: Buffer, subs: Sequence[ir.SExpr]) -> str:
+        offset = "0"
+        for k, (s, d) in enumerate(zip(subs, buf.shape)):
+            v = self.subscript(s, d, buf, k)
+            if k == 0:
+                offset = v
+            else:
+                m = self.tmp()
+                self.emit(f"{m} = mul i64 {offset}, {self.dim(d)}")
+                offset = self.tmp()
+                self.emit(f"{offset} = add i64 {m}, {v}")
+        p = self.tmp()
+        self.emit(f"{p} = getelementptr inbounds {STORAGE[buf.dtype]}, ptr {self.ptr[buf.name]}, i64 {offset}")
+        return p
+
+    def subscript(self, s: ir.SExpr, extent: Dim, buf: Buffer, k: int) -> str:
+        """The subscript's value, checked against the axis when it is not a plain in-range index."""
+        v = self.expr(ir.Cast(s, DType.I64) if s.dtype != DType.I64 else s)
+        if isinstance(s, ir.Idx) and s.name in self.extent and sympy.sympify(self.extent[s.name]) == \
+                sympy.sympify(extent):
+            return v
+        if isinstance(s, ir.Const) and int(s.value) == 0:  # a broadcast axis: every dim is at least 1
+            return v
+        n = self.dim(extent)
+        ge = self.tmp()
+        self.emit(f"{ge} = icmp sge i64 {v}, 0")
+        lt = self.tmp()
+        self.emit(f"{lt} = icmp slt i64 {v}, {n}")
+        ok = self.tmp()
+        self.emit(f"{ok} = and i1 {ge}, {lt}")
+        self.flag_unless(ok)
+        safe = self.tmp()
+        self.emit(f"{safe} = select i1 {ok}, i64 {v}, i64 0")
+        return safe
+
+    def flag_unless(self, ok: str) -> None:
+        bad = self.tmp()
+        self.emit(f"{bad} = xor i1 {ok}, true")
+        old = self.tmp()
+        self.emit(f"{old} = load i1, ptr %errflag")
+        new = self.tmp()
+        self.emit(f"{new} = or i1 {old}, {bad}")
+        self.emit(f"store i1 {new}, ptr %errflag")
+
+    def load(self, e: ir.Load) -> str:
+        buf = self.buffer(e.src)
+        p = self.address(buf, e.indices)
+        raw = self.tmp()
+        self.emit(f"{raw} = load {STORAGE[buf.dtype]}, ptr {p}")
+        return self.widen(raw, buf.dtype)
+
+    def widen(self, raw: str, dtype: DType) -> str:
+        """A stored value in its compute type (16-bit floats to float, bool bytes to i1)."""
+        if dtype in (DType.F16, DType.BF16):
+            t = self.tmp()
+            self.emit(f"{t} = fpext {STORAGE[dtype]} {raw} to float")
+            return t
+        if dtype is DType.BOOL:
+            t = self.tmp()
+            self.emit(f"{t} = icmp ne i8 {raw}, 0")
+            return t
+        return raw
+
+    def store(self, buf: Buffer, subs: Sequence[ir.SExpr], value: str, dtype: DType) -> None:
+        p = self.address(buf, subs)
+        stored = value
+        if dtype in (DType.F16, DType.BF16):
+            stored = self.tmp()
+            self.emit(f"{stored} = fptrunc float {value} to {STORAGE[dtype]}")
+        elif dtype is DType.BOOL:
+            stored = self.tmp()
+            self.emit(f"{stored} = zext i1 {value} to i8")
+        self.emit(f"store {STORAGE[dtype]} {stored}, ptr {p}")
+
+    # -- scalar expressions
+    def expr(self, e: ir.SExpr) -> str:
+        method: Callable[[ir.SExpr], str] = getattr(self, "_x_" + type(e).__name__)
+        return method(e)
+
+    def _x_Const(self, e: ir.Const) -> str:
+        if e.dtype.is_float:
+            return float_const(float(e.value), e.dtype)
+        if e.dtype.is_bool:
+            return "true" if e.value else "false"
+        return str(int(e.value))
+
+    def _x_Idx(self, e: ir.Idx) -> str:
+        return f"%ix.{e.name}"
+
+    def _x_DimRef(self, e: ir.DimRef) -> str:
+        return self.dim(e.dim)
+
+    def _x_Load(self, e: ir.Load) -> str:
+        return self.load(e)
+
+    def _x_Cast(self, e: ir.Cast) -> str:
+        return self.convert(self.expr(e.x), e.x.dtype, e.dtype)
+
+    def convert(self, v: str, src: DType, dst: DType) -> str:
+        """``v`` (in ``src``'s compute type) as ``dst`` (in its compute type, rounded to ``dst``)."""
+        if src == dst:
+            return v
+        t = self.tmp()
+        if dst.is_bool:
+            self.emit(f"{t} = fcmp une float {v}, 0.0" if src.is_float else f"{t} = icmp ne {COMPUTE[src]} {v}, 0")
+            return t
+        if src.is_bool:
+            self.emit(f"{t} = {'uitofp' if dst.is_float else 'zext'} i1 {v} to {COMPUTE[dst]}")
+            return self._round_to(t, dst)
+        if src.is_float and dst.is_float:
+            return self._round_to(v, dst)
+        if src.is_float:
+            self.emit(f"{t} = fptosi float {v} to {COMPUTE[dst]}")
+            return t
+        if dst.is_float:
+            self.emit(f"{t} = sitofp {COMPUTE[src]} {v} to float")
+            return self._round_to(t, dst)
+        a, b = INT_BITS[src], INT_BITS[dst]
+        self.emit(f"{t} = {'sext' if b > a else 'trunc'} {COMPUTE[src]} {v} to {COMPUTE[dst]}")
+        return t
+
+    def _round_to(self, v: str, dst: DType) -> str:
+        if dst not in (DType.F16, DType.BF16):
+            return v
+        n = self.tmp()
+        self.emit(f"{n} = fptrunc float {v} to {STORAGE[dst]}")
+        w = self.tmp()
+        self.emit(f"{w} = fpext {STORAGE[dst]} {n} to float")
+        return w
+
+    def _x_Select(self, e: ir.Select) -> str:
+        c, a, b = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
+        t = self.tmp()
+        self.emit(f"{t} = select i1 {c}, {COMPUTE[e.dtype]} {a}, {COMPUTE[e.dtype]} {b}")
+        return t
+
+    def _x_Unary(self, e: ir.Unary) -> str:
+        x = self.expr(e.x)
+        ct = COMPUTE[e.dtype]
+        t = self.tmp()
+        op = e.op
+        if op == "not":
+            self.emit(f"{t} = xor i1 {x}, true")
+            return t
+        if not e.dtype.is_float:
+            if op == "neg":
+                self.emit(f"{t} = sub {ct} 0, {x}")
+            elif op == "abs":
+                self.declare(f"declare {ct} @llvm.abs.{ct}({ct}, i1)")
+                self.emit(f"{t} = call {ct} @llvm.abs.{ct}({ct} {x}, i1 false)")
+            elif op == "relu":
+                c = self.tmp()
+                self.emit(f"{c} = icmp sgt {ct} {x}, 0")
+                self.emit(f"{t} = select i1 {c}, {ct} {x}, {ct} 0")
+            else:
+                raise UnsupportedError(f"unimplemented integer `{op}` in LLVM lowering")
+            return t
+        if op == "neg":
+            self.emit(f"{t} = fneg float {x}")
+        elif op in FLOAT_INTRINSIC:
+            fn = FLOAT_INTRINSIC[op] + ".f32"
+            self.declare(f"declare float @{fn}(float)")
+            self.emit(f"{t} = call float @{fn}(float {x})")
+        elif op in LIBM:
+            self.declare(f"declare float @{LIBM[op]}(float)")
+            self.emit(f"{t} = call float @{LIBM[op]}(float {x})")
+        elif op == "rsqrt":
+            s = self.expr_f("sqrt", x)
+            self.emit(f"{t} = fdiv float 1.0, {s}")
+        elif op == "relu":
+            self.declare("declare float @llvm.maximum.f32(float, float)")
+            self.emit(f"{t} = call float @llvm.maximum.f32(float {x}, float 0.0)")
+        elif op in ("sigmoid", "silu"):
+            n = self.tmp()
+            self.emit(f"{n} = fneg float {x}")
+            ex = self.expr_f("exp", n)
+            d = self.tmp()
+            self.emit(f"{d} = fadd float 1.0, {ex}")
+            if op == "sigmoid":
+                self.emit(f"{t} = fdiv float 1.0, {d}")
+            else:
+                self.emit(f"{t} = fdiv float {x}, {d}")
+        elif op == "gelu":
+            s = self.tmp()
+            self.emit(f"{s} = fmul float {x}, {float_const(math.sqrt(0.5))}")
+            self.declare("declare float @erff(float)")
+            er = self.tmp()
+            self.emit(f"{er} = call float @erff(float {s})")
+            one = self.tmp()
+            self.emit(f"{one} = fadd float 1.0, {er}")
+            h = self.tmp()
+            self.emit(f"{h} = fmul float {x}, 0x3FE0000000000000")
+            self.emit(f"{t} = fmul float {h}, {one}")
+        else:
+            raise UnsupportedError(f"unimplemented primitive in llvm lowering: {op}")
+        return self._round_to(t, e.dtype)
+
+    def expr_f(self, intrinsic: str, x: str) -> str:
+        fn = FLOAT_INTRINSIC[intrinsic] + ".f32"
+        self.declare(f"declare float @{fn}(float)")
+        t = self.tmp()
+        self.emit(f"{t} = call float @{fn}(float {x})")
+        return t
+
+    def _x_Binary(self, e: ir.Binary) -> str:
+        a, b = self.expr(e.a), self.expr(e.b)
+        op = e.op
+        if op in ("and", "or"):
+            t = self.tmp()
+            self.emit(f"{t} = {op} i1 {a}, {b}")
+            return t
+        operand = e.a.dtype
+        if op in FLOAT_COMPARE:
+            t = self.tmp()
+            if operand.is_float:
+                self.emit(f"{t} = fcmp {FLOAT_COMPARE[op]} float {a}, {b}")
+            else:
+                self.emit(f"{t} = icmp {INT_COMPARE[op]} {COMPUTE[operand]} {a}, {b}")
+            return t
+        if e.dtype.is_float:
+            return self._round_to(self.float_binary(op, a, b), e.dtype)
+        return self.int_binary(op, a, b, COMPUTE[e.dtype])
+
+    def float_binary(self, op: str, a: str, b: str) -> str:
+        t = self.tmp()
+        if op in FLOAT_BINARY:
+            self.emit(f"{t} = {FLOAT_BINARY[op]} float {a}, {b}")
+        elif op in ("max", "min", "pow"):
+            fn = {"max": "llvm.maximum.f32", "min": "llvm.minimum.f32", "pow": "llvm.pow.f32"}[op]
+            self.declare(f"declare float @{fn}(float, float)")
+            self.emit(f"{t} = call float @{fn}(float {a}, float {b})")
+        elif op == "floordiv":
+            q = self.tmp()
+            self.emit(f"{q} = fdiv float {a}, {b}")
+            return self.expr_f("floor", q)
+        elif op == "mod":  # Python's sign rule: the result takes the divisor's sign
+            r = self.tmp()
+            self.emit(f"{r} = frem float {a}, {b}")
+            nz = self.tmp()
+            self.emit(f"{nz} = fcmp une float {r}, 0.0")
+            rn, bn = self.tmp(), self.tmp()
+            self.emit(f"{rn} = fcmp olt float {r}, 0.0")
+            self.emit(f"{bn} = fcmp olt float {b}, 0.0")
+            diff, fix, plus = self.tmp(), self.tmp(), self.tmp()
+            self.emit(f"{diff} = xor i1 {rn}, {bn}")
+            self.emit(f"{fix} = and i1 {nz}, {diff}")
+            self.emit(f"{plus} = fadd float {r}, {b}")
+            self.emit(f"{t} = select i1 {fix}, float {plus}, float {r}")
+        else:
+            raise UnsupportedError(f"unimplemented primitive in llvm lowering: {op}")
+        return t
+
+    def int_binary(self, op: str, a: str, b: str, ct: str) -> str:
+        t = self.tmp()
+        if op in INT_BINARY:
+            self.emit(f"{t} = {INT_BINARY[op]} {ct} {a}, {b}")
+            return t
+        if op in ("max", "min"):
+            c = self.tmp()
+            self.emit(f"{c} = icmp {'sgt' if op == 'max' else 'slt'} {ct} {a}, {b}")
+            self.emit(f"{t} = select i1 {c}, {ct} {a}, {ct} {b}")
+            return t
+        if op in ("div", "floordiv", "mod"):
+            return self.int_divide(op, a, b, ct)
+        if op == "pow":
+            fn = f"arke.ipow.{ct}"
+            self.declare(_ipow(ct))
+            self.emit(f"{t} = call {ct} @\"{fn}\"({ct} {a}, {ct} {b}, ptr %errflag)")
+            return t
+        raise UnsupportedError(f"unimplemented integer `{op}` in llvm lowering")
+
+    def int_divide(self, op: str, a: str, b: str, ct: str) -> str:
+        """Python's floor division and modulo; a zero divisor raises the error word, never traps."""
+        zero = self.tmp()
+        self.emit(f"{zero} = icmp eq {ct} {b}, 0")
+        ok = self.tmp()
+        self.emit(f"{ok} = xor i1 {zero}, true")
+        self.flag_unless(ok)
+        b1, m1, b2 = self.tmp(), self.tmp(), self.tmp()
+        self.emit(f"{b1} = select i1 {zero}, {ct} 1, {ct} {b}")
+        self.emit(f"{m1} = icmp eq {ct} {b1}, -1")  # MIN / -1 traps on x86: use negation instead
+        self.emit(f"{b2} = select i1 {m1}, {ct} 1, {ct} {b1}")
+        q0, r0 = self.tmp(), self.tmp()
+        self.emit(f"{q0} = sdiv {ct} {a}, {b2}")
+        self.emit(f"{r0} = srem {ct} {a}, {b2}")
+        neg = self.tmp()
+        self.emit(f"{neg} = sub {ct} 0, {a}")
+        q, r = self.tmp(), self.tmp()
+        self.emit(f"{q} = select i1 {m1}, {ct} {neg}, {ct} {q0}")
+        self.emit(f"{r} = select i1 {m1}, {ct} 0, {ct} {r0}")
+        nz, rn, bn, diff, fix = (self.tmp() for _ in range(5))
+        self.emit(f"{nz} = icmp ne {ct} {r}, 0")
+        self.emit(f"{rn} = icmp slt {ct} {r}, 0")
+        self.emit(f"{bn} = icmp slt {ct} {b1}, 0")
+        self.emit(f"{diff} = xor i1 {rn}, {bn}")
+        self.emit(f"{fix} = and i1 {nz}, {diff}")
+        out = self.tmp()
+        if op == "mod":
+            plus = self.tmp()
+            self.emit(f"{plus} = add {ct} {r}, {b1}")
+            self.emit(f"{out} = select i1 {fix}, {ct} {plus}, {ct} {r}")
+        else:
+            less = self.tmp()
+            self.emit(f"{less} = sub {ct} {q}, 1")
+            self.emit(f"{out} = select i1 {fix}, {ct} {less}, {ct} {q}")
+        return out
+
+
+def _ipow(ct: str) -> str:
+    """An integer power by squaring; a negative exponent raises the error flag (as the interpreter does)."""
+    return f"""define internal {ct} @"arke.ipow.{ct}"({ct} %a, {ct} %n, ptr %flag) {{
+entry:
+  %neg = icmp slt {ct} %n, 0
+  br i1 %neg, label %bad, label %loop
+bad:
+  store i1 true, ptr %flag
+  ret {ct} 0
+loop:
+  %r = phi {ct} [1, %entry], [%r2, %next]
+  %b = phi {ct} [%a, %entry], [%b2, %next]
+  %e = phi {ct} [%n, %entry], [%e2, %next]
+  %done = icmp eq {ct} %e, 0
+  br i1 %done, label %out, label %step
+step:
+  %odd = and {ct} %e, 1
+  %isodd = icmp ne {ct} %odd, 0
+  %rm = mul {ct} %r, %b
+  %r2 = select i1 %isodd, {ct} %rm, {ct} %r
+  %b2 = mul {ct} %b, %b
+  %e2 = ashr {ct} %e, 1
+  br label %next
+next:
+  br label %loop
+out:
+  ret {ct} %r
+}}"""
+
+
+def _identity(kind: str, dtype: DType) -> str:
+    if dtype.is_bool:
+        return "false" if kind in ("sum", "max") else "true"
+    if dtype.is_float:
+        return {"sum": "0.0", "prod": "1.0", "max": "0xFFF0000000000000", "min": "0x7FF0000000000000"}[kind]
+    bits = INT_BITS[dtype]
+    return {"sum": "0", "prod": "1", "max": str(-(2 ** (bits - 1))), "min": str(2 ** (bits - 1) - 1)}[kind]
+
+
+def _as(load: ir.Load, dtype: DType) -> ir.SExpr:
+    return load if load.dtype == dtype else ir.Cast(load, dtype)
+
+
+def _loads(e: ir.SExpr) -> list[ir.Load]:
+    from arke.codegen.families import subexprs
+
+    return [x for x in subexprs(e) if isinstance(x, ir.Load)]
+
+
+def _fraction(arg: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    """Numerator and denominator of a floor's argument, both integer expressions."""
+    num, den = sympy.fraction(arg)
+    if den == 1:
+        den = sympy.Integer(math.lcm(*(int(t.as_coeff_Mul()[0].q) for t in sympy.Add.make_args(arg))))
+        num = sympy.expand(arg * den)
+    if den == 1:
+        num, den = sympy.fraction(sympy.together(arg))
+    return num, den
+
+
+# ---------------------------------------------------------------- the renderer
+
+
+class LLVMRenderer(Renderer):
+    """Renders a kernel plan to an LLVM IR module for the host CPU."""
+
+    name = "llvm"
+    capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "bool", "parallel"})
+
+    def render(self, plan: KernelPlan) -> Artifact:
+        declarations: dict[str, None] = {}
+        functions, launches = [], []
+        for k, d in enumerate(plan.dispatches):
+            entry = f"{plan.name}.d{k}"
+            fn = _Function(plan, d, entry, lambda text: declarations.setdefault(text, None))
+            functions.append(fn.render())
+            extent = None
+            if d.parallel is not None:
+                extent = dim_str(next(a.extent for a in d.op.axes if a.name == d.parallel))
+            launches.append(LaunchSpec(entry, extent, tuple(plan.buffer_index(b) for b in fn.args)))
+        source = "\n\n".join([f"; arke kernel {plan.name}", *declarations, *functions]) + "\n"
+        return Artifact("llvm", source, tuple(launches))
+
+
+RENDERER = LLVMRenderer()

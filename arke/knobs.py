@@ -1,0 +1,89 @@
+"""Every environment knob Arke reads, in one place.
+
+Each knob is a function that reads the environment when it is called (never at import),
+so a test can set a variable with ``monkeypatch.setenv`` and see the effect at once.
+:data:`KNOBS` lists them with what they do, for ``--help`` texts and the docs.
+
+A knob with a value it cannot use raises :class:`KnobError`, which names the variable,
+the value and what it accepts.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+#: Every variable Arke reads, with what it does.
+KNOBS: dict[str, str] = {
+    "ARKE_CACHE_DIR": "where compiled kernels are cached (default $XDG_CACHE_HOME/arke or ~/.cache/arke)",
+    "ARKE_NO_CACHE": "1 = never read or write the on-disk kernel cache (the in-process cache stays)",
+    "ARKE_CACHE_LOCK_TIMEOUT": "seconds to wait for another process building the same kernel (default 120)",
+    "ARKE_DEBUG": "1 = show tracebacks and debug logging (AKC_DEBUG is the older spelling)",
+}
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+class KnobError(ValueError):
+    """An environment variable holds a value Arke cannot use."""
+
+
+def _flag(name: str) -> bool:
+    """Read a yes/no variable; unset or empty means no."""
+    raw = os.environ.get(name, "")
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise KnobError(f"{name}={raw!r} is not a yes/no value: use 1 or 0 (or unset it)")
+
+
+def cache_dir() -> Path:
+    """The directory of the on-disk kernel cache (``ARKE_CACHE_DIR``); it may not exist yet.
+
+    Default: ``$XDG_CACHE_HOME/arke`` when ``XDG_CACHE_HOME`` is an absolute path, else
+    ``~/.cache/arke``, else (no home directory) ``<tmp>/arke-cache``.
+    """
+    explicit = os.environ.get("ARKE_CACHE_DIR", "")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if xdg and os.path.isabs(xdg):  # the XDG spec says to ignore relative paths
+        return Path(xdg) / "arke"
+    try:
+        return Path.home() / ".cache" / "arke"
+    except RuntimeError:  # no HOME and no passwd entry
+        return Path(tempfile.gettempdir()) / "arke-cache"
+
+
+def cache_disabled() -> bool:
+    """True when ``ARKE_NO_CACHE`` says to bypass the on-disk kernel cache."""
+    return _flag("ARKE_NO_CACHE")
+
+
+def cache_lock_timeout() -> float:
+    """Seconds to wait for another process that is building the same kernel (``ARKE_CACHE_LOCK_TIMEOUT``).
+
+    After this long the waiting process builds the kernel itself; either way both succeed.
+    """
+    raw = os.environ.get("ARKE_CACHE_LOCK_TIMEOUT", "").strip()
+    if not raw:
+        return 120.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0.0:  # also rejects nan
+        raise KnobError(f"ARKE_CACHE_LOCK_TIMEOUT={raw!r} is not a number of seconds >= 0 (default 120)")
+    return value
+
+
+def debug() -> bool:
+    """True when ``ARKE_DEBUG`` (or the older ``AKC_DEBUG``) is set to anything but a no value.
+
+    Lenient on purpose: a debugging switch never stops a run, so ``ARKE_DEBUG=all`` means yes.
+    """
+    return any(os.environ.get(name, "").strip().lower() not in _FALSE for name in ("ARKE_DEBUG", "AKC_DEBUG"))

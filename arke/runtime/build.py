@@ -1,0 +1,109 @@
+"""``arke.build``: compile a checked module for a target into a :class:`Library` of callable kernels.
+
+Kernels compile on first use (a module that imports ``std.nn`` does not compile all of it).
+A kernel's strategy is chosen per call: the first of its strategies for the target whose
+``when`` holds for the call's dims; each choice compiles once. Object code goes through the
+on-disk cache, keyed by everything that could change it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from arke.ir import strategy as sir
+from arke.runtime.guards import check_call, eval_cond
+
+if TYPE_CHECKING:
+    from arke.api import Module
+    from arke.runtime.cpu import CPUKernel
+
+TARGETS_RUNNABLE = ("llvm",)
+
+
+class Kernel:
+    """A kernel of a built library: call it like the function it is."""
+
+    def __init__(self, library: Library, name: str, ir_name: str):
+        self.library, self.name, self.ir_name = library, name, ir_name
+        self._variants: dict[int, CPUKernel] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<arke kernel {self.name} ({self.library.target})>"
+
+    def strategies(self) -> tuple[sir.Strategy, ...]:
+        return self.library.module.strategies.for_kernel(self.ir_name, self.library.target)
+
+    def variant(self, index: int) -> CPUKernel:
+        """The compiled form for strategy ``index`` (-1: no strategy, the defaults)."""
+        with self._lock:
+            if index not in self._variants:
+                strategy = self.strategies()[index] if index >= 0 else None
+                self._variants[index] = _compile(self.library, self.ir_name, strategy)
+            return self._variants[index]
+
+    def choose(self, shapes: dict[str, tuple[int, ...]]) -> int:
+        """The strategy in force for arguments of these shapes."""
+        candidates = self.strategies()
+        if not candidates:
+            return -1
+        fn = self.library.module.semantic.get(self.ir_name)
+        try:
+            dims = check_call(fn, shapes)
+        except ValueError:
+            return -1  # the call itself will report what is wrong
+        for k, s in enumerate(candidates):
+            if s.when is None or eval_cond(s.when, dims):
+                return k
+        return -1
+
+    def __call__(self, *arrays: Any, threads: int | None = None, **scalars: Any) -> Any:
+        fn = self.library.module.semantic.get(self.ir_name)
+        names = [p.name for p in fn.params]
+        shapes = {n: tuple(a.shape) for n, a in zip(names, arrays) if hasattr(a, "shape") and len(a.shape)}
+        return self.variant(self.choose(shapes))(*arrays, threads=threads, **scalars)
+
+    def source(self) -> str:
+        """The target source of the kernel's default variant (``akc build --emit source``)."""
+        return self.variant(-1).artifact.source
+
+
+class Library:
+    """The kernels of a module built for one target: ``lib.rmsnorm(x, w)`` or ``lib.kernels["rmsnorm"]``."""
+
+    def __init__(self, module: Module, target: str, threads: int | None):
+        from arke.runtime.cpu import run_threads
+
+        if target not in TARGETS_RUNNABLE:
+            raise ValueError(f"target {target!r} cannot run here yet; runnable targets: {', '.join(TARGETS_RUNNABLE)}")
+        self.module, self.target, self.threads = module, target, run_threads(threads)
+        self.kernels = {name: Kernel(self, name, ir_name) for name, ir_name in module.kernel_map.items()}
+
+    def __getattr__(self, name: str) -> Kernel:
+        kernels = self.__dict__.get("kernels", {})
+        if name in kernels:
+            return kernels[name]
+        raise AttributeError(f"no kernel `{name}` in this library; it has: {', '.join(kernels)}")
+
+    def __dir__(self) -> list[str]:
+        return [*super().__dir__(), *self.kernels]
+
+
+def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> CPUKernel:
+    import llvmlite
+
+    import arke
+    from arke.codegen.base import renderer
+    from arke.codegen.plan import make_plan
+    from arke.runtime.cache import cache_key, default_cache
+    from arke.runtime.cpu import CPUKernel, compile_object, host_description
+
+    module = library.module.semantic
+    plan = make_plan(module, ir_name, strategy)
+    artifact = renderer(library.target).render(plan)
+    key = cache_key(kind="object", target=library.target, source=artifact.source, host=host_description(),
+                    arke=arke.__version__, llvmlite=llvmlite.__version__)
+    obj = default_cache().get_or_build(key, lambda: compile_object(artifact.source),
+                                       meta={"kernel": ir_name, "target": library.target})
+    return CPUKernel(plan, artifact, obj, module, library.threads)

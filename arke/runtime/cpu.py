@@ -1,0 +1,216 @@
+"""The CPU runtime: compile LLVM IR with llvmlite (new pass manager, O3, host CPU), load it,
+and run a kernel's dispatches on a team of worker threads.
+
+Each dispatch's parallel axis is cut into static, contiguous chunks, one per worker;
+reductions never cross a chunk, so results are bit-identical for any thread count. JIT code
+called through ctypes releases the GIL, so plain threads run on every core.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import torch
+
+from arke.codegen.base import Artifact
+from arke.codegen.plan import KernelPlan
+from arke.ir import semantic as ir
+from arke.ir.shapes import evaluate, parse_dim
+from arke.runtime.guards import TORCH_DTYPES, GuardError, check_call, scalar_tensor, to_cpu_tensor
+
+
+@cache
+def _llvm() -> Any:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    libm = ctypes.util.find_library("m")
+    if libm:  # expf, tanhf, erff ... for the JIT's symbol lookups
+        llvm.load_library_permanently(libm)
+    return llvm
+
+
+@cache
+def target_machine() -> Any:
+    """The host's target machine (its CPU name and features: AVX-512 where present)."""
+    llvm = _llvm()
+    target = llvm.Target.from_default_triple()
+    features = llvm.get_host_cpu_features().flatten()
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=3,
+                                        codemodel="jitdefault")
+
+
+def host_description() -> str:
+    """CPU name and features: part of every cache key."""
+    llvm = _llvm()
+    return f"{llvm.get_process_triple()} {llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
+
+
+def optimise(source: str) -> Any:
+    """Parse, verify and optimise (O3, loop and SLP vectorisation) an LLVM IR module."""
+    llvm = _llvm()
+    module = llvm.parse_assembly(source)
+    module.verify()
+    tm = target_machine()
+    options = llvm.create_pipeline_tuning_options(speed_level=3)
+    builder = llvm.create_pass_builder(tm, options)
+    builder.getModulePassManager().run(module, builder)
+    return module
+
+
+def compile_object(source: str) -> bytes:
+    """Object code of an LLVM IR module for the host (what the on-disk cache stores)."""
+    return bytes(target_machine().emit_object(optimise(source)))
+
+
+def assembly(source: str) -> str:
+    """Host assembly of an LLVM IR module (``akc build --emit asm``)."""
+    return str(target_machine().emit_assembly(optimise(source)))
+
+
+class _Loaded:
+    """Object code loaded into a JIT engine, kept alive with the functions taken from it."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, obj: bytes):
+        llvm = _llvm()
+        with self._lock:
+            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            self.engine.finalize_object()
+
+    def function(self, name: str, n_buffers: int) -> Callable[..., None]:
+        address = self.engine.get_function_address(name)
+        if not address:
+            raise RuntimeError(f"compiled code has no function `{name}`")
+        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_buffers), ctypes.c_void_p, ctypes.c_int64,
+                                 ctypes.c_int64, ctypes.c_void_p)
+        fn: Callable[..., None] = proto(address)
+        return fn
+
+
+@cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arke")
+
+
+def default_threads() -> int:
+    value = os.environ.get("ARKE_THREADS")
+    if value and value.isdigit() and int(value) > 0:
+        return int(value)
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+@dataclass
+class _Launch:
+    fn: Callable[..., None]
+    extent: Any  # a dim expression, or None
+    buffers: tuple[int, ...]
+
+
+class CPUKernel:
+    """A compiled kernel: call it with NumPy arrays or torch CPU tensors (and scalars)."""
+
+    def __init__(self, plan: KernelPlan, artifact: Artifact, obj: bytes, module: ir.Module, threads: int):
+        self.plan, self.artifact, self.module, self.threads = plan, artifact, module, threads
+        self.name = plan.name
+        self._loaded = _Loaded(obj)
+        self._launches = [
+            _Launch(self._loaded.function(spec.entry, len(spec.buffers)),
+                    parse_dim(spec.parallel_extent) if spec.parallel_extent else None, spec.buffers)
+            for spec in artifact.launches
+        ]
+
+    def __repr__(self) -> str:
+        return f"<arke kernel {self.name} on llvm, {len(self._launches)} dispatches>"
+
+    def __call__(self, *arrays: Any, threads: int | None = None, **scalars: Any) -> Any:
+        fn = self.plan.function
+        args, as_numpy = self._arguments(arrays, scalars)
+        dims = check_call(fn, {k: tuple(v.shape) for k, v in args.items()}, {k: v.dtype for k, v in args.items()})
+        buffers: list[torch.Tensor] = []
+        for b in self.plan.buffers:
+            if b.role == "param":
+                buffers.append(args[b.name])
+            else:
+                shape = tuple(evaluate(d, dims) for d in b.shape)
+                buffers.append(torch.empty(shape, dtype=TORCH_DTYPES[b.dtype]))
+        dim_array = (ctypes.c_int64 * max(1, len(self.plan.dims)))(*(dims[d] for d in self.plan.dims))
+        self._run(buffers, dim_array, dims, threads or self.threads)
+        outs = []
+        for r in fn.results:
+            t = buffers[self.plan.buffer_index(r)]
+            outs.append(t.clone() if r in args else t)
+        results = [o.numpy() if as_numpy and o.dtype != torch.bfloat16 else o for o in outs]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _arguments(self, arrays: Sequence[Any], scalars: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], bool]:
+        fn = self.plan.function
+        if len(arrays) > len(fn.params):
+            raise GuardError(fn.name, f"takes {len(fn.params)} arguments, but {len(arrays)} were given",
+                             rule="arity")
+        given = dict(zip((p.name for p in fn.params), arrays))
+        for k, v in scalars.items():
+            if k in given:
+                raise GuardError(fn.name, f"argument `{k}` given twice", rule="arity", param=k)
+            if all(p.name != k for p in fn.params):
+                raise GuardError(fn.name, f"has no parameter `{k}`", rule="arity", param=k)
+            given[k] = v
+        as_numpy = not any(isinstance(v, torch.Tensor) for v in given.values())
+        args: dict[str, torch.Tensor] = {}
+        for p in fn.params:
+            if p.name in given:
+                v = given[p.name]
+                if p.type.rank == 0 and not isinstance(v, torch.Tensor) and not hasattr(v, "shape"):
+                    args[p.name] = scalar_tensor(fn, p, v)
+                elif p.type.rank == 0 and getattr(v, "shape", None) == ():
+                    args[p.name] = scalar_tensor(fn, p, v.item() if hasattr(v, "item") else v)
+                else:
+                    args[p.name] = to_cpu_tensor(v).contiguous()  # views are copied; contiguous ones are not
+            elif p.type.rank == 0 and p.default is not None:
+                args[p.name] = scalar_tensor(fn, p, p.default)
+            else:
+                raise GuardError(fn.name, f"missing argument `{p.name}`", rule="missing", param=p.name)
+        return args, as_numpy
+
+    def _run(self, buffers: list[torch.Tensor], dim_array: Any, dims: dict[str, int], threads: int) -> None:
+        errors = (ctypes.c_int64 * max(1, threads))()
+        pool = _pool(threads) if threads > 1 else None
+        for launch in self._launches:
+            ptrs = [buffers[i].data_ptr() for i in launch.buffers]
+            n = evaluate(launch.extent, dims) if launch.extent is not None else 1
+            chunks = min(threads, n) if pool is not None else 1
+            if chunks <= 1:
+                launch.fn(*ptrs, dim_array, 0, n, ctypes.addressof(errors))
+            else:
+                bounds = [(k * n // chunks, (k + 1) * n // chunks) for k in range(chunks)]
+                base = ctypes.addressof(errors)
+                futures = [pool.submit(launch.fn, *ptrs, dim_array, lo, hi, base + 8 * k)  # type: ignore[union-attr]
+                           for k, (lo, hi) in enumerate(bounds)]
+                for f in futures:
+                    f.result()
+            if any(errors):
+                self._explain(buffers)
+
+    def _explain(self, buffers: list[torch.Tensor]) -> None:
+        """A dispatch raised its error word: the reference interpreter says exactly what was wrong."""
+        from arke.runtime.interp import run_function
+
+        fn = self.plan.function
+        inputs = {p.name: buffers[self.plan.buffer_index(p.name)] for p in fn.params}
+        run_function(fn, ir.Module((fn,)), inputs)  # raises the precise GuardError
+        raise GuardError(fn.name, "an index or an integer division was out of range", rule="index")
+
+
+def run_threads(threads: int | None) -> int:
+    return threads if threads and threads > 0 else default_threads()

@@ -1,0 +1,137 @@
+"""The pass pipeline on every kernel of the standard library and of examples/: valid IR, same results.
+
+Each kernel runs on the interpreter before and after ``run_passes`` (verified after every
+pass) on random ragged inputs, and must give bit-identical results (see passes_support for
+why that holds). Op counts after the pipeline are pinned: they are what the partitioner
+and the codegens see.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from passes_support import ROOT, assert_same, count_ops, default_dims, load, optimise, own_kernels, program_paths
+
+from arke.ir import semantic as S
+from arke.ir.text import print_function
+from arke.ir.verify import IRVerifyError
+from arke.lang.checker import stdlib_path
+from arke.passes import PIPELINE, inline_all, inline_calls, run_passes
+
+#: Dims per kernel where its `where` clauses or its cost need chosen values (others draw from 1, 3, 17).
+DIMS: dict[str, list[dict[str, int]]] = {
+    "attention": [dict(B=1, H=1, G=1, S=1, T=1, D=1), dict(B=2, H=4, G=2, S=3, T=17, D=5),
+                  dict(B=1, H=3, G=1, S=17, T=17, D=3), dict(B=1, H=2, G=2, S=1, T=33, D=4)],
+    "rope": [dict(T=1, H=1, D=2), dict(T=3, H=2, D=6), dict(T=17, H=1, D=34)],
+    "bmm": [dict(B=1, M=1, K=1, N=1), dict(B=3, M=17, K=3, N=1), dict(B=2, M=3, K=17, N=17)],
+}
+DIMS["causal_attention"] = DIMS["attention"]
+DIMS["rope_interleaved"] = DIMS["rope"]
+
+#: (ops after inlining, ops after the whole pipeline) of each kernel of std.* and examples/.
+OP_COUNTS: dict[str, tuple[int, int]] = {
+    "relu": (1, 1), "gelu": (1, 1), "gelu_tanh": (1, 1), "silu": (1, 1), "sigmoid": (1, 1), "tanh": (1, 1),
+    "add": (1, 1), "mul": (1, 1), "matmul": (1, 1), "bmm": (1, 1), "linear": (1, 1), "embedding": (1, 1),
+    "rope": (1, 1), "rope_interleaved": (1, 1),
+    "softmax": (4, 3), "logsumexp": (3, 3), "log_softmax": (4, 3), "layernorm": (5, 4), "rmsnorm": (3, 2),
+    "linear_bias": (2, 2), "swiglu": (3, 3), "geglu": (3, 3), "cross_entropy": (4, 3),
+    "cross_entropy_mean": (6, 4), "attention": (7, 6), "causal_attention": (8, 6), "topk_routing": (6, 5),
+}
+#: Where an example kernel differs from the std one of the same name (examples/attention.ak is causal).
+EXAMPLE_OP_COUNTS: dict[str, tuple[int, int]] = {"attention": (8, 6)}
+
+NN = str(stdlib_path("std.nn"))
+EXAMPLE = str(ROOT / "examples" / "rmsnorm.ak")  # rmsnorm and softmax
+KERNELS = [pk for path in program_paths() for pk in own_kernels(path)]
+
+
+def _id(pk: tuple[str, str]) -> str:
+    return f"{'/'.join(pk[0].rsplit('/', 2)[-2:])}:{pk[1]}"
+
+
+@pytest.mark.parametrize("path,name", KERNELS, ids=[_id(pk) for pk in KERNELS])
+def test_same_results(path: str, name: str) -> None:
+    module = load(path).semantic
+    fn = optimise(module, name)
+    seed = zlib.crc32(f"{path}:{name}".encode())
+    for k, dims in enumerate(DIMS.get(name) or default_dims(module.get(name), seed)):
+        assert_same(module, name, fn, dims, seed + k)
+
+
+@pytest.mark.parametrize("path,name", KERNELS, ids=[_id(pk) for pk in KERNELS])
+def test_op_counts(path: str, name: str) -> None:
+    module = load(path).semantic
+    inlined, final = count_ops(inline_calls(module, name)), count_ops(optimise(module, name))
+    table = EXAMPLE_OP_COUNTS if "/examples/" in path else {}
+    assert (inlined, final) == table.get(name, OP_COUNTS[name]), print_function(optimise(module, name))
+
+
+@pytest.mark.parametrize("path,name", KERNELS, ids=[_id(pk) for pk in KERNELS])
+def test_contracts_keep_plain_loads(path: str, name: str) -> None:
+    """Contract operands are loads of parameters or of stored values, never a folded expression."""
+    fn = optimise(load(path).semantic, name)
+    params = {p.name for p in fn.params}
+    defined = {op.result for op in fn.ops if not isinstance(op, S.CallOp)}
+    for op in fn.ops:
+        if isinstance(op, S.ContractOp):
+            for side in (op.lhs, op.rhs):
+                assert isinstance(side, S.Load) and side.src in params | defined
+
+
+def test_rmsnorm_fuses_to_fewer_ops() -> None:
+    fn = optimise(load(EXAMPLE).semantic, "rmsnorm")  # examples/rmsnorm.ak
+    assert [type(op) for op in fn.ops] == [S.ReduceOp, S.MapOp]
+    assert "rsqrt" in print_function(fn).splitlines()[-3]  # inv folded into the output map
+
+
+def test_softmax_exp_folds_into_both_consumers() -> None:
+    fn = optimise(load(EXAMPLE).semantic, "softmax")
+    mx, total, out = fn.ops
+    assert isinstance(mx, S.ReduceOp) and mx.kind == "max"
+    assert isinstance(total, S.ReduceOp) and total.kind == "sum" and isinstance(total.body, S.Unary)
+    assert total.body.op == "exp"
+    assert isinstance(out, S.MapOp) and isinstance(out.body, S.Binary) and out.body.op == "div"
+    assert isinstance(out.body.a, S.Unary) and out.body.a.op == "exp"
+    assert not any(isinstance(op, S.MapOp) and op.name == "e" for op in fn.ops)
+
+
+def test_contract_epilogue_left_for_the_codegen() -> None:
+    fn = optimise(load(NN).semantic, "linear_bias")
+    contract, epilogue = fn.ops
+    assert isinstance(contract, S.ContractOp) and isinstance(epilogue, S.MapOp)
+    assert print_function(fn).count("%0[m, n]") == 1
+
+
+def test_inline_all_and_standalone_kernels() -> None:
+    for path in program_paths():
+        module = load(path).semantic
+        inlined = inline_all(module)
+        assert [f.name for f in inlined.functions] == [f.name for f in module.functions]
+        assert not any(isinstance(op, S.CallOp) for f in inlined.functions for op in f.ops)
+
+
+def test_trace_and_debug_switch(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    module = load(EXAMPLE).semantic
+    seen: list[tuple[str, int]] = []
+    run_passes(module, "softmax", trace=lambda step, fn: seen.append((step, len(fn.ops))))
+    assert seen == [("inline", 4), ("fuse", 3), ("dce", 3)]
+    assert [step for step, _ in PIPELINE] == ["inline", "fuse", "dce"]
+    monkeypatch.setenv("ARKE_DEBUG_PASSES", "1")
+    run_passes(module, "softmax")
+    err = capsys.readouterr().err
+    assert err.count("# ---- after ") == 3 and "kernel @softmax" in err
+    monkeypatch.setenv("ARKE_DEBUG_PASSES", "0")
+    run_passes(module, "softmax")
+    assert capsys.readouterr().err == ""
+
+
+def test_verify_each_names_the_broken_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    def breaks(fn: S.Function, module: S.Module) -> S.Function:
+        return S.Function(fn.name, fn.params, fn.bindings, fn.guards, fn.ops, ("99",), fn.result_types)
+
+    monkeypatch.setattr("arke.passes.PIPELINE", (*PIPELINE, ("broken", breaks)))
+    module = load(EXAMPLE).semantic
+    run_passes(module, "softmax")  # unchecked: no error
+    with pytest.raises(IRVerifyError, match="after pass `broken`"):
+        run_passes(module, "softmax", verify_each=True)
