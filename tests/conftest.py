@@ -1,0 +1,18 @@
+"""Settings for the whole test suite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_kernel_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Compiled kernels go to a cache of the test run's own, never the user's ~/.cache/arke."""
+    directory = tmp_path_factory.mktemp("arke-cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("ARKE_CACHE_DIR", str(directory))
+    yield directory
+    patch.undo()
