@@ -20,6 +20,8 @@ KNOBS: dict[str, str] = {
     "ARKE_NO_CACHE": "1 = never read or write the on-disk kernel cache (the in-process cache stays)",
     "ARKE_CACHE_LOCK_TIMEOUT": "seconds to wait for another process building the same kernel (default 120)",
     "ARKE_DEBUG": "1 = show tracebacks and debug logging (AKC_DEBUG is the older spelling)",
+    "ARKE_DEBUG_PASSES": "1 = print the IR after every pass of the pipeline (to stderr)",
+    "ARKE_THREADS": "the CPU worker team's size (default: every core this process may use)",
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -87,3 +89,18 @@ def debug() -> bool:
     Lenient on purpose: a debugging switch never stops a run, so ``ARKE_DEBUG=all`` means yes.
     """
     return any(os.environ.get(name, "").strip().lower() not in _FALSE for name in ("ARKE_DEBUG", "AKC_DEBUG"))
+
+
+def debug_passes() -> bool:
+    """``ARKE_DEBUG_PASSES``: print the IR after each pass (lenient: any value but a "no" is on)."""
+    return os.environ.get("ARKE_DEBUG_PASSES", "").strip().lower() not in _FALSE
+
+
+def threads() -> int | None:
+    """``ARKE_THREADS``: the worker team's size, or None for every core."""
+    raw = os.environ.get("ARKE_THREADS", "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise KnobError(f"ARKE_THREADS={raw!r}: give a positive number of threads")
+    return int(raw)

@@ -178,6 +178,25 @@ def evaluate(d: Dim, env: dict[str, int]) -> int:
     return int(value)
 
 
+def canonical(d: Dim) -> Dim:
+    """``d`` with nested floor divisions merged: ``(K//2)//2`` is ``K//4`` for every integer K,
+    which SymPy does not see on its own."""
+
+    def merge(e: sympy.Expr) -> sympy.Expr:
+        coeff, rest = e.args[0].as_coeff_Mul()
+        if isinstance(rest, sympy.floor) and coeff.is_Rational and coeff > 0 and coeff.p == 1:
+            return sympy.floor(rest.args[0] / coeff.q)  # floor(floor(y) / c) == floor(y / c), c a positive int
+        return e
+
+    d = sympy.sympify(d)
+    for _ in range(8):
+        new = d.replace(lambda e: isinstance(e, sympy.floor), merge)
+        if new == d:
+            break
+        d = new
+    return d
+
+
 def equal(a: Dim, b: Dim) -> bool | None:
     """True or False when SymPy can decide ``a == b`` for every positive value of the symbols.
 
@@ -186,7 +205,7 @@ def equal(a: Dim, b: Dim) -> bool | None:
     """
     if a == b:
         return True
-    diff = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
+    diff = sympy.expand(canonical(a) - canonical(b))
     if diff == 0:
         return True
     if diff.is_number:

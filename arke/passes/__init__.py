@@ -17,10 +17,10 @@ prints the IR after every step, each headed by the step's name.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 
+from arke import knobs
 from arke.ir import semantic as S
 from arke.ir.text import print_function
 from arke.ir.verify import IRVerifyError, verify
@@ -62,8 +62,8 @@ def print_trace(step: str, fn: S.Function) -> None:
 
 
 def debug_passes() -> bool:
-    """Whether ``ARKE_DEBUG_PASSES`` asks for the IR after each step (any value but empty, 0, false, no, off)."""
-    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+    """Whether ``ARKE_DEBUG_PASSES`` asks for the IR after each step (see ``arke.knobs``)."""
+    return knobs.debug_passes()
 
 
 def run_passes(module: S.Module, name: str, *, verify_each: bool = False, trace: Trace | None = None) -> S.Function:

@@ -10,7 +10,8 @@ body computes exactly that element. A :class:`~arke.ir.semantic.ContractOp`'s op
 must stay plain loads (every target lowers a contraction as a matmul of two stored
 tensors), and a call's arguments are whole tensors, so a producer read by a contract or a
 call stays. A function result stays (it must be stored). A map that *reads* a contract's
-result is left alone too: it is the contract's epilogue, which the codegen recognises.
+result is not folded either: it is the contract's epilogue (bias, activation, gating),
+which the codegen recognises and runs on the contract's accumulator tile.
 
 **Profitable** (the pass folds only then):
 
@@ -66,10 +67,13 @@ def fuse_elementwise(fn: S.Function) -> S.Function:
     """
     ops: list[S.Op | None] = list(fn.ops)
     results = set(fn.results)
+    contracts = {op.result for op in fn.ops if isinstance(op, S.ContractOp)}
     for i in reversed(range(len(ops))):
         producer = ops[i]
         if not isinstance(producer, S.MapOp) or producer.result in results:
             continue
+        if any(isinstance(n, S.Load) and n.src in contracts for n in walk(producer.body)):
+            continue  # a contract's epilogue: the codegen runs it on the contract's output tile
         readers = {j: op for j, op in enumerate(ops) if op is not None and producer.result in op_uses(op)}
         if not should_fold(producer, list(readers.values())):
             continue

@@ -52,14 +52,12 @@ class _Inliner:
         if name in self.active:
             cycle = " -> ".join(f"@{n}" for n in [*self.active[self.active.index(name):], name])
             raise ValueError(f"cannot inline: calls form a cycle: {cycle}")
+        if name not in {f.name for f in self.module.functions}:
+            caller = f"@{self.active[-1]} calls " if self.active else ""
+            raise ValueError(f"cannot inline: {caller}@{name}, which is not in the module")
         self.active.append(name)
         try:
-            fn = self.module.get(name)
-        except KeyError:
-            raise ValueError(f"cannot inline: @{self.active[-2] if len(self.active) > 1 else name} calls @{name}, "
-                             "which is not in the module") from None
-        try:
-            self.done[name] = self.inline(fn)
+            self.done[name] = self.inline(self.module.get(name))
         finally:
             self.active.pop()
         return self.done[name]

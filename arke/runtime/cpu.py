@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from arke import knobs
 from arke.codegen.base import Artifact
 from arke.codegen.plan import KernelPlan
 from arke.ir import semantic as ir
@@ -105,9 +106,10 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 
 def default_threads() -> int:
-    value = os.environ.get("ARKE_THREADS")
-    if value and value.isdigit() and int(value) > 0:
-        return int(value)
+    """``ARKE_THREADS``, else every core this process may run on."""
+    chosen = knobs.threads()
+    if chosen is not None:
+        return chosen
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 

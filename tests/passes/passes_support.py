@@ -5,8 +5,9 @@ before and after the passes, on the same random inputs, and compares. The compar
 **bit for bit** by default: inlining only renames, and fusion only recomputes a stored
 element from the same inputs with the same operations (the store's rounding kept as an
 explicit cast), so every element comes out identical. The one allowed difference is a
-reduction whose body changed form: the interpreter (like any target) may then sum in
-another order — it runs ``sum(a * b)`` as an einsum — and a reassociated float sum of
+reduction whose body changed: the interpreter (like any target) may then sum in another
+order — it runs ``sum(a * b)`` as an einsum, and torch's sum order depends on the body's
+memory layout (a fused body read through a transposed view) — and a reassociated float sum of
 ``n`` terms differs from another order by at most ``2 * gamma(n) * sum |term|`` with
 ``gamma(n) = n * u / (1 - n * u)`` and ``u`` the unit roundoff (Higham, *Accuracy and Stability
 of Numerical Algorithms*, §4.2). Tests that allow it say so and pass that bound.

@@ -1,0 +1,159 @@
+"""Shared helpers of the codegen conformance tests (tests/codegen/test_*.py).
+
+Every compiled target is compared with the reference interpreter (the oracle) on the same
+inputs. Libraries are built once per process and kept here, so each distinct kernel
+compiles once however many tests call it (compile time is most of these tests' cost).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+import numpy as np
+import torch
+
+import arke
+from arke.codegen.base import renderers
+from arke.ir.dtypes import DType
+from arke.ir.shapes import evaluate
+from arke.lang.checker import stdlib_modules, stdlib_path
+from arke.runtime.build import TARGETS_RUNNABLE, Library
+from arke.runtime.guards import TORCH_DTYPES
+
+#: Every registered target, and those that can run on this machine.
+TARGETS = tuple(r.name for r in renderers())
+RUNNABLE = tuple(t for t in TARGETS if t in TARGETS_RUNNABLE)
+STDLIB = tuple(stdlib_modules())
+
+#: f32 tolerance for a kernel doing a few roundings per element (unit roundoff 2**-24 ≈ 6e-8,
+#: so 1e-5 leaves ~100 ulps; the codegen computes rsqrt as 1/sqrt and gelu through erff,
+#: and libm's exp/log/erf may differ from torch's by an ulp or two).
+F32_TOL = 1e-5
+#: bf16 has 8 significant bits (unit roundoff 2**-8 ≈ 4e-3): one rounding step of the result.
+BF16_TOL = 1e-2
+#: f16 has 11 significant bits (unit roundoff 2**-11 ≈ 5e-4).
+F16_TOL = 2e-3
+
+
+@cache
+def std_module(name: str) -> arke.Module:
+    """The standard-library module ``name`` (``"std.nn"``), loaded once per process."""
+    return arke.load(stdlib_path(name))
+
+
+@cache
+def text_module(text: str) -> arke.Module:
+    """A module of `.ak` source text written in a test, loaded once per process."""
+    return arke.loads(text, "<test>")
+
+
+_LIBRARIES: dict[tuple[int, str], tuple[arke.Module, Library]] = {}
+
+
+def build(module: arke.Module, target: str) -> Library:
+    """``arke.build(module, target)``, once per module and target in this process."""
+    key = (id(module), target)
+    if key not in _LIBRARIES:
+        _LIBRARIES[key] = (module, arke.build(module, target=target))  # the module is kept alive: its id stays unique
+    return _LIBRARIES[key][1]
+
+
+def seeded(*parts: object) -> np.random.Generator:
+    """A generator seeded from ``parts`` (e.g. a kernel name and shape): reproducible per case."""
+    return np.random.default_rng(zlib.crc32(repr(parts).encode()))
+
+
+def shape_of(param: Any, dims: Mapping[str, int]) -> tuple[int, ...]:
+    """A parameter's shape for these dim values."""
+    return tuple(evaluate(d, dict(dims)) for d in param.type.shape)
+
+
+def random_inputs(kernel: arke.Kernel, dims: Mapping[str, int], rng: np.random.Generator, *,
+                  ids: Mapping[str, str | int] | None = None, ties: bool = False) -> list[Any]:
+    """Random tensors for every tensor parameter of ``kernel`` with these dims, in order.
+
+    Floats are standard normal (bf16 comes as a torch tensor: NumPy has none); with ``ties``
+    they are rounded to multiples of 0.5, so equal values (and tied maxima) occur. Integer
+    tensors named in ``ids`` hold ids in ``[0, bound)`` (a dim name or a number); other
+    integers span a small signed range; bools are fair coins.
+    """
+    out: list[Any] = []
+    for p in kernel.function.params:
+        if p.type.rank == 0:
+            continue
+        shape, dt = shape_of(p, dims), p.type.dtype
+        if dt.is_float:
+            values = rng.standard_normal(shape)
+            if ties:
+                values = np.round(values * 2) / 2
+            out.append(as_dtype(values, dt))
+        elif dt.is_int:
+            bound = (ids or {}).get(p.name)
+            if bound is not None:
+                hi = dims[bound] if isinstance(bound, str) else bound
+                out.append(rng.integers(0, hi, shape).astype(torch_to_numpy(dt)))
+            else:
+                out.append(rng.integers(-100, 100, shape).astype(torch_to_numpy(dt)))
+        else:
+            out.append(rng.random(shape) < 0.5)
+    return out
+
+
+def torch_to_numpy(dt: DType) -> Any:
+    return torch.empty(0, dtype=TORCH_DTYPES[dt]).numpy().dtype
+
+
+def as_dtype(values: np.ndarray, dt: DType) -> Any:
+    """Float values stored in ``dt``: a NumPy array, or a torch tensor for bf16."""
+    if dt is DType.BF16:
+        return torch.from_numpy(np.asarray(values, dtype=np.float32)).to(torch.bfloat16)
+    return np.asarray(values).astype(torch_to_numpy(dt))
+
+
+def results(value: Any) -> tuple[Any, ...]:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def assert_matches(got: Any, want: Any, *, rtol: float = F32_TOL, atol: float = F32_TOL, what: str = "") -> None:
+    """A compiled result equals the interpreter's: same kind, dtype and shape, values within tolerance.
+
+    Integers and booleans must be equal; floats within ``rtol``/``atol`` (NaN matches NaN,
+    infinities must match exactly).
+    """
+    got_t, want_t = results(got), results(want)
+    assert len(got_t) == len(want_t), f"{what}: {len(got_t)} results, the interpreter gives {len(want_t)}"
+    for k, (g, w) in enumerate(zip(got_t, want_t)):
+        label = f"{what} result {k}"
+        assert type(g) is type(w), f"{label}: got a {type(g).__name__}, the interpreter gives a {type(w).__name__}"
+        gt, wt = torch.as_tensor(g), torch.as_tensor(w)
+        assert gt.dtype == wt.dtype, f"{label}: dtype {gt.dtype}, the interpreter gives {wt.dtype}"
+        assert gt.shape == wt.shape, f"{label}: shape {tuple(gt.shape)}, the interpreter gives {tuple(wt.shape)}"
+        if gt.is_floating_point():
+            try:
+                torch.testing.assert_close(gt.float(), wt.float(), rtol=rtol, atol=atol, equal_nan=True)
+            except AssertionError as err:
+                raise AssertionError(f"{label}: {err}") from None
+        else:
+            assert torch.equal(gt, wt), f"{label}: differs at {torch.nonzero(gt != wt)[:5].tolist()}:\n{gt}\n{wt}"
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Whether two results are bit-identical (NaNs compared as bits too)."""
+    for x, y in zip(results(a), results(b), strict=True):
+        tx, ty = torch.as_tensor(x), torch.as_tensor(y)
+        if tx.dtype != ty.dtype or tx.shape != ty.shape:
+            return False
+        if tx.is_floating_point():
+            width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[tx.element_size()]
+            tx, ty = tx.contiguous().view(width), ty.contiguous().view(width)
+        if not torch.equal(tx, ty):
+            return False
+    return True
+
+
+def dims_id(dims: Mapping[str, int] | Sequence[tuple[str, int]]) -> str:
+    items = dims.items() if isinstance(dims, Mapping) else dims
+    return ",".join(f"{k}={v}" for k, v in items)

@@ -1,0 +1,143 @@
+"""Conformance: every kernel of the standard library, built for every runnable target, gives
+the reference interpreter's answer on the same random inputs.
+
+Shapes are sampled, not exhausted: each kernel runs on a degenerate shape (every dim 1), ragged
+ones (3, 17, 33: no power of two, no multiple of a vector width) and, where it is cheap, one
+with 4097 columns (a vector-width tail after many full vectors). Attention covers grouped
+queries (H / G = 4), MQA, causal with T > S and decode (S = 1). Ids (embedding, cross-entropy
+targets) are in range; out-of-range ids are tests/runtime/test_cpu.py's business.
+
+A new stdlib kernel without a case here fails ``test_every_stdlib_kernel_has_cases``; a new
+target file in ``arke/codegen`` is picked up automatically (it is skipped, with the reason,
+until ``arke.runtime.build`` can run it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from codegen_support import (
+    F32_TOL,
+    RUNNABLE,
+    STDLIB,
+    TARGETS,
+    assert_matches,
+    build,
+    dims_id,
+    random_inputs,
+    seeded,
+    std_module,
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One stdlib kernel on one shape."""
+
+    module: str
+    kernel: str
+    dims: dict[str, int]
+    scalars: dict[str, Any] = field(default_factory=dict)
+    ids: dict[str, str | int] = field(default_factory=dict)  # int tensor -> exclusive bound (dim name or number)
+    ties: bool = False
+    tol: float = F32_TOL
+
+    @property
+    def id(self) -> str:
+        extra = [f"{k}={v}" for k, v in self.scalars.items()] + (["ties"] if self.ties else [])
+        return "-".join([self.kernel, dims_id(self.dims), *extra])
+
+
+def cases(module: str, kernels: str, shapes: list[dict[str, int]], **options: Any) -> list[Case]:
+    return [Case(module, k, dict(s), **options) for k in kernels.split() for s in shapes]
+
+
+NN, ATTN, MOE = "std.nn", "std.attention", "std.moe"
+ROWS = [{"M": 1, "N": 1}, {"M": 3, "N": 17}, {"M": 33, "N": 33}]
+# A row of 4097: the codegen reduces in one sequence, the interpreter with torch's vectorised
+# sums. Over 4097 terms of size ~1 the two orders differ by ~sqrt(4097) ulps of the total
+# (~64 * 6e-8 * |sum|; measured up to 3e-6 relative), so these get 1e-4.
+LONG_ROW = {"M": 2, "N": 4097}
+MATMUL = [{"M": 1, "K": 1, "N": 1}, {"M": 3, "K": 17, "N": 33}, {"M": 33, "K": 3, "N": 17}]
+# K = 4097: sums of 4097 products of size ~1 (|result| ~ 64); see LONG_ROW.
+LONG_K = {"M": 2, "K": 4097, "N": 3}
+LONG = 1e-4
+
+ELEMENTWISE = "relu gelu gelu_tanh silu sigmoid tanh"
+ROW_REDUCING = "softmax logsumexp log_softmax layernorm rmsnorm"
+
+CASES: list[Case] = [
+    *cases(NN, ELEMENTWISE, [*ROWS, {"M": 5, "N": 4097}]),
+    *cases(NN, "add mul", [*ROWS, {"M": 3, "N": 4097}]),
+    *cases(NN, ROW_REDUCING, ROWS),
+    *cases(NN, ROW_REDUCING, [LONG_ROW], tol=LONG),
+    *cases(NN, "softmax logsumexp", [{"M": 5, "N": 33}], ties=True),  # tied row maxima
+    Case(NN, "layernorm", {"M": 3, "N": 17}, scalars={"eps": 0.5}),
+    Case(NN, "rmsnorm", {"M": 3, "N": 17}, scalars={"eps": 0.25}),
+    *cases(NN, "matmul linear", MATMUL),
+    *cases(NN, "matmul linear", [LONG_K], tol=LONG),
+    Case(NN, "linear", {"M": 1, "K": 129, "N": 33}),  # decode: one row
+    *cases(NN, "linear_bias", MATMUL),
+    *cases(NN, "bmm", [{"B": 1, "M": 1, "K": 1, "N": 1}, {"B": 3, "M": 5, "K": 17, "N": 33}]),
+    *cases(NN, "swiglu geglu", [{"T": 1, "D": 1, "F": 1}, {"T": 3, "D": 17, "F": 33}, {"T": 17, "D": 33, "F": 5}]),
+    *cases(NN, "embedding", [{"T": 1, "V": 1, "D": 1}, {"T": 17, "V": 33, "D": 5}, {"T": 3, "V": 5, "D": 4097}],
+           ids={"ids": "V"}),
+    *cases(NN, "cross_entropy cross_entropy_mean", [{"M": 1, "V": 1}, {"M": 17, "V": 33}], ids={"target": "V"}),
+    *cases(NN, "cross_entropy cross_entropy_mean", [{"M": 3, "V": 4097}], ids={"target": "V"}, tol=LONG),
+    # (B, H, G, S, T, D)
+    *cases(ATTN, "attention causal_attention", [
+        {"B": 1, "H": 1, "G": 1, "S": 1, "T": 1, "D": 1},
+        {"B": 2, "H": 8, "G": 2, "S": 5, "T": 33, "D": 16},  # GQA, H / G = 4, T > S
+        {"B": 1, "H": 4, "G": 1, "S": 17, "T": 17, "D": 8},  # MQA, square
+        {"B": 1, "H": 8, "G": 2, "S": 1, "T": 33, "D": 8},  # decode
+    ]),
+    Case(ATTN, "attention", {"B": 1, "H": 3, "G": 3, "S": 17, "T": 3, "D": 5}),  # S > T: only the plain kernel
+    *cases(ATTN, "rope rope_interleaved", [{"T": 1, "H": 1, "D": 2}, {"T": 17, "H": 3, "D": 8},
+                                           {"T": 5, "H": 2, "D": 64}], ids={"pos": 64}),
+    *cases(ATTN, "rope rope_interleaved", [{"T": 3, "H": 2, "D": 16}], ids={"pos": 64}, scalars={"theta": 500000.0}),
+    *cases(MOE, "topk_routing", [{"T": 1, "E": 1}, {"T": 17, "E": 8}, {"T": 3, "E": 33}]),
+    Case(MOE, "topk_routing", {"T": 5, "E": 8}, scalars={"k": 1}),
+    Case(MOE, "topk_routing", {"T": 5, "E": 8}, scalars={"k": 8}),
+    Case(MOE, "topk_routing", {"T": 17, "E": 8}, ties=True),  # ties go to the lower expert
+]
+
+
+def targets() -> list[Any]:
+    """Every registered target; those the runtime cannot run yet are skipped with the reason."""
+    return [t if t in RUNNABLE else pytest.param(t, marks=pytest.mark.skip(reason=f"{t} cannot run here yet"))
+            for t in TARGETS]
+
+
+def test_every_stdlib_kernel_has_cases() -> None:
+    have = {(c.module, c.kernel) for c in CASES}
+    missing = [f"{m}.{k}" for m in STDLIB for k in std_module(m).names if (m, k) not in have]
+    assert not missing, f"stdlib kernels without a conformance case: {missing}"
+
+
+def test_some_target_runs_here() -> None:
+    assert RUNNABLE, f"no registered target ({TARGETS}) can run on this machine"
+
+
+@pytest.mark.parametrize("target", targets())
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_stdlib_kernel_matches_interpreter(case: Case, target: str) -> None:
+    module = std_module(case.module)
+    reference = module.kernels[case.kernel]
+    compiled = build(module, target).kernels[case.kernel]
+    args = random_inputs(reference, case.dims, seeded(case.id), ids=case.ids, ties=case.ties)
+    want = reference(*args, **case.scalars)
+    got = compiled(*args, **case.scalars)
+    assert_matches(got, want, rtol=case.tol, atol=case.tol, what=f"{target} {case.id}")
+
+
+@pytest.mark.parametrize("target", targets())
+def test_scalars_by_position_and_by_default(target: str) -> None:
+    """A scalar given by position equals the same value by name; left out, it takes its default."""
+    module = std_module(NN)
+    compiled = build(module, target).kernels["rmsnorm"]
+    x, w = random_inputs(module.kernels["rmsnorm"], {"M": 3, "N": 17}, seeded("rmsnorm-scalars"))
+    by_position = compiled(x, w, 0.5)
+    assert_matches(by_position, compiled(x, w, eps=0.5), rtol=0, atol=0, what="eps by position vs by name")
+    assert_matches(compiled(x, w), module.kernels["rmsnorm"](x, w, eps=1e-6), what="default eps")
