@@ -254,7 +254,9 @@ class _Function:
         t = self.tmp()
         if dtype.is_float:
             if kind in ("sum", "prod"):
-                self.emit(f"{t} = {'fadd' if kind == 'sum' else 'fmul'} float {a}, {b}")
+                # `reassoc` lets LLVM keep vector accumulators (lanes summed in a fixed tree at the
+                # end): still one fixed order per machine, and the same for any thread count.
+                self.emit(f"{t} = {'fadd' if kind == 'sum' else 'fmul'} reassoc float {a}, {b}")
             else:
                 fn = "llvm.maximum.f32" if kind == "max" else "llvm.minimum.f32"
                 self.declare(f"declare float @{fn}(float, float)")
