@@ -83,6 +83,8 @@ class _Function:
         self.prologue: list[str] = []  # entry-block code (dims, buffer shapes): dominates everything
         self.body: list[str] = []
         self.n = 0
+        self.loops_made = 0
+        self.current: dict[str, str] = {}  # axis -> the LLVM value of its innermost enclosing loop
         self.dims: dict[str, str] = {}
         used = sorted({b for b in self._buffers_used()}, key=plan.buffer_index)
         self.args = used
@@ -177,30 +179,85 @@ class _Function:
             order.insert(0, self.d.parallel)
         self.prologue.append("  %errflag = alloca i1")
         self.prologue.append("  store i1 false, ptr %errflag")
-        self.loops(order, 0)
+        row = self.rows_axis()
+        if row is not None:
+            self.loops([a for a in order if a != row], 0, lambda: self.contract_rows(row))
+        else:
+            self.loops(order, 0, lambda: self.element())
         params = ", ".join(f"ptr noalias {self.ptr[b]}" for b in self.args)
         head = f"define void @\"{self.name}\"({params}, ptr noalias %dims, i64 %lo, i64 %hi, ptr noalias %err) {{"
         tail = ["  %ef = load i1, ptr %errflag", "  %ez = zext i1 %ef to i64", "  %eo = load i64, ptr %err",
                 "  %en = or i64 %eo, %ez", "  store i64 %en, ptr %err", "  ret void", "}"]
         return "\n".join([head, "entry:", *self.prologue, "  br label %start", "start:", *self.body, *tail])
 
-    def loops(self, order: list[str], depth: int) -> None:
-        """Loops over the op's axes (``order``), then its reduction; falls through at the end."""
+    def loops(self, order: list[str], depth: int, inner: Callable[[], None]) -> None:
+        """Loops over the axes in ``order`` (the parallel one over ``[lo, hi)``), ``inner`` innermost."""
         if depth == len(order):
-            self.element(order)
+            inner()
             return
         axis = order[depth]
         lo, hi = ("%lo", "%hi") if (depth == 0 and axis == self.d.parallel) else ("0", self.dim(self.extent[axis]))
-        self.loop(axis, lo, hi, lambda: self.loops(order, depth + 1))
+        self.loop(axis, lo, hi, lambda: self.loops(order, depth + 1, inner))
+
+    def rows_axis(self) -> str | None:
+        """For a contraction whose last output axis runs along an operand's rows (``a @ b``'s n),
+        that axis: it becomes the innermost loop, each (k, n) step a vector update of a row of
+        accumulators. Every element still sums its k terms in order."""
+        op = self.op
+        if not isinstance(op, ir.ContractOp) or not op.axes:
+            return None
+        n = op.axes[-1].name
+        last = [x.indices[-1] for x in (op.lhs, op.rhs) if x.indices]
+        if n == self.d.parallel or ir.Idx(n) not in last:
+            return None
+        return n
+
+    def contract_rows(self, n: str) -> None:
+        """One row of a contraction: zero the accumulators, add every k step, store the row."""
+        op = self.op
+        assert isinstance(op, ir.ContractOp)
+        dtype, ct = op.dtype, COMPUTE[op.dtype]
+        extent = self.dim(self.extent[n])
+        row = f"%row.{op.result}"
+        self.prologue.append(f"  {row} = alloca {ct}, i64 {extent}")
+
+        def slot() -> str:
+            p = self.tmp()
+            self.emit(f"{p} = getelementptr inbounds {ct}, ptr {row}, i64 {self.current[n]}")
+            return p
+
+        def zero() -> None:
+            self.emit(f"store {ct} {_identity('sum', dtype)}, ptr {slot()}")
+
+        def update() -> None:
+            v = self.expr(ir.Binary("mul", _as(op.lhs, dtype), _as(op.rhs, dtype), dtype))
+            p = slot()
+            a = self.tmp()
+            self.emit(f"{a} = load {ct}, ptr {p}")
+            t = self.tmp()
+            self.emit(f"{t} = {'fadd' if dtype.is_float else 'add'} {ct} {a}, {v}")
+            self.emit(f"store {ct} {t}, ptr {p}")
+
+        def store() -> None:
+            a = self.tmp()
+            self.emit(f"{a} = load {ct}, ptr {slot()}")
+            self.store(self.buffer(op.result), [ir.Idx(x.name) for x in op.axes], a, dtype)
+
+        self.loop(n, "0", extent, zero)
+        self.loops([a.name for a in op.reduce_axes], 0, lambda: self.loop(n, "0", extent, update))
+        self.loop(n, "0", extent, store)
 
     def loop(self, axis: str, lo: str, hi: str, inner: Callable[[], None]) -> None:
-        counter = f"%ix.{axis}.p"
+        self.loops_made += 1
+        tag = f"{axis}.{self.loops_made}"  # an axis may be looped over more than once (rows form)
+        counter = f"%ix.{tag}.p"
         self.prologue.append(f"  {counter} = alloca i64")
-        head, body, done = f"h.{axis}", f"b.{axis}", f"e.{axis}"
+        head, body, done = f"h.{tag}", f"b.{tag}", f"e.{tag}"
         self.emit(f"store i64 {lo}, ptr {counter}")
         self.emit(f"br label %{head}")
         self.label(head)
-        i = f"%ix.{axis}"
+        i = f"%ix.{tag}"
+        self.current[axis] = i
         self.emit(f"{i} = load i64, ptr {counter}")
         c = self.tmp()
         self.emit(f"{c} = icmp slt i64 {i}, {hi}")
@@ -213,7 +270,7 @@ class _Function:
         self.emit(f"br label %{head}")
         self.label(done)
 
-    def element(self, order: list[str]) -> None:
+    def element(self) -> None:
         """The innermost body: compute (or reduce) one element of the result and store it."""
         op = self.op
         dtype = op.dtype
@@ -359,7 +416,7 @@ class _Function:
         return str(int(e.value))
 
     def _x_Idx(self, e: ir.Idx) -> str:
-        return f"%ix.{e.name}"
+        return self.current[e.name]
 
     def _x_DimRef(self, e: ir.DimRef) -> str:
         return self.dim(e.dim)
