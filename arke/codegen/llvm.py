@@ -41,7 +41,7 @@ INT_BINARY = {"add": "add", "sub": "sub", "mul": "mul"}
 FLOAT_COMPARE = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}
 INT_COMPARE = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
 # Float math with an LLVM intrinsic (NaN-propagating maximum/minimum, as torch does).
-FLOAT_INTRINSIC = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "sin": "llvm.sin",
+FLOAT_INTRINSIC = {"log": "llvm.log", "sqrt": "llvm.sqrt", "sin": "llvm.sin",
                    "cos": "llvm.cos", "floor": "llvm.floor", "ceil": "llvm.ceil", "exp2": "llvm.exp2",
                    "log2": "llvm.log2", "abs": "llvm.fabs"}
 LIBM = {"tanh": "tanhf", "erf": "erff"}
@@ -488,6 +488,8 @@ class _Function:
             return t
         if op == "neg":
             self.emit(f"{t} = fneg float {x}")
+        elif op == "exp":
+            return self._round_to(self.expr_f("exp", x), e.dtype)
         elif op in FLOAT_INTRINSIC:
             fn = FLOAT_INTRINSIC[op] + ".f32"
             self.declare(f"declare float @{fn}(float)")
@@ -526,10 +528,15 @@ class _Function:
             raise UnsupportedError(f"unimplemented primitive in llvm lowering: {op}")
         return self._round_to(t, e.dtype)
 
-    def expr_f(self, intrinsic: str, x: str) -> str:
-        fn = FLOAT_INTRINSIC[intrinsic] + ".f32"
-        self.declare(f"declare float @{fn}(float)")
+    def expr_f(self, op: str, x: str) -> str:
         t = self.tmp()
+        if op == "exp":
+            for d in (*EXPF_DECLARES, EXPF):
+                self.declare(d)
+            self.emit(f"{t} = call float @arke.expf(float {x})")
+            return t
+        fn = FLOAT_INTRINSIC[op] + ".f32"
+        self.declare(f"declare float @{fn}(float)")
         self.emit(f"{t} = call float @{fn}(float {x})")
         return t
 
@@ -635,6 +642,62 @@ class _Function:
             self.emit(f"{less} = sub {ct} {q}, 1")
             self.emit(f"{out} = select i1 {fix}, {ct} {less}, {ct} {q}")
         return out
+
+
+# exp(x) for float, written out so the loop vectorizer can use it (libm's expf is a scalar call):
+# x = n ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-6 polynomial (about 1 ulp), times 2^n
+# (as 2^(n/2) twice, so n = 128 near the top of the range does not overflow the scale).
+# Below -87.3 the result is flushed to 0 (no subnormals); above 88.72 it is +inf; NaN stays NaN.
+_C = {name: float_const(v) for name, v in {
+    "lo": -87.33654, "hi": 88.72283, "log2e": 1.44269504088896341, "ln2hi": 0.693359375,
+    "ln2lo": -2.12194440e-4, "p0": 1.9875691500e-4, "p1": 1.3981999507e-3, "p2": 8.3334519073e-3,
+    "p3": 4.1665795894e-2, "p4": 1.6666665459e-1, "p5": 5.0000001201e-1}.items()}
+EXPF_DECLARES = ("declare float @llvm.maxnum.f32(float, float)", "declare float @llvm.minnum.f32(float, float)",
+                 "declare float @llvm.floor.f32(float)")
+EXPF = f"""define internal float @arke.expf(float %x) alwaysinline {{
+entry:
+  %lo = fcmp olt float %x, {_C["lo"]}
+  %hi = fcmp ogt float %x, {_C["hi"]}
+  %c1 = call float @llvm.maxnum.f32(float %x, float {_C["lo"]})
+  %xc = call float @llvm.minnum.f32(float %c1, float {_C["hi"]})
+  %t = fmul float %xc, {_C["log2e"]}
+  %t2 = fadd float %t, 0.5
+  %nf = call float @llvm.floor.f32(float %t2)
+  %a = fmul float %nf, {_C["ln2hi"]}
+  %r1 = fsub float %xc, %a
+  %b = fmul float %nf, {_C["ln2lo"]}
+  %r = fsub float %r1, %b
+  %z = fmul float %r, %r
+  %p0 = fmul float %r, {_C["p0"]}
+  %p1 = fadd float %p0, {_C["p1"]}
+  %p2 = fmul float %p1, %r
+  %p3 = fadd float %p2, {_C["p2"]}
+  %p4 = fmul float %p3, %r
+  %p5 = fadd float %p4, {_C["p3"]}
+  %p6 = fmul float %p5, %r
+  %p7 = fadd float %p6, {_C["p4"]}
+  %p8 = fmul float %p7, %r
+  %p9 = fadd float %p8, {_C["p5"]}
+  %pa = fmul float %p9, %z
+  %pb = fadd float %pa, %r
+  %y = fadd float %pb, 1.0
+  %n = fptosi float %nf to i32
+  %n1 = ashr i32 %n, 1
+  %n2 = sub i32 %n, %n1
+  %e1 = add i32 %n1, 127
+  %e2 = add i32 %n2, 127
+  %bits1 = shl i32 %e1, 23
+  %bits2 = shl i32 %e2, 23
+  %s1 = bitcast i32 %bits1 to float
+  %s2 = bitcast i32 %bits2 to float
+  %v0 = fmul float %y, %s1
+  %v = fmul float %v0, %s2
+  %v1 = select i1 %lo, float 0.0, float %v
+  %v2 = select i1 %hi, float 0x7FF0000000000000, float %v1
+  %nan = fcmp uno float %x, 0.0
+  %v3 = select i1 %nan, float %x, float %v2
+  ret float %v3
+}}"""
 
 
 def _ipow(ct: str) -> str:
