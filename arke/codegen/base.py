@@ -25,12 +25,14 @@ class LaunchSpec:
 
     ``parallel_extent`` is the dim expression (text, over the kernel's dim symbols) of the
     range ``[0, n)`` that the entry's ``lo``/``hi`` arguments cut into static chunks, or
-    None when the dispatch runs whole on one worker.
+    None when the dispatch runs whole on one worker. The entry's arguments are the
+    ``buffers``, the dims array, ``lo``, ``hi``, an error word and a scratch pointer.
     """
 
     entry: str
     parallel_extent: str | None
     buffers: tuple[int, ...] = ()  # the plan's buffers the entry takes, in order
+    scratch: str | None = None  # 8-byte elements of scratch memory each worker needs (a dim expression)
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,7 @@ class _Function:
         self.n = 0
         self.loops_made = 0
         self.current: dict[str, str] = {}  # axis -> the LLVM value of its innermost enclosing loop
+        self.scratch: Dim | None = None  # elements of 8-byte scratch this dispatch needs per worker
         self.dims: dict[str, str] = {}
         used = sorted({b for b in self._buffers_used()}, key=plan.buffer_index)
         self.args = used
@@ -185,7 +186,8 @@ class _Function:
         else:
             self.loops(order, 0, lambda: self.element())
         params = ", ".join(f"ptr noalias {self.ptr[b]}" for b in self.args)
-        head = f"define void @\"{self.name}\"({params}, ptr noalias %dims, i64 %lo, i64 %hi, ptr noalias %err) {{"
+        head = (f"define void @\"{self.name}\"({params}, ptr noalias %dims, i64 %lo, i64 %hi, ptr noalias %err, "
+                "ptr noalias %scratch) {")
         tail = ["  %ef = load i1, ptr %errflag", "  %ez = zext i1 %ef to i64", "  %eo = load i64, ptr %err",
                 "  %en = or i64 %eo, %ez", "  store i64 %en, ptr %err", "  ret void", "}"]
         return "\n".join([head, "entry:", *self.prologue, "  br label %start", "start:", *self.body, *tail])
@@ -218,8 +220,8 @@ class _Function:
         assert isinstance(op, ir.ContractOp)
         dtype, ct = op.dtype, COMPUTE[op.dtype]
         extent = self.dim(self.extent[n])
-        row = f"%row.{op.result}"
-        self.prologue.append(f"  {row} = alloca {ct}, i64 {extent}")
+        row = "%scratch"  # the runtime's per-worker scratch: a wide row would overflow the stack
+        self.scratch = self.extent[n]
 
         def slot() -> str:
             p = self.tmp()
@@ -489,7 +491,7 @@ class _Function:
         if op == "neg":
             self.emit(f"{t} = fneg float {x}")
         elif op == "exp":
-            return self._round_to(self.expr_f("exp", x), e.dtype)
+            return self.expr_f("exp", x)
         elif op in FLOAT_INTRINSIC:
             fn = FLOAT_INTRINSIC[op] + ".f32"
             self.declare(f"declare float @{fn}(float)")
@@ -526,7 +528,7 @@ class _Function:
             self.emit(f"{t} = fmul float {h}, {one}")
         else:
             raise UnsupportedError(f"unimplemented primitive in llvm lowering: {op}")
-        return self._round_to(t, e.dtype)
+        return t
 
     def expr_f(self, op: str, x: str) -> str:
         t = self.tmp()
@@ -555,8 +557,8 @@ class _Function:
             else:
                 self.emit(f"{t} = icmp {INT_COMPARE[op]} {COMPUTE[operand]} {a}, {b}")
             return t
-        if e.dtype.is_float:
-            return self._round_to(self.float_binary(op, a, b), e.dtype)
+        if e.dtype.is_float:  # f16/bf16 arithmetic runs in f32: rounded only when stored or cast
+            return self.float_binary(op, a, b)
         return self.int_binary(op, a, b, COMPUTE[e.dtype])
 
     def float_binary(self, op: str, a: str, b: str) -> str:
@@ -647,9 +649,10 @@ class _Function:
 # exp(x) for float, written out so the loop vectorizer can use it (libm's expf is a scalar call):
 # x = n ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-6 polynomial (about 1 ulp), times 2^n
 # (as 2^(n/2) twice, so n = 128 near the top of the range does not overflow the scale).
-# Below -87.3 the result is flushed to 0 (no subnormals); above 88.72 it is +inf; NaN stays NaN.
+# Results down to the smallest subnormal come out right (the second scaling rounds once); below
+# -103.97 the result is 0, above 88.72 it is +inf; NaN stays NaN.
 _C = {name: float_const(v) for name, v in {
-    "lo": -87.33654, "hi": 88.72283, "log2e": 1.44269504088896341, "ln2hi": 0.693359375,
+    "lo": -103.97208, "hi": 88.72283, "log2e": 1.44269504088896341, "ln2hi": 0.693359375,
     "ln2lo": -2.12194440e-4, "p0": 1.9875691500e-4, "p1": 1.3981999507e-3, "p2": 8.3334519073e-3,
     "p3": 4.1665795894e-2, "p4": 1.6666665459e-1, "p5": 5.0000001201e-1}.items()}
 EXPF_DECLARES = ("declare float @llvm.maxnum.f32(float, float)", "declare float @llvm.minnum.f32(float, float)",
@@ -779,7 +782,8 @@ class LLVMRenderer(Renderer):
             extent = None
             if d.parallel is not None:
                 extent = dim_str(next(a.extent for a in d.op.axes if a.name == d.parallel))
-            launches.append(LaunchSpec(entry, extent, tuple(plan.buffer_index(b) for b in fn.args)))
+            scratch = dim_str(fn.scratch) if fn.scratch is not None else None
+            launches.append(LaunchSpec(entry, extent, tuple(plan.buffer_index(b) for b in fn.args), scratch))
         source = "\n\n".join([f"; arke kernel {plan.name}", *declarations, *functions]) + "\n"
         return Artifact("llvm", source, tuple(launches))
 

@@ -12,7 +12,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from arke.ir import strategy as sir
-from arke.runtime.guards import check_call, eval_cond
+from arke.runtime.guards import eval_cond, prepare_args
 
 if TYPE_CHECKING:
     from arke.api import Module
@@ -43,26 +43,18 @@ class Kernel:
                 self._variants[index] = _compile(self.library, self.ir_name, strategy)
             return self._variants[index]
 
-    def choose(self, shapes: dict[str, tuple[int, ...]]) -> int:
-        """The strategy in force for arguments of these shapes."""
-        candidates = self.strategies()
-        if not candidates:
-            return -1
-        fn = self.library.module.semantic.get(self.ir_name)
-        try:
-            dims = check_call(fn, shapes)
-        except ValueError:
-            return -1  # the call itself will report what is wrong
-        for k, s in enumerate(candidates):
+    def choose(self, dims: dict[str, int]) -> int:
+        """The strategy in force for a call with these dims (-1: none, the defaults)."""
+        for k, s in enumerate(self.strategies()):
             if s.when is None or eval_cond(s.when, dims):
                 return k
         return -1
 
     def __call__(self, *arrays: Any, threads: int | None = None, **scalars: Any) -> Any:
+        """Check the call (shapes, dtypes, `where` clauses) before anything runs, then run it."""
         fn = self.library.module.semantic.get(self.ir_name)
-        names = [p.name for p in fn.params]
-        shapes = {n: tuple(a.shape) for n, a in zip(names, arrays) if hasattr(a, "shape") and len(a.shape)}
-        return self.variant(self.choose(shapes))(*arrays, threads=threads, **scalars)
+        args, dims, any_torch = prepare_args(fn, arrays, scalars)
+        return self.variant(self.choose(dims)).run_prepared(args, dims, not any_torch, threads)
 
     def source(self) -> str:
         """The target source of the kernel's default variant (``akc build --emit source``)."""

@@ -12,7 +12,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
@@ -25,7 +25,7 @@ from arke.codegen.base import Artifact
 from arke.codegen.plan import KernelPlan
 from arke.ir import semantic as ir
 from arke.ir.shapes import evaluate, parse_dim
-from arke.runtime.guards import TORCH_DTYPES, GuardError, check_call, scalar_tensor, to_cpu_tensor
+from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
 
 
 @cache
@@ -95,7 +95,7 @@ class _Loaded:
         if not address:
             raise RuntimeError(f"compiled code has no function `{name}`")
         proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_buffers), ctypes.c_void_p, ctypes.c_int64,
-                                 ctypes.c_int64, ctypes.c_void_p)
+                                 ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
         fn: Callable[..., None] = proto(address)
         return fn
 
@@ -118,6 +118,7 @@ class _Launch:
     fn: Callable[..., None]
     extent: Any  # a dim expression, or None
     buffers: tuple[int, ...]
+    scratch: Any  # 8-byte elements of scratch per worker (a dim expression), or None
 
 
 class CPUKernel:
@@ -129,7 +130,8 @@ class CPUKernel:
         self._loaded = _Loaded(obj)
         self._launches = [
             _Launch(self._loaded.function(spec.entry, len(spec.buffers)),
-                    parse_dim(spec.parallel_extent) if spec.parallel_extent else None, spec.buffers)
+                    parse_dim(spec.parallel_extent) if spec.parallel_extent else None, spec.buffers,
+                    parse_dim(spec.scratch) if spec.scratch else None)
             for spec in artifact.launches
         ]
 
@@ -137,9 +139,14 @@ class CPUKernel:
         return f"<arke kernel {self.name} on llvm, {len(self._launches)} dispatches>"
 
     def __call__(self, *arrays: Any, threads: int | None = None, **scalars: Any) -> Any:
+        args, dims, any_torch = prepare_args(self.plan.function, arrays, scalars)
+        return self.run_prepared(args, dims, not any_torch, threads)
+
+    def run_prepared(self, args: dict[str, torch.Tensor], dims: dict[str, int], as_numpy: bool,
+                     threads: int | None = None) -> Any:
+        """Run on arguments already checked and converted by :func:`~arke.runtime.guards.prepare_args`."""
         fn = self.plan.function
-        args, as_numpy = self._arguments(arrays, scalars)
-        dims = check_call(fn, {k: tuple(v.shape) for k, v in args.items()}, {k: v.dtype for k, v in args.items()})
+        args = {k: v.contiguous() for k, v in args.items()}  # views are copied; contiguous ones are not
         buffers: list[torch.Tensor] = []
         for b in self.plan.buffers:
             if b.role == "param":
@@ -149,41 +156,12 @@ class CPUKernel:
                 buffers.append(torch.empty(shape, dtype=TORCH_DTYPES[b.dtype]))
         dim_array = (ctypes.c_int64 * max(1, len(self.plan.dims)))(*(dims[d] for d in self.plan.dims))
         self._run(buffers, dim_array, dims, threads or self.threads)
-        outs = []
-        for r in fn.results:
+        outs: list[torch.Tensor] = []
+        for r in fn.results:  # a result never aliases an input or another result
             t = buffers[self.plan.buffer_index(r)]
-            outs.append(t.clone() if r in args else t)
+            outs.append(t.clone() if r in args or any(t is o for o in outs) else t)
         results = [o.numpy() if as_numpy and o.dtype != torch.bfloat16 else o for o in outs]
         return results[0] if len(results) == 1 else tuple(results)
-
-    def _arguments(self, arrays: Sequence[Any], scalars: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], bool]:
-        fn = self.plan.function
-        if len(arrays) > len(fn.params):
-            raise GuardError(fn.name, f"takes {len(fn.params)} arguments, but {len(arrays)} were given",
-                             rule="arity")
-        given = dict(zip((p.name for p in fn.params), arrays))
-        for k, v in scalars.items():
-            if k in given:
-                raise GuardError(fn.name, f"argument `{k}` given twice", rule="arity", param=k)
-            if all(p.name != k for p in fn.params):
-                raise GuardError(fn.name, f"has no parameter `{k}`", rule="arity", param=k)
-            given[k] = v
-        as_numpy = not any(isinstance(v, torch.Tensor) for v in given.values())
-        args: dict[str, torch.Tensor] = {}
-        for p in fn.params:
-            if p.name in given:
-                v = given[p.name]
-                if p.type.rank == 0 and not isinstance(v, torch.Tensor) and not hasattr(v, "shape"):
-                    args[p.name] = scalar_tensor(fn, p, v)
-                elif p.type.rank == 0 and getattr(v, "shape", None) == ():
-                    args[p.name] = scalar_tensor(fn, p, v.item() if hasattr(v, "item") else v)
-                else:
-                    args[p.name] = to_cpu_tensor(v).contiguous()  # views are copied; contiguous ones are not
-            elif p.type.rank == 0 and p.default is not None:
-                args[p.name] = scalar_tensor(fn, p, p.default)
-            else:
-                raise GuardError(fn.name, f"missing argument `{p.name}`", rule="missing", param=p.name)
-        return args, as_numpy
 
     def _run(self, buffers: list[torch.Tensor], dim_array: Any, dims: dict[str, int], threads: int) -> None:
         errors = (ctypes.c_int64 * max(1, threads))()
@@ -192,12 +170,16 @@ class CPUKernel:
             ptrs = [buffers[i].data_ptr() for i in launch.buffers]
             n = evaluate(launch.extent, dims) if launch.extent is not None else 1
             chunks = min(threads, n) if pool is not None else 1
+            width = 8 * evaluate(launch.scratch, dims) if launch.scratch is not None else 0
+            scratch = torch.empty(max(1, chunks) * width, dtype=torch.uint8) if width else None
+            at = scratch.data_ptr() if scratch is not None else 0
             if chunks <= 1:
-                launch.fn(*ptrs, dim_array, 0, n, ctypes.addressof(errors))
+                launch.fn(*ptrs, dim_array, 0, n, ctypes.addressof(errors), at)
             else:
                 bounds = [(k * n // chunks, (k + 1) * n // chunks) for k in range(chunks)]
                 base = ctypes.addressof(errors)
-                futures = [pool.submit(launch.fn, *ptrs, dim_array, lo, hi, base + 8 * k)  # type: ignore[union-attr]
+                futures = [pool.submit(launch.fn, *ptrs, dim_array, lo, hi, base + 8 * k,  # type: ignore[union-attr]
+                                       at + k * width if at else 0)
                            for k, (lo, hi) in enumerate(bounds)]
                 for f in futures:
                     f.result()
