@@ -20,6 +20,15 @@ ELEMENTWISE = """
 kernel axpy(x: f32[N], y: f32[N], a: f32 = 2.5) -> f32[N] {
   return a * x + exp(y) / (1.0 + abs(x))
 }
+
+# the parallel axis runs over a compound extent (N / 2), then over a literal one (4)
+kernel pairs(x: f32[N]) -> y: f32[N / 2] where N % 2 == 0 {
+  y[i] = x[2 * i] * x[2 * i + 1]
+}
+
+kernel quarters(x: f32[N, 4]) -> y: f32[4] {
+  y[j] = sum(x[i, j] * x[i, j] for i)
+}
 """
 
 CASES: list[tuple[str, str, dict[str, int]]] = [
@@ -30,6 +39,8 @@ CASES: list[tuple[str, str, dict[str, int]]] = [
     ("std.attention", "causal_attention", {"B": 1, "H": 8, "G": 2, "S": 13, "T": 29, "D": 16}),
     ("std.attention", "causal_attention", {"B": 1, "H": 8, "G": 2, "S": 1, "T": 29, "D": 16}),
     ("elementwise", "axpy", {"N": 10007}),
+    ("elementwise", "pairs", {"N": 34}),
+    ("elementwise", "quarters", {"N": 1001}),
 ]
 
 

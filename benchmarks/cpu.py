@@ -1,0 +1,373 @@
+"""CPU kernels side by side: arke (llvm target) against torch eager and torch.compile.
+
+A report, not a test: it never fails the build. One run first measures this machine's
+limits, then times each kernel with the shared helper (``benchmarks/timing.py``: equal
+warm-up, interleaved rounds, median and spread) and prints one table:
+
+* **limits** — vector-FMA peak on all cores (independent FMA chains on ``<16 x float>``
+  in a JIT'd LLVM loop, one Python thread per core: ctypes releases the GIL) and read
+  bandwidth (``torch.sum`` over a 1 GB array);
+* **per kernel** — arke, torch eager and torch.compile times; the ratios arke/torch and
+  arke/torch.compile (below 1: arke is faster); arke's GFLOP/s (compute-bound kernels) or
+  GB/s (memory-bound ones) and that rate as a % of the machine's limit; a correctness check
+  of arke against torch.
+
+Shapes are the issue's: matmul 1024³, 2048³, 128×8192×2048 and 1×8192×2048 (decode,
+``linear``), rmsnorm and softmax 4096×4096, causal GQA attention prefill (B=1, H=32, G=8,
+S=T=512, D=64) and decode (S=1, T=4096). The LLVM code is still generic (no tiling or
+packing yet), so large shapes can be slow: each kernel's timed rounds have a budget
+(``--budget``, default 10 s), and the full run stays under ~5 minutes on 2 cores.
+``--quick`` uses smaller shapes and short budgets and skips torch.compile (its first
+compile alone takes ~20 s here): under a minute.
+
+    .venv/bin/python benchmarks/cpu.py --quick
+    .venv/bin/python benchmarks/cpu.py [--budget 10] [--only matmul] [--no-compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import Measurement, format_seconds, measure
+
+import arke
+from arke.lang.checker import stdlib_path
+
+console = Console(width=None if sys.stdout.isatty() else 190)  # a wide table, also when piped
+
+# ---------------------------------------------------------------- machine limits
+
+FMA_CHAINS = 16  # independent accumulators: FMA latency (4 cycles) × 2 units < 16, so the units never wait
+
+
+def fma_ir(chains: int) -> str:
+    """LLVM IR of ``fma_chains(n, out)``: ``chains`` independent ``a = a * 0.5 + 0.5`` chains, n steps.
+
+    The fixed point is 1.0, so nothing overflows or goes subnormal; the sum is stored so the
+    loop cannot be removed.
+    """
+    vec = "<16 x float>"
+    splat = "<" + ", ".join(["float 5.000000e-01"] * 16) + ">"
+    one = "<" + ", ".join(["float 1.000000e+00"] * 16) + ">"
+    phis = [f"  %a{c} = phi {vec} [ {one}, %entry ], [ %b{c}, %loop ]" for c in range(chains)]
+    steps = [f"  %b{c} = call {vec} @llvm.fma.v16f32({vec} %a{c}, {vec} {splat}, {vec} {splat})"
+             for c in range(chains)]
+    sums = ["  %s0 = fadd " + f"{vec} %b0, %b1"] + [f"  %s{c - 1} = fadd {vec} %s{c - 2}, %b{c}"
+                                                   for c in range(2, chains)]
+    return "\n".join([
+        f"declare {vec} @llvm.fma.v16f32({vec}, {vec}, {vec})",
+        "define void @fma_chains(i64 %n, ptr %out) {",
+        "entry:", "  br label %loop",
+        "loop:", "  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]", *phis, *steps,
+        "  %i1 = add i64 %i, 1", "  %more = icmp ult i64 %i1, %n", "  br i1 %more, label %loop, label %exit",
+        "exit:", *sums, f"  store {vec} %s{chains - 2}, ptr %out, align 4", "  ret void", "}",
+    ]) + "\n"
+
+
+def jit_fma() -> tuple[Any, Callable[[int, Any], None]]:
+    """The engine (keep it alive) and the JIT'd ``fma_chains`` for the host CPU."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    tm = llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3)
+    module = llvm.parse_assembly(fma_ir(FMA_CHAINS))
+    module.verify()
+    engine = llvm.create_mcjit_compiler(module, tm)
+    engine.finalize_object()
+    proto = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p)
+    return engine, proto(engine.get_function_address("fma_chains"))
+
+
+def fma_peak(threads: int, seconds: float) -> float:
+    """FLOP/s of independent vector FMA chains on ``threads`` threads at once (best of 3)."""
+    engine, fn = jit_fma()
+    outs = [(ctypes.c_float * 16)() for _ in range(threads)]
+    flops_per_step = FMA_CHAINS * 16 * 2
+    n = 1 << 16
+    while True:  # calibrate on one core: each thread should run about `seconds`
+        start = time.perf_counter()
+        fn(n, ctypes.addressof(outs[0]))
+        took = time.perf_counter() - start
+        if took > 0.05:
+            break
+        n *= 4
+    n = max(1, int(n * seconds / took))
+    best = 0.0
+    for _ in range(3):
+        workers = [threading.Thread(target=fn, args=(n, ctypes.addressof(outs[t]))) for t in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        best = max(best, threads * n * flops_per_step / (time.perf_counter() - start))
+    del engine
+    return best
+
+
+def read_bandwidth(nbytes: int, budget_s: float) -> float:
+    """Bytes/s of ``torch.sum`` over an ``nbytes`` f32 array (its best sample)."""
+    data = torch.ones(nbytes // 4, dtype=torch.float32)
+    result = measure({"sum": lambda: torch.sum(data)}, budget_s=budget_s, max_rounds=7)
+    return nbytes / min(result["sum"].samples)
+
+
+@dataclass(frozen=True)
+class Limits:
+    flops: float  # FLOP/s
+    bandwidth: float  # bytes/s
+    threads: int
+
+
+# ---------------------------------------------------------------- kernels
+
+
+@dataclass
+class Bench:
+    """One kernel on one shape: how to make its inputs, torch's version, and its work."""
+
+    name: str
+    shape: str
+    module: str
+    kernel: str
+    make: Callable[[torch.Generator], tuple[torch.Tensor, ...]]
+    torch_fn: Callable[..., torch.Tensor]
+    flops: float = 0.0  # useful floating-point operations (compute-bound kernels)
+    nbytes: float = 0.0  # bytes that must move at least once (memory-bound kernels)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.flops else "memory"
+
+
+def randn(g: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=g, dtype=torch.float32)
+
+
+def matmul(m: int, k: int, n: int) -> Bench:
+    return Bench(f"matmul {m}×{k}×{n}" if len({m, k, n}) > 1 else f"matmul {m}³", f"[{m},{k}]@[{k},{n}]",
+                 "std.nn", "matmul", lambda g: (randn(g, m, k), randn(g, k, n)), torch.matmul, flops=2.0 * m * k * n)
+
+
+def decode_linear(k: int, n: int) -> Bench:
+    return Bench(f"linear 1×{k}×{n} (decode)", f"[1,{k}]·[{n},{k}]ᵀ", "std.nn", "linear",
+                 lambda g: (randn(g, 1, k), randn(g, n, k)), F.linear, nbytes=4.0 * (n * k + k + n))
+
+
+def rmsnorm(m: int, n: int) -> Bench:
+    def ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (n,), w, 1e-6)
+
+    return Bench(f"rmsnorm {m}×{n}", f"[{m},{n}]", "std.nn", "rmsnorm", lambda g: (randn(g, m, n), randn(g, n)),
+                 ref, nbytes=4.0 * (2 * m * n + n))
+
+
+def softmax(m: int, n: int) -> Bench:
+    def ref(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, -1)
+
+    return Bench(f"softmax {m}×{n}", f"[{m},{n}]", "std.nn", "softmax", lambda g: (randn(g, m, n),), ref,
+                 nbytes=8.0 * m * n)
+
+
+def attention(h: int, g_: int, s: int, t: int, d: int) -> Bench:
+    """Causal GQA attention (bottom-right mask). S = 1 is decode: the query sees every key."""
+    def ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=s > 1, enable_gqa=True)
+
+    def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
+        return randn(g, 1, h, s, d), randn(g, 1, g_, t, d), randn(g, 1, g_, t, d)
+
+    visible = sum(min(t, i + t - s + 1) for i in range(s))  # (query, key) pairs the mask keeps
+    label = "decode" if s == 1 else "prefill"
+    shape = f"B=1 H={h} G={g_} S={s} T={t} D={d}"
+    if s == 1:
+        return Bench(f"attention {label}", shape, "std.attention", "causal_attention", make, ref,
+                     nbytes=4.0 * (2 * g_ * t * d + 2 * h * d))
+    return Bench(f"attention {label}", shape, "std.attention", "causal_attention", make, ref,
+                 flops=4.0 * h * d * visible)
+
+
+def benches(quick: bool) -> list[Bench]:
+    if quick:
+        return [matmul(256, 256, 256), matmul(512, 512, 512), matmul(32, 2048, 512), decode_linear(4096, 1024),
+                rmsnorm(1024, 1024), softmax(1024, 1024), attention(32, 8, 128, 128, 64),
+                attention(32, 8, 1, 1024, 64)]
+    return [matmul(1024, 1024, 1024), matmul(2048, 2048, 2048), matmul(128, 8192, 2048), decode_linear(8192, 2048),
+            rmsnorm(4096, 4096), softmax(4096, 4096), attention(32, 8, 512, 512, 64), attention(32, 8, 1, 4096, 64)]
+
+
+# ---------------------------------------------------------------- running
+
+
+@dataclass
+class Row:
+    bench: Bench
+    times: dict[str, Measurement] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # candidate -> why it has no time
+    error: float = math.nan  # max |arke - torch| / max |torch|
+    build_s: float = 0.0  # arke's compile
+    compile_s: float = 0.0  # torch.compile's first call
+
+
+@dataclass
+class CompileBudget:
+    enabled: bool
+    reason: str
+    left_s: float
+
+
+_LIBS: dict[str, Any] = {}
+
+
+def library(module: str) -> Any:
+    if module not in _LIBS:
+        _LIBS[module] = arke.build(stdlib_path(module))
+    return _LIBS[module]
+
+
+def short(err: BaseException) -> str:
+    first = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {first[:90]}"
+
+
+def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget) -> Row:
+    row = Row(bench)
+    args = bench.make(torch.Generator().manual_seed(0))
+    kernel = library(bench.module).kernels[bench.kernel]
+    names = [p.name for p in kernel.library.module.semantic.get(kernel.ir_name).params]
+    start = time.perf_counter()
+    kernel.variant(kernel.choose({n: tuple(a.shape) for n, a in zip(names, args)}))  # compile outside the timing
+    row.build_s = time.perf_counter() - start
+    candidates: dict[str, Callable[[], object]] = {"arke": lambda: kernel(*args),
+                                                   "torch": lambda: bench.torch_fn(*args)}
+    if not compiling.enabled:
+        row.notes["torch.compile"] = compiling.reason
+    elif compiling.left_s <= 0:
+        row.notes["torch.compile"] = "compile budget spent (--compile-budget)"
+    else:
+        start = time.perf_counter()
+        try:
+            compiled = torch.compile(bench.torch_fn, dynamic=False)
+            compiled(*args)
+            candidates["torch.compile"] = lambda: compiled(*args)
+        except Exception as err:  # any failure of the optional competitor is a note, never a crash
+            row.notes["torch.compile"] = short(err)
+        row.compile_s = time.perf_counter() - start
+        compiling.left_s -= row.compile_s
+    got, want = kernel(*args), bench.torch_fn(*args)
+    row.error = float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
+    row.times = measure(candidates, budget_s=budget_s)
+    return row
+
+
+# ---------------------------------------------------------------- report
+
+
+def rate(bench: Bench, seconds: float) -> str:
+    return f"{bench.flops / seconds / 1e9:.1f} GFLOP/s" if bench.flops else f"{bench.nbytes / seconds / 1e9:.1f} GB/s"
+
+
+def of_limit(bench: Bench, seconds: float, limits: Limits) -> str:
+    fraction = bench.flops / seconds / limits.flops if bench.flops else bench.nbytes / seconds / limits.bandwidth
+    return f"{fraction * 100:.1f}%"
+
+
+def ratio(row: Row, other: str) -> str:
+    if "arke" not in row.times or other not in row.times:
+        return "n/a"
+    value = row.times["arke"].median / row.times[other].median
+    return f"{value:.2f}×" + (" (re-measured)" if row.times["arke"].rechecked and other == "torch" else "")
+
+
+def report(rows: list[Row], limits: Limits, quick: bool, wall_s: float) -> None:
+    table = Table(title=f"arke (llvm) vs torch on this CPU{' — quick shapes' if quick else ''}", show_lines=False)
+    for column, justify in [("kernel", "left"), ("shape", "left"), ("arke", "right"), ("torch", "right"),
+                            ("torch.compile", "right"), ("arke/torch", "right"), ("arke/compile", "right"),
+                            ("arke rate", "right"), ("arke % limit", "right"), ("torch % limit", "right"),
+                            ("rounds", "right"), ("check", "left")]:
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        b, t = row.bench, row.times
+        cells = [t[c].summary() if c in t else "n/a" for c in ("arke", "torch", "torch.compile")]
+        check = "ok" if row.error < 1e-4 else f"[red]MISMATCH {row.error:.1e}[/red]"
+        table.add_row(b.name, b.shape, *cells, ratio(row, "torch"), ratio(row, "torch.compile"),
+                      rate(b, t["arke"].median), of_limit(b, t["arke"].median, limits),
+                      of_limit(b, t["torch"].median, limits), str(len(t["arke"].samples)), f"{check} ({row.error:.0e})")
+    console.print(table)
+    console.print(f"limits: FMA peak {limits.flops / 1e9:.0f} GFLOP/s on {limits.threads} threads, read bandwidth "
+                  f"{limits.bandwidth / 1e9:.1f} GB/s. Compute-bound rows are % of the FMA peak, memory-bound rows "
+                  f"% of the read bandwidth. Ratios below 1× mean arke is faster. Times: median ± interquartile "
+                  f"range, over interleaved rounds.")
+    builds = ", ".join(f"{r.bench.name} {format_seconds(r.build_s)}" for r in rows if r.build_s > 1e-3)
+    console.print(f"arke build per kernel (compile or on-disk cache load, outside the timings): {builds}")
+    if any(r.compile_s for r in rows):
+        spent = sum(r.compile_s for r in rows)
+        console.print(f"torch.compile first calls (outside the timings): {format_seconds(spent)} in all")
+    if quick:
+        console.print("quick shapes fit in the caches: memory-bound rows may exceed 100% of the DRAM read bandwidth.")
+    reasons: dict[str, list[str]] = {}
+    for r in rows:
+        for candidate, why in r.notes.items():
+            reasons.setdefault(f"{candidate} n/a: {why}", []).append(r.bench.name)
+    for why, names in reasons.items():
+        console.print(f"{why} — {'every kernel' if len(names) == len(rows) else ', '.join(names)}")
+    console.print(f"threads: arke {library('std.nn').threads}, torch {torch.get_num_threads()}; "
+                  f"whole run {wall_s:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small shapes, short budgets, no torch.compile (<1 min)")
+    parser.add_argument("--budget", type=float, help="seconds of timed rounds per kernel (default 10, --quick 2.5)")
+    parser.add_argument("--compile", dest="compile", action="store_true", default=None,
+                        help="time torch.compile even with --quick")
+    parser.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile")
+    parser.add_argument("--compile-budget", type=float, default=150.0,
+                        help="seconds torch.compile may spend compiling, all kernels together (default 150)")
+    parser.add_argument("--only", help="run only kernels whose name contains this text")
+    args = parser.parse_args(argv)
+    quick = bool(args.quick)
+    budget = args.budget if args.budget is not None else (2.5 if quick else 10.0)
+    use_compile = args.compile if args.compile is not None else not quick
+    reason = "skipped by --quick (a first compile takes ~20 s here; --compile forces it)" if quick else "--no-compile"
+    compiling = CompileBudget(use_compile, reason, args.compile_budget)
+    started = time.perf_counter()
+
+    threads = library("std.nn").threads
+    console.print(f"measuring this machine's limits on {threads} threads …")
+    limits = Limits(fma_peak(threads, 0.2 if quick else 0.5),
+                    read_bandwidth((256 if quick else 1024) << 20, 1.0 if quick else 3.0), threads)
+    console.print(f"  FMA peak {limits.flops / 1e9:.0f} GFLOP/s, read bandwidth {limits.bandwidth / 1e9:.1f} GB/s")
+    rows = []
+    for bench in benches(quick):
+        if args.only and args.only not in bench.name:
+            continue
+        console.print(f"{bench.name} ({bench.shape}) …")
+        try:
+            rows.append(run_bench(bench, budget, compiling))
+        except Exception as err:  # a report never fails: say what broke and go on
+            console.print(f"  [red]failed: {short(err)}[/red]")
+    report(rows, limits, quick, time.perf_counter() - started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
