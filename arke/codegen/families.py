@@ -16,17 +16,7 @@ FAMILIES = ("pointwise", "layout", "gather", "reduction", "contraction")
 
 def subexprs(e: ir.SExpr) -> list[ir.SExpr]:
     """``e`` and every expression inside it, parents first."""
-    out = [e]
-    if isinstance(e, ir.Load):
-        for i in e.indices:
-            out += subexprs(i)
-    elif isinstance(e, ir.Unary | ir.Cast):
-        out += subexprs(e.x)
-    elif isinstance(e, ir.Binary):
-        out += subexprs(e.a) + subexprs(e.b)
-    elif isinstance(e, ir.Select):
-        out += subexprs(e.cond) + subexprs(e.a) + subexprs(e.b)
-    return out
+    return list(ir.walk(e))
 
 
 def is_gather(e: ir.SExpr) -> bool:

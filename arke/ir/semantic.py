@@ -25,6 +25,7 @@ floats accumulate in ``f32``; integer ``div`` is floor division and ``mod`` is P
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from arke.ir.dtypes import DType
@@ -161,6 +162,26 @@ class Cast:
 
 
 SExpr = Const | Idx | DimRef | Load | Unary | Binary | Select | Cast
+
+def children(e: SExpr) -> tuple[SExpr, ...]:
+    """The direct sub-expressions of ``e`` (a load's subscripts, an operator's operands)."""
+    if isinstance(e, Load):
+        return e.indices
+    if isinstance(e, Unary | Cast):
+        return (e.x,)
+    if isinstance(e, Binary):
+        return (e.a, e.b)
+    if isinstance(e, Select):
+        return (e.cond, e.a, e.b)
+    return ()
+
+
+def walk(e: SExpr) -> Iterator[SExpr]:
+    """Every node of ``e``, parents before children."""
+    yield e
+    for c in children(e):
+        yield from walk(c)
+
 
 # ---------------------------------------------------------------- ops
 

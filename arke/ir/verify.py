@@ -292,7 +292,7 @@ class _FunctionCheck:
         if not isinstance(e, (S.Const, S.Idx, S.DimRef, S.Load, S.Unary, S.Binary, S.Select, S.Cast)):
             self.problem(f"not a scalar expression: {e!r}")
             return
-        for child in _children(e):
+        for child in S.children(e):
             self.expr(child, axes)
         found = self.node(e, axes)
         if found:
@@ -337,18 +337,6 @@ class _FunctionCheck:
         if e.dtype != src.dtype:
             out.append(f"load of {value_text(e.src)} is typed {e.dtype}, but {value_text(e.src)} is {src.dtype}")
         return out
-
-
-def _children(e: S.SExpr) -> tuple[S.SExpr, ...]:
-    if isinstance(e, S.Load):
-        return e.indices
-    if isinstance(e, (S.Unary, S.Cast)):
-        return (e.x,)
-    if isinstance(e, S.Binary):
-        return (e.a, e.b)
-    if isinstance(e, S.Select):
-        return (e.cond, e.a, e.b)
-    return ()
 
 
 def _dim_problems(d: shapes.Dim, bound: set[str] | None) -> list[str]:

@@ -6,7 +6,7 @@ are returned as they are, so an untouched sub-tree stays shared (and ``==`` stay
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
@@ -19,17 +19,7 @@ from arke.ir.shapes import Dim
 OpT = TypeVar("OpT", bound=S.Op)
 
 
-def children(e: S.SExpr) -> tuple[S.SExpr, ...]:
-    """The direct sub-expressions of ``e`` (a load's subscripts, an operator's operands)."""
-    if isinstance(e, S.Load):
-        return e.indices
-    if isinstance(e, (S.Unary, S.Cast)):
-        return (e.x,)
-    if isinstance(e, S.Binary):
-        return (e.a, e.b)
-    if isinstance(e, S.Select):
-        return (e.cond, e.a, e.b)
-    return ()
+children = S.children  # the IR's own: re-exported for the passes
 
 
 def with_children(e: S.SExpr, new: tuple[S.SExpr, ...]) -> S.SExpr:
@@ -52,11 +42,7 @@ def map_expr(e: S.SExpr, fn: Callable[[S.SExpr], S.SExpr]) -> S.SExpr:
     return fn(with_children(e, tuple(map_expr(c, fn) for c in children(e))))
 
 
-def walk(e: S.SExpr) -> Iterator[S.SExpr]:
-    """Every node of ``e``, parents before children."""
-    yield e
-    for c in children(e):
-        yield from walk(c)
+walk = S.walk
 
 
 def op_exprs(op: S.Op) -> tuple[S.SExpr, ...]:
