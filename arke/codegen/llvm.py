@@ -17,12 +17,12 @@ forms that make it fast build on the same plan (see the issue tracker).
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable, Sequence
 
 import sympy
 
 from arke.codegen.base import Artifact, LaunchSpec, Renderer, UnsupportedError
+from arke.codegen.llvm_lib import EXPF, EXPF_DECLARES, INT_BITS, float_const, identity, ipow
 from arke.codegen.plan import Buffer, Dispatch, KernelPlan
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
@@ -34,7 +34,6 @@ STORAGE = {DType.F32: "float", DType.F16: "half", DType.BF16: "bfloat", DType.I6
            DType.I8: "i8", DType.BOOL: "i8"}
 COMPUTE = {DType.F32: "float", DType.F16: "float", DType.BF16: "float", DType.I64: "i64", DType.I32: "i32",
            DType.I8: "i8", DType.BOOL: "i1"}
-INT_BITS = {DType.I64: 64, DType.I32: 32, DType.I8: 8}
 
 FLOAT_BINARY = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
 INT_BINARY = {"add": "add", "sub": "sub", "mul": "mul"}
@@ -45,30 +44,6 @@ FLOAT_INTRINSIC = {"log": "llvm.log", "sqrt": "llvm.sqrt", "sin": "llvm.sin",
                    "cos": "llvm.cos", "floor": "llvm.floor", "ceil": "llvm.ceil", "exp2": "llvm.exp2",
                    "log2": "llvm.log2", "abs": "llvm.fabs"}
 LIBM = {"tanh": "tanhf", "erf": "erff"}
-
-
-def float_const(value: float, dtype: DType = DType.F32) -> str:
-    """An LLVM float literal: the value rounded to ``dtype``, written as the hex of its double."""
-    if math.isnan(value):
-        return "0x7FF8000000000000"
-    value = _round(float(value), dtype)
-    return "0x" + struct.pack(">d", value).hex().upper()
-
-
-def _round(value: float, dtype: DType) -> float:
-    """``value`` rounded to f32, f16 or bf16 (round to nearest even), as a Python float."""
-    if math.isinf(value):
-        return value
-    as_f32 = struct.unpack(">f", struct.pack(">f", value))[0] if abs(value) < 3.5e38 else math.copysign(
-        math.inf, value)
-    if dtype is DType.F16:
-        return float(struct.unpack(">e", struct.pack(">e", as_f32))[0]) if abs(as_f32) < 65520 else \
-            math.copysign(math.inf, as_f32)
-    if dtype is DType.BF16:
-        bits = struct.unpack(">I", struct.pack(">f", as_f32))[0]
-        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-        return float(struct.unpack(">f", struct.pack(">I", bits & 0xFFFFFFFF))[0])
-    return float(as_f32)
 
 
 # ---------------------------------------------------------------- one function
@@ -101,6 +76,12 @@ class _Function:
 
     def emit(self, line: str) -> None:
         self.body.append("  " + line)
+
+    def let(self, rhs: str) -> str:
+        """Emit ``%tN = rhs`` and return ``%tN``."""
+        t = self.tmp()
+        self.emit(f"{t} = {rhs}")
+        return t
 
     def label(self, name: str) -> None:
         self.body.append(f"{name}:")
@@ -224,25 +205,21 @@ class _Function:
         self.scratch = self.extent[n]
 
         def slot() -> str:
-            p = self.tmp()
-            self.emit(f"{p} = getelementptr inbounds {ct}, ptr {row}, i64 {self.current[n]}")
+            p = self.let(f"getelementptr inbounds {ct}, ptr {row}, i64 {self.current[n]}")
             return p
 
         def zero() -> None:
-            self.emit(f"store {ct} {_identity('sum', dtype)}, ptr {slot()}")
+            self.emit(f"store {ct} {identity('sum', dtype)}, ptr {slot()}")
 
         def update() -> None:
             v = self.expr(ir.Binary("mul", _as(op.lhs, dtype), _as(op.rhs, dtype), dtype))
             p = slot()
-            a = self.tmp()
-            self.emit(f"{a} = load {ct}, ptr {p}")
-            t = self.tmp()
-            self.emit(f"{t} = {'fadd' if dtype.is_float else 'add'} {ct} {a}, {v}")
+            a = self.let(f"load {ct}, ptr {p}")
+            t = self.let(f"{'fadd' if dtype.is_float else 'add'} {ct} {a}, {v}")
             self.emit(f"store {ct} {t}, ptr {p}")
 
         def store() -> None:
-            a = self.tmp()
-            self.emit(f"{a} = load {ct}, ptr {slot()}")
+            a = self.let(f"load {ct}, ptr {slot()}")
             self.store(self.buffer(op.result), [ir.Idx(x.name) for x in op.axes], a, dtype)
 
         self.loop(n, "0", extent, zero)
@@ -261,13 +238,11 @@ class _Function:
         i = f"%ix.{tag}"
         self.current[axis] = i
         self.emit(f"{i} = load i64, ptr {counter}")
-        c = self.tmp()
-        self.emit(f"{c} = icmp slt i64 {i}, {hi}")
+        c = self.let(f"icmp slt i64 {i}, {hi}")
         self.emit(f"br i1 {c}, label %{body}, label %{done}")
         self.label(body)
         inner()
-        nxt = self.tmp()
-        self.emit(f"{nxt} = add i64 {i}, 1")
+        nxt = self.let(f"add i64 {i}, 1")
         self.emit(f"store i64 {nxt}, ptr {counter}")
         self.emit(f"br label %{head}")
         self.label(done)
@@ -286,15 +261,14 @@ class _Function:
         kind = op.kind if isinstance(op, ir.ReduceOp) else "sum"
         acc = f"%acc.{op.result}"
         self.prologue.append(f"  {acc} = alloca {ct}")
-        self.emit(f"store {ct} {_identity(kind, dtype)}, ptr {acc}")
+        self.emit(f"store {ct} {identity(kind, dtype)}, ptr {acc}")
         names = [a.name for a in op.reduce_axes]
 
         def step() -> None:
             body: ir.SExpr = (ir.Binary("mul", _as(op.lhs, dtype), _as(op.rhs, dtype), dtype)
                               if isinstance(op, ir.ContractOp) else op.body)
             v = self.expr(body) if body.dtype == dtype else self.expr(ir.Cast(body, dtype))
-            a = self.tmp()
-            self.emit(f"{a} = load {ct}, ptr {acc}")
+            a = self.let(f"load {ct}, ptr {acc}")
             self.emit(f"store {ct} {self.combine(kind, dtype, a, v)}, ptr {acc}")
 
         def nest(k: int) -> None:
@@ -304,8 +278,7 @@ class _Function:
             self.loop(names[k], "0", self.dim(self.extent[names[k]]), lambda: nest(k + 1))
 
         nest(0)
-        result = self.tmp()
-        self.emit(f"{result} = load {ct}, ptr {acc}")
+        result = self.let(f"load {ct}, ptr {acc}")
         return result
 
     def combine(self, kind: str, dtype: DType, a: str, b: str) -> str:
@@ -325,8 +298,7 @@ class _Function:
         elif kind in ("sum", "prod"):
             self.emit(f"{t} = {'add' if kind == 'sum' else 'mul'} {ct} {a}, {b}")
         else:
-            c = self.tmp()
-            self.emit(f"{c} = icmp {'sgt' if kind == 'max' else 'slt'} {ct} {a}, {b}")
+            c = self.let(f"icmp {'sgt' if kind == 'max' else 'slt'} {ct} {a}, {b}")
             self.emit(f"{t} = select i1 {c}, {ct} {a}, {ct} {b}")
         return t
 
@@ -338,12 +310,9 @@ class _Function:
             if k == 0:
                 offset = v
             else:
-                m = self.tmp()
-                self.emit(f"{m} = mul i64 {offset}, {self.dim(d)}")
-                offset = self.tmp()
-                self.emit(f"{offset} = add i64 {m}, {v}")
-        p = self.tmp()
-        self.emit(f"{p} = getelementptr inbounds {STORAGE[buf.dtype]}, ptr {self.ptr[buf.name]}, i64 {offset}")
+                m = self.let(f"mul i64 {offset}, {self.dim(d)}")
+                offset = self.let(f"add i64 {m}, {v}")
+        p = self.let(f"getelementptr inbounds {STORAGE[buf.dtype]}, ptr {self.ptr[buf.name]}, i64 {offset}")
         return p
 
     def subscript(self, s: ir.SExpr, extent: Dim, buf: Buffer, k: int) -> str:
@@ -355,42 +324,32 @@ class _Function:
         if isinstance(s, ir.Const) and int(s.value) == 0:  # a broadcast axis: every dim is at least 1
             return v
         n = self.dim(extent)
-        ge = self.tmp()
-        self.emit(f"{ge} = icmp sge i64 {v}, 0")
-        lt = self.tmp()
-        self.emit(f"{lt} = icmp slt i64 {v}, {n}")
-        ok = self.tmp()
-        self.emit(f"{ok} = and i1 {ge}, {lt}")
+        ge = self.let(f"icmp sge i64 {v}, 0")
+        lt = self.let(f"icmp slt i64 {v}, {n}")
+        ok = self.let(f"and i1 {ge}, {lt}")
         self.flag_unless(ok)
-        safe = self.tmp()
-        self.emit(f"{safe} = select i1 {ok}, i64 {v}, i64 0")
+        safe = self.let(f"select i1 {ok}, i64 {v}, i64 0")
         return safe
 
     def flag_unless(self, ok: str) -> None:
-        bad = self.tmp()
-        self.emit(f"{bad} = xor i1 {ok}, true")
-        old = self.tmp()
-        self.emit(f"{old} = load i1, ptr %errflag")
-        new = self.tmp()
-        self.emit(f"{new} = or i1 {old}, {bad}")
+        bad = self.let(f"xor i1 {ok}, true")
+        old = self.let("load i1, ptr %errflag")
+        new = self.let(f"or i1 {old}, {bad}")
         self.emit(f"store i1 {new}, ptr %errflag")
 
     def load(self, e: ir.Load) -> str:
         buf = self.buffer(e.src)
         p = self.address(buf, e.indices)
-        raw = self.tmp()
-        self.emit(f"{raw} = load {STORAGE[buf.dtype]}, ptr {p}")
+        raw = self.let(f"load {STORAGE[buf.dtype]}, ptr {p}")
         return self.widen(raw, buf.dtype)
 
     def widen(self, raw: str, dtype: DType) -> str:
         """A stored value in its compute type (16-bit floats to float, bool bytes to i1)."""
         if dtype in (DType.F16, DType.BF16):
-            t = self.tmp()
-            self.emit(f"{t} = fpext {STORAGE[dtype]} {raw} to float")
+            t = self.let(f"fpext {STORAGE[dtype]} {raw} to float")
             return t
         if dtype is DType.BOOL:
-            t = self.tmp()
-            self.emit(f"{t} = icmp ne i8 {raw}, 0")
+            t = self.let(f"icmp ne i8 {raw}, 0")
             return t
         return raw
 
@@ -398,11 +357,9 @@ class _Function:
         p = self.address(buf, subs)
         stored = value
         if dtype in (DType.F16, DType.BF16):
-            stored = self.tmp()
-            self.emit(f"{stored} = fptrunc float {value} to {STORAGE[dtype]}")
+            stored = self.let(f"fptrunc float {value} to {STORAGE[dtype]}")
         elif dtype is DType.BOOL:
-            stored = self.tmp()
-            self.emit(f"{stored} = zext i1 {value} to i8")
+            stored = self.let(f"zext i1 {value} to i8")
         self.emit(f"store {STORAGE[dtype]} {stored}, ptr {p}")
 
     # -- scalar expressions
@@ -455,16 +412,13 @@ class _Function:
     def _round_to(self, v: str, dst: DType) -> str:
         if dst not in (DType.F16, DType.BF16):
             return v
-        n = self.tmp()
-        self.emit(f"{n} = fptrunc float {v} to {STORAGE[dst]}")
-        w = self.tmp()
-        self.emit(f"{w} = fpext {STORAGE[dst]} {n} to float")
+        n = self.let(f"fptrunc float {v} to {STORAGE[dst]}")
+        w = self.let(f"fpext {STORAGE[dst]} {n} to float")
         return w
 
     def _x_Select(self, e: ir.Select) -> str:
         c, a, b = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
-        t = self.tmp()
-        self.emit(f"{t} = select i1 {c}, {COMPUTE[e.dtype]} {a}, {COMPUTE[e.dtype]} {b}")
+        t = self.let(f"select i1 {c}, {COMPUTE[e.dtype]} {a}, {COMPUTE[e.dtype]} {b}")
         return t
 
     def _x_Unary(self, e: ir.Unary) -> str:
@@ -482,8 +436,7 @@ class _Function:
                 self.declare(f"declare {ct} @llvm.abs.{ct}({ct}, i1)")
                 self.emit(f"{t} = call {ct} @llvm.abs.{ct}({ct} {x}, i1 false)")
             elif op == "relu":
-                c = self.tmp()
-                self.emit(f"{c} = icmp sgt {ct} {x}, 0")
+                c = self.let(f"icmp sgt {ct} {x}, 0")
                 self.emit(f"{t} = select i1 {c}, {ct} {x}, {ct} 0")
             else:
                 raise UnsupportedError(f"unimplemented integer `{op}` in LLVM lowering")
@@ -506,25 +459,19 @@ class _Function:
             self.declare("declare float @llvm.maximum.f32(float, float)")
             self.emit(f"{t} = call float @llvm.maximum.f32(float {x}, float 0.0)")
         elif op in ("sigmoid", "silu"):
-            n = self.tmp()
-            self.emit(f"{n} = fneg float {x}")
+            n = self.let(f"fneg float {x}")
             ex = self.expr_f("exp", n)
-            d = self.tmp()
-            self.emit(f"{d} = fadd float 1.0, {ex}")
+            d = self.let(f"fadd float 1.0, {ex}")
             if op == "sigmoid":
                 self.emit(f"{t} = fdiv float 1.0, {d}")
             else:
                 self.emit(f"{t} = fdiv float {x}, {d}")
         elif op == "gelu":
-            s = self.tmp()
-            self.emit(f"{s} = fmul float {x}, {float_const(math.sqrt(0.5))}")
+            s = self.let(f"fmul float {x}, {float_const(math.sqrt(0.5))}")
             self.declare("declare float @erff(float)")
-            er = self.tmp()
-            self.emit(f"{er} = call float @erff(float {s})")
-            one = self.tmp()
-            self.emit(f"{one} = fadd float 1.0, {er}")
-            h = self.tmp()
-            self.emit(f"{h} = fmul float {x}, 0x3FE0000000000000")
+            er = self.let(f"call float @erff(float {s})")
+            one = self.let(f"fadd float 1.0, {er}")
+            h = self.let(f"fmul float {x}, 0x3FE0000000000000")
             self.emit(f"{t} = fmul float {h}, {one}")
         else:
             raise UnsupportedError(f"unimplemented primitive in llvm lowering: {op}")
@@ -546,8 +493,7 @@ class _Function:
         a, b = self.expr(e.a), self.expr(e.b)
         op = e.op
         if op in ("and", "or"):
-            t = self.tmp()
-            self.emit(f"{t} = {op} i1 {a}, {b}")
+            t = self.let(f"{op} i1 {a}, {b}")
             return t
         operand = e.a.dtype
         if op in FLOAT_COMPARE:
@@ -570,14 +516,11 @@ class _Function:
             self.declare(f"declare float @{fn}(float, float)")
             self.emit(f"{t} = call float @{fn}(float {a}, float {b})")
         elif op == "floordiv":
-            q = self.tmp()
-            self.emit(f"{q} = fdiv float {a}, {b}")
+            q = self.let(f"fdiv float {a}, {b}")
             return self.expr_f("floor", q)
         elif op == "mod":  # Python's sign rule: the result takes the divisor's sign
-            r = self.tmp()
-            self.emit(f"{r} = frem float {a}, {b}")
-            nz = self.tmp()
-            self.emit(f"{nz} = fcmp une float {r}, 0.0")
+            r = self.let(f"frem float {a}, {b}")
+            nz = self.let(f"fcmp une float {r}, 0.0")
             rn, bn = self.tmp(), self.tmp()
             self.emit(f"{rn} = fcmp olt float {r}, 0.0")
             self.emit(f"{bn} = fcmp olt float {b}, 0.0")
@@ -596,25 +539,22 @@ class _Function:
             self.emit(f"{t} = {INT_BINARY[op]} {ct} {a}, {b}")
             return t
         if op in ("max", "min"):
-            c = self.tmp()
-            self.emit(f"{c} = icmp {'sgt' if op == 'max' else 'slt'} {ct} {a}, {b}")
+            c = self.let(f"icmp {'sgt' if op == 'max' else 'slt'} {ct} {a}, {b}")
             self.emit(f"{t} = select i1 {c}, {ct} {a}, {ct} {b}")
             return t
         if op in ("div", "floordiv", "mod"):
             return self.int_divide(op, a, b, ct)
         if op == "pow":
             fn = f"arke.ipow.{ct}"
-            self.declare(_ipow(ct))
+            self.declare(ipow(ct))
             self.emit(f"{t} = call {ct} @\"{fn}\"({ct} {a}, {ct} {b}, ptr %errflag)")
             return t
         raise UnsupportedError(f"unimplemented integer `{op}` in llvm lowering")
 
     def int_divide(self, op: str, a: str, b: str, ct: str) -> str:
         """Python's floor division and modulo; a zero divisor raises the error word, never traps."""
-        zero = self.tmp()
-        self.emit(f"{zero} = icmp eq {ct} {b}, 0")
-        ok = self.tmp()
-        self.emit(f"{ok} = xor i1 {zero}, true")
+        zero = self.let(f"icmp eq {ct} {b}, 0")
+        ok = self.let(f"xor i1 {zero}, true")
         self.flag_unless(ok)
         b1, m1, b2 = self.tmp(), self.tmp(), self.tmp()
         self.emit(f"{b1} = select i1 {zero}, {ct} 1, {ct} {b}")
@@ -623,8 +563,7 @@ class _Function:
         q0, r0 = self.tmp(), self.tmp()
         self.emit(f"{q0} = sdiv {ct} {a}, {b2}")
         self.emit(f"{r0} = srem {ct} {a}, {b2}")
-        neg = self.tmp()
-        self.emit(f"{neg} = sub {ct} 0, {a}")
+        neg = self.let(f"sub {ct} 0, {a}")
         q, r = self.tmp(), self.tmp()
         self.emit(f"{q} = select i1 {m1}, {ct} {neg}, {ct} {q0}")
         self.emit(f"{r} = select i1 {m1}, {ct} 0, {ct} {r0}")
@@ -636,110 +575,12 @@ class _Function:
         self.emit(f"{fix} = and i1 {nz}, {diff}")
         out = self.tmp()
         if op == "mod":
-            plus = self.tmp()
-            self.emit(f"{plus} = add {ct} {r}, {b1}")
+            plus = self.let(f"add {ct} {r}, {b1}")
             self.emit(f"{out} = select i1 {fix}, {ct} {plus}, {ct} {r}")
         else:
-            less = self.tmp()
-            self.emit(f"{less} = sub {ct} {q}, 1")
+            less = self.let(f"sub {ct} {q}, 1")
             self.emit(f"{out} = select i1 {fix}, {ct} {less}, {ct} {q}")
         return out
-
-
-# exp(x) for float, written out so the loop vectorizer can use it (libm's expf is a scalar call):
-# x = n ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-6 polynomial (about 1 ulp), times 2^n
-# (as 2^(n/2) twice, so n = 128 near the top of the range does not overflow the scale).
-# Results down to the smallest subnormal come out right (the second scaling rounds once); below
-# -103.97 the result is 0, above 88.72 it is +inf; NaN stays NaN.
-_C = {name: float_const(v) for name, v in {
-    "lo": -103.97208, "hi": 88.72283, "log2e": 1.44269504088896341, "ln2hi": 0.693359375,
-    "ln2lo": -2.12194440e-4, "p0": 1.9875691500e-4, "p1": 1.3981999507e-3, "p2": 8.3334519073e-3,
-    "p3": 4.1665795894e-2, "p4": 1.6666665459e-1, "p5": 5.0000001201e-1}.items()}
-EXPF_DECLARES = ("declare float @llvm.maxnum.f32(float, float)", "declare float @llvm.minnum.f32(float, float)",
-                 "declare float @llvm.floor.f32(float)")
-EXPF = f"""define internal float @arke.expf(float %x) alwaysinline {{
-entry:
-  %lo = fcmp olt float %x, {_C["lo"]}
-  %hi = fcmp ogt float %x, {_C["hi"]}
-  %c1 = call float @llvm.maxnum.f32(float %x, float {_C["lo"]})
-  %xc = call float @llvm.minnum.f32(float %c1, float {_C["hi"]})
-  %t = fmul float %xc, {_C["log2e"]}
-  %t2 = fadd float %t, 0.5
-  %nf = call float @llvm.floor.f32(float %t2)
-  %a = fmul float %nf, {_C["ln2hi"]}
-  %r1 = fsub float %xc, %a
-  %b = fmul float %nf, {_C["ln2lo"]}
-  %r = fsub float %r1, %b
-  %z = fmul float %r, %r
-  %p0 = fmul float %r, {_C["p0"]}
-  %p1 = fadd float %p0, {_C["p1"]}
-  %p2 = fmul float %p1, %r
-  %p3 = fadd float %p2, {_C["p2"]}
-  %p4 = fmul float %p3, %r
-  %p5 = fadd float %p4, {_C["p3"]}
-  %p6 = fmul float %p5, %r
-  %p7 = fadd float %p6, {_C["p4"]}
-  %p8 = fmul float %p7, %r
-  %p9 = fadd float %p8, {_C["p5"]}
-  %pa = fmul float %p9, %z
-  %pb = fadd float %pa, %r
-  %y = fadd float %pb, 1.0
-  %n = fptosi float %nf to i32
-  %n1 = ashr i32 %n, 1
-  %n2 = sub i32 %n, %n1
-  %e1 = add i32 %n1, 127
-  %e2 = add i32 %n2, 127
-  %bits1 = shl i32 %e1, 23
-  %bits2 = shl i32 %e2, 23
-  %s1 = bitcast i32 %bits1 to float
-  %s2 = bitcast i32 %bits2 to float
-  %v0 = fmul float %y, %s1
-  %v = fmul float %v0, %s2
-  %v1 = select i1 %lo, float 0.0, float %v
-  %v2 = select i1 %hi, float 0x7FF0000000000000, float %v1
-  %nan = fcmp uno float %x, 0.0
-  %v3 = select i1 %nan, float %x, float %v2
-  ret float %v3
-}}"""
-
-
-def _ipow(ct: str) -> str:
-    """An integer power by squaring; a negative exponent raises the error flag (as the interpreter does)."""
-    return f"""define internal {ct} @"arke.ipow.{ct}"({ct} %a, {ct} %n, ptr %flag) {{
-entry:
-  %neg = icmp slt {ct} %n, 0
-  br i1 %neg, label %bad, label %loop
-bad:
-  store i1 true, ptr %flag
-  ret {ct} 0
-loop:
-  %r = phi {ct} [1, %entry], [%r2, %next]
-  %b = phi {ct} [%a, %entry], [%b2, %next]
-  %e = phi {ct} [%n, %entry], [%e2, %next]
-  %done = icmp eq {ct} %e, 0
-  br i1 %done, label %out, label %step
-step:
-  %odd = and {ct} %e, 1
-  %isodd = icmp ne {ct} %odd, 0
-  %rm = mul {ct} %r, %b
-  %r2 = select i1 %isodd, {ct} %rm, {ct} %r
-  %b2 = mul {ct} %b, %b
-  %e2 = ashr {ct} %e, 1
-  br label %next
-next:
-  br label %loop
-out:
-  ret {ct} %r
-}}"""
-
-
-def _identity(kind: str, dtype: DType) -> str:
-    if dtype.is_bool:
-        return "false" if kind in ("sum", "max") else "true"
-    if dtype.is_float:
-        return {"sum": "0.0", "prod": "1.0", "max": "0xFFF0000000000000", "min": "0x7FF0000000000000"}[kind]
-    bits = INT_BITS[dtype]
-    return {"sum": "0", "prod": "1", "max": str(-(2 ** (bits - 1))), "min": str(2 ** (bits - 1) - 1)}[kind]
 
 
 def _as(load: ir.Load, dtype: DType) -> ir.SExpr:
