@@ -1,10 +1,11 @@
 """The demo (``make demo``, ``akc demo``, ``examples/demo.py``): Arke's answer next to torch's.
 
 It checks ``examples/rmsnorm.ak`` and ``examples/attention.ak`` with :func:`arke.load`,
-runs their kernels on the reference interpreter (:func:`arke.interpret`) on random
-inputs (ragged sizes such as 4097 columns included), computes the same results with
-plain torch written here independently (``torch.nn.functional`` and explicit formulas),
-and prints one table row per case. The exit status is 1 when any case disagrees.
+runs their kernels on the reference interpreter (:func:`arke.interpret`) and compiled for
+the CPU through LLVM (:func:`arke.build`) on random inputs (ragged sizes such as 4097
+columns included), computes the same results with plain torch written here independently
+(``torch.nn.functional`` and explicit formulas), and prints one table row per case and
+way of running it. The exit status is 1 when any of them disagrees.
 """
 
 from __future__ import annotations
@@ -90,11 +91,12 @@ def cases() -> list[Case]:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one case gave: the max abs difference (None when it failed to run) and any error."""
+    """What one case gave on one runner: the max abs difference (None when it failed to run) and any error."""
 
     case: Case
     error: float | None
     problem: str = ""
+    runner: str = "interpreter"
 
     @property
     def ok(self) -> bool:
@@ -108,26 +110,34 @@ def _as_tensor(value: Any) -> torch.Tensor:
     return value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
 
 
-def run_case(case: Case, module: Any, generator: torch.Generator) -> Outcome:
-    """Run one case on the interpreter and on torch; compare the two."""
+def run_case(case: Case, module: Any, generator: torch.Generator, library: Any = None) -> list[Outcome]:
+    """Run one case on the interpreter (and on ``library``'s compiled kernel) and on torch; compare."""
     import torch
 
     import arke
 
     inputs = [torch.randn(shape, generator=generator, dtype=torch.float32) for shape in case.shapes]
+    want = case.reference(*inputs)
+    runners: list[tuple[str, Callable[..., Any]]] = [("interpreter", lambda *a: arke.interpret(
+        module.kernels[case.kernel], *a))]
+    if library is not None:
+        runners.append((f"{library.target} (compiled)", library.kernels[case.kernel]))
+    return [_compare(case, name, run, inputs, want) for name, run in runners]
+
+
+def _compare(case: Case, runner: str, run: Callable[..., Any], inputs: list[Any], want: Any) -> Outcome:
     try:
-        got = _as_tensor(arke.interpret(module.kernels[case.kernel], *inputs))
+        got = _as_tensor(run(*inputs))
     except Exception as exc:  # the demo reports a failing case and goes on with the others
         if os.environ.get("AKC_DEBUG"):
             raise
-        return Outcome(case, None, f"{type(exc).__name__}: {exc}")
-    want = case.reference(*inputs)
+        return Outcome(case, None, f"{type(exc).__name__}: {exc}", runner)
     if tuple(got.shape) != tuple(want.shape):
-        return Outcome(case, None, f"shape {tuple(got.shape)}, torch gives {tuple(want.shape)}")
+        return Outcome(case, None, f"shape {tuple(got.shape)}, torch gives {tuple(want.shape)}", runner)
     diff = (got.double() - want.double()).abs().max().item()
     if diff != diff:  # NaN
-        return Outcome(case, float("nan"), "NaN in the result")
-    return Outcome(case, diff)
+        return Outcome(case, float("nan"), "NaN in the result", runner)
+    return Outcome(case, diff, runner=runner)
 
 
 def _load(path: Path) -> Any:
@@ -169,14 +179,17 @@ def run_demo(examples: Path = EXAMPLES, seed: int = 0) -> int:
         shown = os.path.relpath(examples / name)
         console.print(f"checked {shown}: kernels {', '.join(module.names)}; {strategies} strategies")
 
-    outcomes = [run_case(case, modules[case.file], generator) for case in cases()]
-    table = Table(title=f"Arke reference interpreter vs torch {torch.__version__} (f32, tolerance {TOLERANCE:g})")
-    for column in ("kernel", "input shapes", "case", "max abs error", "result"):
+    import arke
+
+    libraries = {name: arke.build(module, target="llvm") for name, module in modules.items()}
+    outcomes = [o for case in cases() for o in run_case(case, modules[case.file], generator, libraries[case.file])]
+    table = Table(title=f"Arke vs torch {torch.__version__} (f32, tolerance {TOLERANCE:g})")
+    for column in ("kernel", "input shapes", "case", "run on", "max abs error", "result"):
         table.add_column(column, justify="right" if column == "max abs error" else "left", no_wrap=True)
     for out in outcomes:
         error = "-" if out.error is None else f"{out.error:.2e}"
         result = "[green]ok[/green]" if out.ok else f"[red]FAIL[/red] {out.problem}".rstrip()
-        table.add_row(out.case.kernel, _shapes(out.case.shapes), out.case.note, error, result)
+        table.add_row(out.case.kernel, _shapes(out.case.shapes), out.case.note, out.runner, error, result)
     console.print(table)
     failed = sum(not o.ok for o in outcomes)
     console.print(f"[red]{failed} of {len(outcomes)} cases disagree[/red]" if failed
