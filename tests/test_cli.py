@@ -352,7 +352,7 @@ def _numpy_kernel(name: str, *arrays: Any) -> Any:
 @pytest.mark.parametrize("wrong", [False, True])
 def test_demo_compares_the_interpreter_with_torch(wrong: bool, capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """``akc demo`` with the loader and interpreter stood in for: agreement exits 0, a wrong answer 1."""
+    """``akc demo`` with the loader, interpreter and compiler stood in for: agreement exits 0, a wrong answer 1."""
     pytest.importorskip("torch")
 
     def load(path: Any) -> Any:
@@ -364,10 +364,15 @@ def test_demo_compares_the_interpreter_with_torch(wrong: bool, capsys: pytest.Ca
         out = _numpy_kernel(kernel.name, *arrays)
         return out * 1.01 if wrong and kernel.name == "attention" else out
 
+    def build(module: Any, target: str = "llvm") -> Any:
+        kernels = {n: (lambda *a, n=n: interpret(types.SimpleNamespace(name=n), *a)) for n in module.names}
+        return types.SimpleNamespace(target=target, kernels=kernels)
+
     monkeypatch.setattr(arke, "load", load)
     monkeypatch.setattr(arke, "interpret", interpret)
+    monkeypatch.setattr(arke, "build", build)
     status, out, _ = run(capsys, "demo")
     assert status == (1 if wrong else 0)
-    assert out.count(" ok ") == (4 if wrong else 6)
-    assert ("2 of 6 cases disagree" if wrong else "all 6 cases agree with torch") in out
+    assert out.count(" ok ") == (8 if wrong else 12)  # each case on the interpreter and compiled
+    assert ("4 of 12 cases disagree" if wrong else "all 12 cases agree with torch") in out
 
