@@ -183,46 +183,48 @@ class _Function:
         self.loop(axis, lo, hi, lambda: self.loops(order, depth + 1, inner))
 
     def rows_axis(self) -> str | None:
-        """For a contraction whose last output axis runs along an operand's rows (``a @ b``'s n),
-        that axis: it becomes the innermost loop, each (k, n) step a vector update of a row of
-        accumulators. Every element still sums its k terms in order."""
+        """For a reduction whose last output axis runs along some operand's rows (``a @ b``'s n, or
+        attention's ``sum(p[.., j] * v[.., j, d] for j)``'s d), that axis: it becomes the innermost
+        loop, each reduction step a vector update of a row of accumulators. Every element still
+        combines its terms in order."""
         op = self.op
-        if not isinstance(op, ir.ContractOp) or not op.axes:
+        if isinstance(op, ir.MapOp) or not op.axes:
             return None
         n = op.axes[-1].name
-        last = [x.indices[-1] for x in (op.lhs, op.rhs) if x.indices]
-        if n == self.d.parallel or ir.Idx(n) not in last:
-            return None
-        return n
+        exprs = (op.lhs, op.rhs) if isinstance(op, ir.ContractOp) else (op.body,)
+        rows = any(isinstance(x, ir.Load) and x.indices and x.indices[-1] == ir.Idx(n)
+                   for e in exprs for x in ir.walk(e))
+        return n if rows and n != self.d.parallel else None
 
     def contract_rows(self, n: str) -> None:
-        """One row of a contraction: zero the accumulators, add every k step, store the row."""
+        """One row of a reduction: set the accumulators, combine every step, store the row."""
         op = self.op
-        assert isinstance(op, ir.ContractOp)
+        assert isinstance(op, ir.ContractOp | ir.ReduceOp)
+        kind = op.kind if isinstance(op, ir.ReduceOp) else "sum"
         dtype, ct = op.dtype, COMPUTE[op.dtype]
         extent = self.dim(self.extent[n])
         row = "%scratch"  # the runtime's per-worker scratch: a wide row would overflow the stack
         self.scratch = self.extent[n]
 
         def slot() -> str:
-            p = self.let(f"getelementptr inbounds {ct}, ptr {row}, i64 {self.current[n]}")
-            return p
+            return self.let(f"getelementptr inbounds {ct}, ptr {row}, i64 {self.current[n]}")
 
-        def zero() -> None:
-            self.emit(f"store {ct} {identity('sum', dtype)}, ptr {slot()}")
+        def start() -> None:
+            self.emit(f"store {ct} {identity(kind, dtype)}, ptr {slot()}")
 
         def update() -> None:
-            v = self.expr(ir.Binary("mul", _as(op.lhs, dtype), _as(op.rhs, dtype), dtype))
+            body: ir.SExpr = (ir.Binary("mul", _as(op.lhs, dtype), _as(op.rhs, dtype), dtype)
+                              if isinstance(op, ir.ContractOp) else op.body)
+            v = self.expr(body if body.dtype == dtype else ir.Cast(body, dtype))
             p = slot()
             a = self.let(f"load {ct}, ptr {p}")
-            t = self.let(f"{'fadd' if dtype.is_float else 'add'} {ct} {a}, {v}")
-            self.emit(f"store {ct} {t}, ptr {p}")
+            self.emit(f"store {ct} {self.combine(kind, dtype, a, v)}, ptr {p}")
 
         def store() -> None:
             a = self.let(f"load {ct}, ptr {slot()}")
             self.store(self.buffer(op.result), [ir.Idx(x.name) for x in op.axes], a, dtype)
 
-        self.loop(n, "0", extent, zero)
+        self.loop(n, "0", extent, start)
         self.loops([a.name for a in op.reduce_axes], 0, lambda: self.loop(n, "0", extent, update))
         self.loop(n, "0", extent, store)
 
