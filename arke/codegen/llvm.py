@@ -61,6 +61,7 @@ class _Function:
         self.loops_made = 0
         self.current: dict[str, str] = {}  # axis -> the LLVM value of its innermost enclosing loop
         self.scratch: Dim | None = None  # elements of 8-byte scratch this dispatch needs per worker
+        self.parallel_extent: Dim | None = None  # the range [0, n) the workers split
         self.dims: dict[str, str] = {}
         used = sorted({b for b in self._buffers_used()}, key=plan.buffer_index)
         self.args = used
@@ -162,16 +163,40 @@ class _Function:
         self.prologue.append("  %errflag = alloca i1")
         self.prologue.append("  store i1 false, ptr %errflag")
         row = self.rows_axis()
-        if row is not None:
-            self.loops([a for a in order if a != row], 0, lambda: self.contract_rows(row))
+        outer = [a for a in order if a != row]
+        inner: Callable[[], None] = (lambda: self.contract_rows(row)) if row is not None else self.element
+        if self.d.parallel is not None and op.axes and self.d.parallel == op.axes[0].name:
+            # The workers split the leading axes together (b, h, i ... as one flat range), so a
+            # batch of 1 still keeps every core busy; the innermost loop stays whole for vectors.
+            flat = outer if row is not None or len(outer) == 1 else outer[:-1]
+            self.parallel_extent = self.flat_loop(flat, lambda: self.loops(outer[len(flat):], 0, inner))
         else:
-            self.loops(order, 0, lambda: self.element())
+            self.parallel_extent = self.extent[self.d.parallel] if self.d.parallel is not None else None
+            self.loops(outer, 0, inner)
         params = ", ".join(f"ptr noalias {self.ptr[b]}" for b in self.args)
         head = (f"define void @\"{self.name}\"({params}, ptr noalias %dims, i64 %lo, i64 %hi, ptr noalias %err, "
                 "ptr noalias %scratch) {")
         tail = ["  %ef = load i1, ptr %errflag", "  %ez = zext i1 %ef to i64", "  %eo = load i64, ptr %err",
                 "  %en = or i64 %eo, %ez", "  store i64 %en, ptr %err", "  ret void", "}"]
         return "\n".join([head, "entry:", *self.prologue, "  br label %start", "start:", *self.body, *tail])
+
+    def flat_loop(self, axes: list[str], inner: Callable[[], None]) -> Dim:
+        """One loop over ``[lo, hi)`` of the flattened ``axes`` (row-major); returns the flat extent."""
+        total: Dim = sympy.Integer(1)
+        for a in axes:
+            total = total * self.extent[a]
+
+        def body() -> None:
+            rest = self.current["%flat"]
+            for a in reversed(axes[1:]):
+                n = self.dim(self.extent[a])
+                self.current[a] = self.let(f"urem i64 {rest}, {n}")
+                rest = self.let(f"udiv i64 {rest}, {n}")
+            self.current[axes[0]] = rest
+            inner()
+
+        self.loop("%flat", "%lo", "%hi", body)
+        return total
 
     def loops(self, order: list[str], depth: int, inner: Callable[[], None]) -> None:
         """Loops over the axes in ``order`` (the parallel one over ``[lo, hi)``), ``inner`` innermost."""
@@ -230,7 +255,7 @@ class _Function:
 
     def loop(self, axis: str, lo: str, hi: str, inner: Callable[[], None]) -> None:
         self.loops_made += 1
-        tag = f"{axis}.{self.loops_made}"  # an axis may be looped over more than once (rows form)
+        tag = f"{axis.lstrip('%')}.{self.loops_made}"  # an axis may be looped over more than once (rows form)
         counter = f"%ix.{tag}.p"
         self.prologue.append(f"  {counter} = alloca i64")
         head, body, done = f"h.{tag}", f"b.{tag}", f"e.{tag}"
@@ -622,9 +647,7 @@ class LLVMRenderer(Renderer):
             entry = f"{plan.name}.d{k}"
             fn = _Function(plan, d, entry, lambda text: declarations.setdefault(text, None))
             functions.append(fn.render())
-            extent = None
-            if d.parallel is not None:
-                extent = dim_str(next(a.extent for a in d.op.axes if a.name == d.parallel))
+            extent = dim_str(fn.parallel_extent) if fn.parallel_extent is not None else None
             scratch = dim_str(fn.scratch) if fn.scratch is not None else None
             launches.append(LaunchSpec(entry, extent, tuple(plan.buffer_index(b) for b in fn.args), scratch))
         source = "\n\n".join([f"; arke kernel {plan.name}", *declarations, *functions]) + "\n"
