@@ -38,7 +38,9 @@ STRATEGY_VERSION = 1
 
 #: Words that a bare name may not be (in some position they read as a literal or keyword);
 #: such names, and names that are not identifiers, print as JSON strings: ``"inf"``.
-RESERVED = frozenset({"true", "false", "inf", "nan", "dim", "not", "and", "or", "in"})
+RESERVED = frozenset({"true", "false", "inf", "nan", "dim", "not", "and", "or", "in", "as", "call", "contract",
+                      "dims", "kernel", "map", "name", "over", "reduce", "return", "strategy", "target", "when",
+                      "where", "_"})  # every word of arke/grammar/ir.lark
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 _TOKEN = re.compile(r"[A-Za-z_0-9]+")
