@@ -264,3 +264,16 @@ def test_spec_examples_read_verify_and_print_back(kind: str, text: str) -> None:
 
 def test_spec_has_examples() -> None:
     assert [kind for kind, _ in SPEC_BLOCKS] == ["ir", "ir-strategy"]
+
+
+def _grammar_words() -> list[str]:
+    from importlib import resources
+
+    text = resources.files("arke.grammar").joinpath("ir.lark").read_text(encoding="utf-8")
+    return sorted({w for w in re.findall(r'"([A-Za-z_][A-Za-z_0-9]*)"', text)})
+
+
+@pytest.mark.parametrize("word", _grammar_words())
+def test_every_word_of_the_ir_grammar_survives_as_a_name(word: str) -> None:
+    s = StrategySet((Strategy(word, word, None, (Decision(word, word, word),)),))
+    assert read_strategies(print_strategies(s)) == s
