@@ -111,7 +111,7 @@ def loads(text: str, path: str = "<input>") -> Module:
     """Check and lower source text; raises :class:`CheckError` when it has errors."""
     from arke.lang.checker import check_text
 
-    result = check_text(text, path, lower=True)
+    result = check_text(text, path)
     errors = [d for d in result.diagnostics if d.is_error]
     if errors or result.semantic is None or result.strategies is None:
         raise CheckError(result.diagnostics)

@@ -80,8 +80,7 @@ def stdlib_modules() -> list[str]:
     return sorted("std." + p.stem for p in root.glob("*.ak"))
 
 
-def check_text(text: str, path: str, lower: bool = False, _stack: tuple[str, ...] = (),
-               _prefix: str = "") -> CheckResult:
+def check_text(text: str, path: str, _stack: tuple[str, ...] = (), _prefix: str = "") -> CheckResult:
     """Check one file's text and what it imports; the IR is built whenever the file is clean."""
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 6000))  # long operator chains make deep (but finite) trees
@@ -200,7 +199,7 @@ def _import(imp: ast.Import, importer: str, stack: tuple[str, ...], diags: list[
         key = (key_path, imp.module, mtime)
         if key not in _CACHE:
             text = path.read_text(encoding="utf-8")
-            result = check_text(text, str(path), True, (*stack, key_path), imp.module + ".")
+            result = check_text(text, str(path), (*stack, key_path), imp.module + ".")
             errors = tuple(d for d in result.diagnostics if d.is_error)
             sigs = {n: s for n, s in result.signatures.items() if n in result.kernel_names}
             _CACHE[key] = _Loaded(sigs, result.semantic.functions if result.semantic else (),
