@@ -5,9 +5,11 @@ The public API is small: :func:`check`, :func:`load`, :func:`loads` and :func:`i
 """
 
 from arke.api import CheckError, Diagnostic, Kernel, Module, build, check, interpret, load, loads
+from arke.runtime.errors import DTypeError, GuardError, ShapeError
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CheckError", "Diagnostic", "Kernel", "Module", "__version__", "build", "check", "interpret", "load", "loads",
+    "CheckError", "DTypeError", "Diagnostic", "GuardError", "Kernel", "Module", "ShapeError", "__version__", "build",
+    "check", "interpret", "load", "loads",
 ]

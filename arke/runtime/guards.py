@@ -31,6 +31,7 @@ import torch
 from arke.ir import semantic as S
 from arke.ir.dtypes import DTYPES, DType
 from arke.ir.shapes import Dim, dim_str, evaluate, free_dims
+from arke.runtime.errors import GuardError
 
 #: The torch dtype that stores each DType.
 TORCH_DTYPES: dict[DType, torch.dtype] = {
@@ -51,31 +52,6 @@ _NP_NAMES = {DType.BOOL: "np.bool_", DType.I8: "np.int8", DType.I32: "np.int32",
 AnyDType = DType | torch.dtype | np.dtype | type | str
 ShapeArgs = Mapping[str, Sequence[int]] | Sequence[Sequence[int]]
 DTypeArgs = Mapping[str, AnyDType] | Sequence[AnyDType]
-
-
-class GuardError(ValueError):
-    """Arguments that break a kernel's contract. The message names the kernel, parameter and rule.
-
-    ``rule`` says which check failed (tools match on it): ``kernel`` (no such kernel),
-    ``arity``, ``missing``, ``type`` (not a tensor / not a number), ``rank``, ``dtype``,
-    ``scalar`` (a scalar value that does not fit), ``dim``, ``where`` (a guard), and, while
-    running, ``index`` (a subscript out of range) and ``arith`` (integer division by zero,
-    integer to a negative power). ``param`` is the parameter concerned, if any.
-    """
-
-    def __init__(self, kernel: str, message: str, *, rule: str, param: str | None = None):
-        super().__init__(f"kernel `{kernel}`: {message}")
-        self.kernel = kernel
-        self.message = message
-        self.rule = rule
-        self.param = param
-
-    def __reduce__(self) -> tuple[Any, ...]:  # picklable, for worker processes
-        return (_guard_error, (self.kernel, self.message, self.rule, self.param))
-
-
-def _guard_error(kernel: str, message: str, rule: str, param: str | None) -> GuardError:
-    return GuardError(kernel, message, rule=rule, param=param)
 
 
 class InterpError(RuntimeError):

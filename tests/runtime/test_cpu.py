@@ -210,7 +210,8 @@ for name, (library, kernel, args, threads) in CASES.items():
         outs = out if isinstance(out, tuple) else (out,)
         record.update(outcome="ok", result=[np.asarray(o).tolist() for o in outs])
     except Exception as err:
-        record.update(outcome=type(err).__name__, rule=getattr(err, "rule", None), message=str(err))
+        record.update(outcome=type(err).__name__, rule=getattr(err, "rule", None), message=str(err),
+                      guard=isinstance(err, arke.GuardError))
     print(json.dumps(record), flush=True)
 print(json.dumps({{"case": "done"}}), flush=True)
 """
@@ -244,7 +245,7 @@ def record(risky: dict[str, Any], case: str) -> dict[str, Any]:
 def test_out_of_range_ids_raise_the_interpreters_error(risky: dict[str, Any], case: str, kernel: str,
                                                        texts: tuple[str, ...]) -> None:
     got = record(risky, case)
-    assert (got["outcome"], got.get("rule")) == ("GuardError", "index"), got
+    assert (got["outcome"], got.get("guard"), got.get("rule")) == ("ShapeError", True, "index"), got
     assert got["message"].startswith(f"kernel `{kernel}`: "), got["message"]
     for text in texts:
         assert text in got["message"], got["message"]
@@ -259,7 +260,7 @@ def test_out_of_range_ids_raise_the_interpreters_error(risky: dict[str, Any], ca
 ])
 def test_integer_division_by_zero_raises_not_traps(risky: dict[str, Any], case: str, kernel: str, text: str) -> None:
     got = record(risky, case)
-    assert (got["outcome"], got.get("rule")) == ("GuardError", "arith"), got
+    assert (got["outcome"], got.get("guard"), got.get("rule")) == ("GuardError", True, "arith"), got
     assert got["message"].startswith(f"kernel `{kernel}`: ") and text in got["message"], got["message"]
 
 

@@ -145,3 +145,18 @@ def test_guard_error_pickles() -> None:
     err = GuardError("k", "bad", rule="dim", param="x")
     back = pickle.loads(pickle.dumps(err))
     assert (str(back), back.rule, back.param, back.kernel) == (str(err), "dim", "x", "k")
+
+
+def test_guard_errors_are_shape_or_dtype_errors_by_rule() -> None:
+    """`arke.ShapeError` and `arke.DTypeError` are the GuardErrors of shape and dtype rules."""
+    import pickle
+
+    import arke
+
+    shape = arke.GuardError("k", "bad dim", rule="dim", param="x")
+    dtype = arke.GuardError("k", "bad dtype", rule="dtype", param="x")
+    other = arke.GuardError("k", "missing", rule="missing", param="x")
+    assert type(shape) is arke.ShapeError and type(dtype) is arke.DTypeError and type(other) is arke.GuardError
+    assert all(isinstance(e, ValueError) for e in (shape, dtype, other))
+    again = pickle.loads(pickle.dumps(dtype))
+    assert type(again) is arke.DTypeError and again.param == "x" and str(again) == str(dtype)

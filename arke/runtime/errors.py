@@ -1,0 +1,53 @@
+"""The errors a call of a kernel raises before (or instead of) running it.
+
+Kept free of torch and numpy imports: ``import arke`` (and ``akc check``) must stay light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GuardError(ValueError):
+    """Arguments that break a kernel's contract. The message names the kernel, parameter and rule.
+
+    ``rule`` says which check failed (tools match on it): ``kernel`` (no such kernel),
+    ``arity``, ``missing``, ``type`` (not a tensor / not a number), ``rank``, ``dtype``,
+    ``scalar`` (a scalar value that does not fit), ``dim``, ``where`` (a guard), and, while
+    running, ``index`` (a subscript out of range) and ``arith`` (integer division by zero,
+    integer to a negative power). ``param`` is the parameter concerned, if any.
+    """
+
+    def __new__(cls, kernel: str, message: str, *, rule: str, param: str | None = None) -> GuardError:
+        # The rule decides the class: shape problems are ShapeError, dtype problems DTypeError,
+        # so callers can catch either (or GuardError for all).
+        if cls is GuardError:
+            cls = _KINDS.get(rule, GuardError)
+        return super().__new__(cls, message)
+
+    def __init__(self, kernel: str, message: str, *, rule: str, param: str | None = None):
+        super().__init__(f"kernel `{kernel}`: {message}")
+        self.kernel = kernel
+        self.message = message
+        self.rule = rule
+        self.param = param
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable, for worker processes
+        return (_guard_error, (self.kernel, self.message, self.rule, self.param))
+
+
+def _guard_error(kernel: str, message: str, rule: str, param: str | None) -> GuardError:
+    return GuardError(kernel, message, rule=rule, param=param)
+
+
+class ShapeError(GuardError):
+    """A shape, rank, dim, `where` clause or subscript that breaks the kernel's contract."""
+
+
+class DTypeError(GuardError):
+    """An argument of the wrong dtype or kind (not a tensor, a scalar that does not fit)."""
+
+
+_KINDS: dict[str, type[GuardError]] = {"rank": ShapeError, "dim": ShapeError, "where": ShapeError,
+                                       "index": ShapeError, "dtype": DTypeError, "type": DTypeError,
+                                       "scalar": DTypeError}
