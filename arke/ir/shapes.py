@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping
+from fractions import Fraction
 from functools import cache
 from typing import TypeAlias
 
@@ -170,12 +172,54 @@ def free_dims(d: Dim) -> set[str]:
     return {s.name for s in sympy.sympify(d).free_symbols}
 
 
-def evaluate(d: Dim, env: dict[str, int]) -> int:
-    """The integer value of a dim once its symbols are known."""
-    value = sympy.sympify(d).subs({sym(k): v for k, v in env.items()})
-    if not value.is_Integer:
-        raise ValueError(f"dim {dim_str(d)} is not determined by {env}")
+def evaluate(d: Dim, env: Mapping[str, int]) -> int:
+    """The integer value of a dim once its symbols are known (compiled once per dim: launches are hot)."""
+    try:
+        value = _compiled(sympy.sympify(d))(env)
+    except KeyError as missing:
+        raise ValueError(f"dim {dim_str(d)} is not determined by {dict(env)}: {missing} is unknown") from None
+    if isinstance(value, Fraction):
+        if value.denominator != 1:
+            raise ValueError(f"dim {dim_str(d)} is not an integer for {dict(env)}")
+        value = value.numerator
     return int(value)
+
+
+Number = int | Fraction
+
+
+@cache
+def _compiled(d: sympy.Expr) -> Callable[[Mapping[str, int]], Number]:
+    """``d`` as a Python function of the dim values, exact (integers and fractions)."""
+    if d.is_Integer:
+        n = int(d)
+        return lambda env: n
+    if d.is_Rational:
+        q = Fraction(int(d.p), int(d.q))
+        return lambda env: q
+    if d.is_Symbol:
+        name = d.name
+        return lambda env: env[name]
+    parts = [_compiled(a) for a in d.args]
+    if d.is_Add:
+        return lambda env: sum(f(env) for f in parts)
+    if d.is_Mul:
+        def product(env: Mapping[str, int]) -> Number:
+            out: Number = 1
+            for f in parts:
+                out = out * f(env)
+            return out
+        return product
+    if d.is_Pow and d.exp.is_Integer:
+        base, e = parts[0], int(d.exp)
+        return lambda env: Fraction(base(env)) ** e if e < 0 else base(env) ** e
+    if isinstance(d, sympy.floor):
+        inner = parts[0]
+        return lambda env: math.floor(inner(env))
+    if isinstance(d, sympy.Mod):
+        a, b = parts
+        return lambda env: a(env) % b(env)
+    raise ValueError(f"dim {dim_str(d)} cannot be evaluated")
 
 
 def canonical(d: Dim) -> Dim:
