@@ -50,11 +50,11 @@ class Kernel:
                 return k
         return -1
 
-    def __call__(self, *arrays: Any, threads: int | None = None, **scalars: Any) -> Any:
-        """Check the call (shapes, dtypes, `where` clauses) before anything runs, then run it."""
+    def __call__(self, *arrays: Any, threads: int | None = None, out: Any = None, **scalars: Any) -> Any:
+        """Check the call (shapes, dtypes, `where` clauses, ``out=``) before anything runs, then run it."""
         fn = self.library.module.semantic.get(self.ir_name)
         args, dims, any_torch = prepare_args(fn, arrays, scalars)
-        return self.variant(self.choose(dims)).run_prepared(args, dims, not any_torch, threads)
+        return self.variant(self.choose(dims)).run_prepared(args, dims, not any_torch, threads, out)
 
     def source(self) -> str:
         """The target source of the kernel's default variant (``akc build --emit source``)."""

@@ -138,28 +138,46 @@ class CPUKernel:
     def __repr__(self) -> str:
         return f"<arke kernel {self.name} on llvm, {len(self._launches)} dispatches>"
 
-    def __call__(self, *arrays: Any, threads: int | None = None, **scalars: Any) -> Any:
+    def __call__(self, *arrays: Any, threads: int | None = None, out: Any = None, **scalars: Any) -> Any:
         args, dims, any_torch = prepare_args(self.plan.function, arrays, scalars)
-        return self.run_prepared(args, dims, not any_torch, threads)
+        return self.run_prepared(args, dims, not any_torch, threads, out)
 
     def run_prepared(self, args: dict[str, torch.Tensor], dims: dict[str, int], as_numpy: bool,
-                     threads: int | None = None) -> Any:
-        """Run on arguments already checked and converted by :func:`~arke.runtime.guards.prepare_args`."""
+                     threads: int | None = None, out: Any = None) -> Any:
+        """Run on arguments already checked and converted by :func:`~arke.runtime.guards.prepare_args`.
+
+        ``out``: a tensor (or a tuple, one per result) to write the results into; checked like
+        the arguments, and it may not overlap them. The results are then ``out`` itself.
+        """
         fn = self.plan.function
         args = {k: v.contiguous() for k, v in args.items()}  # views are copied; contiguous ones are not
+        given = check_out(fn, out, dims, args) if out is not None else {}
         buffers: list[torch.Tensor] = []
         for b in self.plan.buffers:
             if b.role == "param":
                 buffers.append(args[b.name])
+            elif b.name in given and fn.results.count(b.name) == 1:
+                buffers.append(given[b.name][0])  # written in place
             else:
                 shape = tuple(evaluate(d, dims) for d in b.shape)
                 buffers.append(torch.empty(shape, dtype=TORCH_DTYPES[b.dtype]))
         dim_array = (ctypes.c_int64 * max(1, len(self.plan.dims)))(*(dims[d] for d in self.plan.dims))
         self._run(buffers, dim_array, dims, threads or self.threads)
         outs: list[torch.Tensor] = []
+        taken: dict[str, int] = {}
         for r in fn.results:  # a result never aliases an input or another result
             t = buffers[self.plan.buffer_index(r)]
-            outs.append(t.clone() if r in args or any(t is o for o in outs) else t)
+            if out is not None:
+                target = given[r][taken.get(r, 0)]
+                taken[r] = taken.get(r, 0) + 1
+                if target is not t:
+                    target.copy_(t)
+                outs.append(target)
+            else:
+                outs.append(t.clone() if r in args or any(t is o for o in outs) else t)
+        if out is not None:
+            users = tuple(out) if isinstance(out, tuple | list) else (out,)
+            return users[0] if len(users) == 1 else users
         results = [o.numpy() if as_numpy and o.dtype != torch.bfloat16 else o for o in outs]
         return results[0] if len(results) == 1 else tuple(results)
 
@@ -194,6 +212,52 @@ class CPUKernel:
         inputs = {p.name: buffers[self.plan.buffer_index(p.name)] for p in fn.params}
         run_function(fn, ir.Module((fn,)), inputs)  # raises the precise GuardError
         raise GuardError(fn.name, "an index or an integer division was out of range", rule="index")
+
+
+def check_out(fn: ir.Function, out: Any, dims: dict[str, int], args: dict[str, torch.Tensor]
+              ) -> dict[str, list[torch.Tensor]]:
+    """The ``out=`` tensors by result name, after checking kind, shape, dtype, layout and overlap."""
+    import numpy as np
+
+    outs = tuple(out) if isinstance(out, tuple | list) else (out,)
+    if len(outs) != len(fn.results):
+        raise GuardError(fn.name, f"out= needs {len(fn.results)} tensor{'s' if len(fn.results) > 1 else ''}, "
+                         f"one per result, but {len(outs)} were given", rule="arity", param="out")
+    given: dict[str, list[torch.Tensor]] = {}
+    for k, (name, rtype, o) in enumerate(zip(fn.results, fn.result_types, outs)):
+        what = f"out[{k}]" if len(outs) > 1 else "out"
+        if isinstance(o, np.ndarray):
+            if not o.flags.writeable:
+                raise GuardError(fn.name, f"{what} is a read-only array", rule="type", param="out")
+            o = torch.from_numpy(o) if o.dtype.kind in "biuf" else o
+        if not isinstance(o, torch.Tensor):
+            raise GuardError(fn.name, f"{what} must be a tensor or NumPy array, not {type(o).__name__}",
+                             rule="type", param="out")
+        want = TORCH_DTYPES[rtype.dtype]
+        if o.dtype != want:
+            raise GuardError(fn.name, f"{what} is {o.dtype}, but the result is {rtype.dtype}", rule="dtype",
+                             param="out")
+        shape = tuple(evaluate(d, dims) for d in rtype.shape)
+        if tuple(o.shape) != shape:
+            raise GuardError(fn.name, f"{what} has shape {list(o.shape)}, but the result has {list(shape)}",
+                             rule="dim", param="out")
+        if o.device.type != "cpu" or not o.is_contiguous():
+            raise GuardError(fn.name, f"{what} must be a contiguous CPU tensor (write into a fresh one, then copy)",
+                             rule="dim", param="out")
+        for other in [*args.values(), *(t for ts in given.values() for t in ts)]:
+            if _overlap(o, other):
+                raise GuardError(fn.name, f"{what} overlaps an argument or another output", rule="dim",
+                                 param="out")
+        given.setdefault(name, []).append(o)
+    return given
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
+    return a0 < b1 and b0 < a1
 
 
 def run_threads(threads: int | None) -> int:

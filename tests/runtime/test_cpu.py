@@ -520,3 +520,24 @@ def test_a_library_lists_its_kernels() -> None:
     with pytest.raises(AttributeError, match="no kernel `rmsnrom`"):
         _ = nn.rmsnrom
 
+
+
+def test_out_receives_the_results_in_place() -> None:
+    """`out=` is written in place and returned; every wrong `out` is a GuardError before anything runs."""
+    import torch
+
+    rms = lib("std.nn").kernels["rmsnorm"]
+    x, w = f32(4, 33), f32(33)
+    want = rms(x, w)
+    out = np.empty((4, 33), dtype=np.float32)
+    assert rms(x, w, out=out) is out
+    np.testing.assert_array_equal(out, want)
+    t = torch.empty(4, 33)
+    assert rms(torch.from_numpy(x), torch.from_numpy(w), out=t) is t
+    np.testing.assert_array_equal(t.numpy(), want)
+    bad = [(np.empty((4, 32), np.float32), "shape"), (np.empty((4, 33), np.float64), "float64"),
+           (np.empty((33, 4), np.float32).T, "contiguous"), ([0.0], "must be a tensor"), (x, "overlaps"),
+           ((out, out), "one per result")]
+    for o, words in bad:
+        with pytest.raises(arke.GuardError, match=words):
+            rms(x, w, out=o)
