@@ -98,4 +98,6 @@ def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> C
                     arke=arke.__version__, llvmlite=llvmlite.__version__)
     obj = default_cache().get_or_build(key, lambda: compile_object(artifact.source),
                                        meta={"kernel": ir_name, "target": library.target})
-    return CPUKernel(plan, artifact, obj, module, library.threads)
+    chosen = strategy.get("threads") if strategy is not None else None
+    threads = int(chosen.value) if chosen is not None and isinstance(chosen.value, int) else library.threads
+    return CPUKernel(plan, artifact, obj, module, threads)

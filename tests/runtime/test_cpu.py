@@ -541,3 +541,13 @@ def test_out_receives_the_results_in_place() -> None:
     for o, words in bad:
         with pytest.raises(arke.GuardError, match=words):
             rms(x, w, out=o)
+
+
+def test_a_threads_decision_sets_the_worker_count() -> None:
+    """`threads = 1` in a strategy runs that kernel on one worker (the result does not change)."""
+    src = ("kernel f(x: f32[M, N]) -> f32[M, N] { return x * 2.0 }\n"
+           "@strategy(f, target = llvm) { threads = 1 }")
+    built = arke.build(arke.loads(src), threads=2)
+    x = f32(8, 5)
+    np.testing.assert_array_equal(built.f(x), x * 2.0)
+    assert built.kernels["f"].variant(0).threads == 1
