@@ -139,7 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.kernel not in lib.kernels:
         raise _usage(f"`{args.path}` has no kernel `{args.kernel}`; it has: {', '.join(lib.kernels)}")
     kernel = lib.kernels[args.kernel]
-    fn = lib.module.semantic.get(kernel.ir_name)
+    fn = kernel.function
     inputs = random_inputs(fn, parse_dims(args.dims), args.seed)
     try:
         got = kernel(*inputs, threads=args.threads)

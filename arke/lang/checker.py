@@ -222,7 +222,7 @@ def _report_cycles(calls: dict[str, list[tuple[str, Span]]], diags: list[Diagnos
     """Kernels calling each other in a loop (a kernel calling itself is reported where it is checked)."""
     state: dict[str, int] = {}
 
-    def visit(name: str, path: list[tuple[str, Span]]) -> None:
+    def visit(name: str) -> None:
         state[name] = 1
         for callee, span in calls.get(name, ()):
             if callee == name:
@@ -231,12 +231,12 @@ def _report_cycles(calls: dict[str, list[tuple[str, Span]]], diags: list[Diagnos
                 diags.append(make("AK2006", f"kernels call each other in a loop ({name} → {callee})", span,
                                   hint="kernels cannot recurse"))
             elif callee in calls and callee not in state:
-                visit(callee, [*path, (callee, span)])
+                visit(callee)
         state[name] = 2
 
     for name in calls:
         if name not in state:
-            visit(name, [])
+            visit(name)
 
 
 def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:

@@ -21,7 +21,6 @@ from arke.ir.dtypes import DTYPES, DType, fits
 from arke.ir.shapes import Dim, dim_str, floordiv, mod
 from arke.lang import ast
 from arke.lang.diagnostics import Related, did_you_mean
-from arke.lang.source import Span
 from arke.lang.terms import POISON, Scalar, Tensor, Term, cast, common_dtype, scalar_const
 
 if TYPE_CHECKING:
@@ -81,7 +80,6 @@ class ExprLowering:
             return POISON
         extent = self.lookup_index(name)
         if extent is not None:
-            self.mark_index_use(name)
             return Scalar(ir.Idx(name), DType.I64, frozenset({name}))
         if name in self.lets:
             self.used.add(name)
@@ -482,4 +480,4 @@ def _text(checker: KernelChecker, e: ast.Expr) -> str:
     return checker.source_text(e.span)
 
 
-__all__ = ["BUILTINS", "MATH_BINARY", "MATH_UNARY", "REDUCTIONS", "ExprLowering", "Span"]
+__all__ = ["BUILTINS", "MATH_BINARY", "MATH_UNARY", "REDUCTIONS", "ExprLowering"]

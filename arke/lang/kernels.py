@@ -121,9 +121,6 @@ class KernelChecker(ExprLowering):
                 return frame[name]
         return None
 
-    def mark_index_use(self, name: str) -> None:
-        pass
-
     def is_unbound(self, name: str) -> bool:
         return (self.lookup_index(name) is None and name not in self.lets and name not in self.values
                 and name not in self.dims and name not in ("true", "false", "inf"))

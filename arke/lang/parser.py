@@ -21,8 +21,6 @@ from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, make
 from arke.lang.source import Source, Span
 
-_REDUCTIONS = frozenset({"sum", "max", "min", "mean", "prod"})
-
 
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
@@ -504,5 +502,3 @@ def _parse_one(src: Source, text: str, diags: list[Diagnostic], base: int = 0) -
     diags.extend(builder.diags)
     return module
 
-
-REDUCTIONS = _REDUCTIONS

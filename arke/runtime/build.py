@@ -26,6 +26,9 @@ class Kernel:
 
     def __init__(self, library: Library, name: str, ir_name: str):
         self.library, self.name, self.ir_name = library, name, ir_name
+        # Looked up once: calls are the hot path.
+        self.function = library.module.semantic.get(ir_name)
+        self._strategies = library.module.strategies.for_kernel(ir_name, library.target)
         self._variants: dict[int, CPUKernel] = {}
         self._lock = threading.Lock()
 
@@ -33,7 +36,7 @@ class Kernel:
         return f"<arke kernel {self.name} ({self.library.target})>"
 
     def strategies(self) -> tuple[sir.Strategy, ...]:
-        return self.library.module.strategies.for_kernel(self.ir_name, self.library.target)
+        return self._strategies
 
     def variant(self, index: int) -> CPUKernel:
         """The compiled form for strategy ``index`` (-1: no strategy, the defaults)."""
@@ -52,8 +55,7 @@ class Kernel:
 
     def __call__(self, *arrays: Any, threads: int | None = None, out: Any = None, **scalars: Any) -> Any:
         """Check the call (shapes, dtypes, `where` clauses, ``out=``) before anything runs, then run it."""
-        fn = self.library.module.semantic.get(self.ir_name)
-        args, dims, any_torch = prepare_args(fn, arrays, scalars)
+        args, dims, any_torch = prepare_args(self.function, arrays, scalars)
         return self.variant(self.choose(dims)).run_prepared(args, dims, not any_torch, threads, out)
 
     def source(self) -> str:
