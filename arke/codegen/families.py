@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from arke.ir import semantic as ir
 
-FAMILIES = ("pointwise", "layout", "gather", "reduction", "contraction")
+FAMILIES = ("pointwise", "layout", "gather", "reduction", "contraction", "rows", "attention")
 
 
 def subexprs(e: ir.SExpr) -> list[ir.SExpr]:

@@ -635,23 +635,46 @@ def _fraction(arg: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
 
 
 class LLVMRenderer(Renderer):
-    """Renders a kernel plan to an LLVM IR module for the host CPU."""
+    """Renders a kernel plan to an LLVM IR module for the host CPU.
+
+    ``vector_bits`` is the width of the explicit vector code (contraction micro-kernels,
+    attention tiles): 512 on AVX-512, 256 on AVX2, 128 elsewhere. The IR is correct on any
+    machine (LLVM legalises wider vectors); the width only decides how fast it runs.
+    """
 
     name = "llvm"
     capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "bool", "parallel"})
 
+    def __init__(self, vector_bits: int = 512):
+        self.vector_bits = vector_bits
+
     def render(self, plan: KernelPlan) -> Artifact:
         declarations: dict[str, None] = {}
+
+        def declare(text: str) -> None:
+            declarations.setdefault(text, None)
+
         functions, launches = [], []
         for k, d in enumerate(plan.dispatches):
             entry = f"{plan.name}.d{k}"
-            fn = _Function(plan, d, entry, lambda text: declarations.setdefault(text, None))
-            functions.append(fn.render())
-            extent = dim_str(fn.parallel_extent) if fn.parallel_extent is not None else None
-            scratch = dim_str(fn.scratch) if fn.scratch is not None else None
-            launches.append(LaunchSpec(entry, extent, tuple(plan.buffer_index(b) for b in fn.args), scratch))
+            if d.family == "attention":
+                from arke.codegen.llvm_attention import render_attention
+
+                text, launch = render_attention(plan, d, entry, declare, self.vector_bits)
+            elif d.family == "contraction" and d.pattern is not None:
+                from arke.codegen.llvm_gemm import render_contraction
+
+                text, launch = render_contraction(plan, d, entry, declare, self.vector_bits)
+            else:
+                fn = _Function(plan, d, entry, declare)
+                text = fn.render()
+                extent = dim_str(fn.parallel_extent) if fn.parallel_extent is not None else None
+                scratch = dim_str(fn.scratch) if fn.scratch is not None else None
+                launch = LaunchSpec(entry, extent, tuple(plan.buffer_index(b) for b in fn.args), scratch)
+            functions.append(text)
+            launches.append(launch)
         source = "\n\n".join([f"; arke kernel {plan.name}", *declarations, *functions]) + "\n"
-        return Artifact("llvm", source, tuple(launches))
+        return Artifact("llvm", source, tuple(launches), {"vector_bits": str(self.vector_bits)})
 
 
 RENDERER = LLVMRenderer()

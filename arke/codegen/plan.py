@@ -1,13 +1,26 @@
 """Kernel plans: a checked kernel, optimised and cut into dispatches, ready for any renderer.
 
-``make_plan`` inlines calls and fuses elementwise producers (``arke.passes``), then makes
-every remaining op one dispatch: a loop nest over the op's axes (and reduce axes) that
-reads and writes whole buffers. The plan names every buffer and dim symbol in the order
-the runtime passes them, so renderers and runtimes agree without re-deriving anything.
+``make_plan`` inlines calls and fuses elementwise producers (``arke.passes``), then cuts the
+kernel's ops into dispatches. Each family's matcher may claim a run of consecutive ops as
+one dispatch, tried in this order:
+
+* ``attention`` (:mod:`arke.codegen.attention`): scores, row max, exponentials, sums and the
+  value contraction, recognised from plain math, become one dispatch whose scores and
+  probabilities never reach memory;
+* ``contraction`` (:mod:`arke.codegen.contraction`): a matmul-like op, with the elementwise
+  op that reads its result folded in as an epilogue;
+* ``rows`` (:mod:`arke.codegen.rows`): ops over the same leading rows (a norm's statistics
+  and the map that uses them) run row by row in one pass over memory;
+
+and any op left is a dispatch of its own: a loop nest over the op's axes (and reduce axes).
+The plan names every buffer and dim symbol in the order the runtime passes them, so
+renderers and runtimes agree without re-deriving anything. Values that live only inside
+one dispatch (a dispatch's ``internal`` values) get no buffer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from arke.codegen.families import family
@@ -15,6 +28,9 @@ from arke.ir import semantic as ir
 from arke.ir import strategy as sir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim
+
+#: An op a dispatch computes (calls are inlined before plans are made).
+PlanOp = ir.MapOp | ir.ReduceOp | ir.ContractOp
 
 
 @dataclass(frozen=True)
@@ -29,11 +45,25 @@ class Buffer:
 
 @dataclass(frozen=True)
 class Dispatch:
-    """One loop nest: an op, its family, and the axis split across workers (None: not split)."""
+    """One launch: the ops it computes, its family, and the axis split across workers (None: not split).
 
-    op: ir.MapOp | ir.ReduceOp | ir.ContractOp
+    ``op`` is the op whose domain the dispatch covers (the last of ``ops``); ``ops`` every op it
+    computes, in order (empty means just ``op``); ``pattern`` the family matcher's description
+    (a :class:`~arke.codegen.contraction.Contraction`, an attention match ...); ``internal``
+    the values computed inside the dispatch that never reach a buffer.
+    """
+
+    op: PlanOp
     family: str
     parallel: str | None
+    ops: tuple[PlanOp, ...] = ()
+    pattern: object | None = None
+    internal: tuple[str, ...] = ()
+
+    @property
+    def members(self) -> tuple[PlanOp, ...]:
+        """Every op of the dispatch, in order."""
+        return self.ops or (self.op,)
 
 
 @dataclass(frozen=True)
@@ -53,28 +83,58 @@ class KernelPlan:
                 return k
         raise KeyError(name)
 
+    def decision(self, kind: str, subject: str | None = None) -> sir.Decision | None:
+        """The strategy's decision of ``kind`` (on ``subject``), if it made one."""
+        for d in self.decisions:
+            if d.kind == kind and d.subject == subject:
+                return d
+        return None
+
+
+#: A family matcher: (kernel, its ops, where to start, strategy) -> a dispatch made of
+#: ``ops[start:start + len(members)]``, or None when the family does not apply there.
+Matcher = Callable[[ir.Function, list[PlanOp], int, "sir.Strategy | None"], "Dispatch | None"]
+
+
+def matchers() -> tuple[Matcher, ...]:
+    """The family matchers, in the order they are tried."""
+    from arke.codegen.attention import match_attention
+    from arke.codegen.contraction import match_contraction
+    from arke.codegen.rows import match_rows
+
+    return (match_attention, match_contraction, match_rows)
+
 
 def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None) -> KernelPlan:
-    """The plan of kernel ``name`` (calls inlined, elementwise producers fused)."""
+    """The plan of kernel ``name`` (calls inlined, elementwise producers fused, ops grouped)."""
     from arke.passes import run_passes
 
     fn = run_passes(module, name)
-    results = set(fn.results)
-    buffers = [Buffer(p.name, p.type.dtype, p.type.shape, "param") for p in fn.params]
-    dispatches = []
+    ops: list[PlanOp] = []
     for op in fn.ops:
         if isinstance(op, ir.CallOp):  # run_passes inlines every call
             raise ValueError(f"{name}: a call of `{op.callee}` survived inlining")
-        role = "result" if op.result in results else "temp"
-        buffers.append(Buffer(op.result, op.dtype, op.type.shape, role))
-        parallel = _parallel_axis(op, strategy)
-        dispatches.append(Dispatch(op, family(op), parallel))
+        ops.append(op)
+    dispatches: list[Dispatch] = []
+    k = 0
+    found = matchers()
+    while k < len(ops):
+        d = next((m for m in (match(fn, ops, k, strategy) for match in found) if m is not None), None)
+        if d is None:
+            d = Dispatch(ops[k], family(ops[k]), parallel_axis(ops[k], strategy))
+        dispatches.append(d)
+        k += len(d.members)
+    results = set(fn.results)
+    internal = {v for d in dispatches for v in d.internal} - results
+    buffers = [Buffer(p.name, p.type.dtype, p.type.shape, "param") for p in fn.params]
+    buffers += [Buffer(op.result, op.dtype, op.type.shape, "result" if op.result in results else "temp")
+                for op in ops if op.result not in internal]
     dims = tuple(dict.fromkeys(b.dim for b in fn.bindings))
     return KernelPlan(name, fn, dims, tuple(buffers), tuple(dispatches),
                       strategy.decisions if strategy else ())
 
 
-def _parallel_axis(op: ir.MapOp | ir.ReduceOp | ir.ContractOp, strategy: sir.Strategy | None) -> str | None:
+def parallel_axis(op: PlanOp, strategy: sir.Strategy | None) -> str | None:
     """The axis split across workers: the strategy's `parallel` index if this op has it, else its
     outermost axis. Reduce axes are never split, so results do not depend on the thread count."""
     names = [a.name for a in op.axes]
@@ -83,3 +143,14 @@ def _parallel_axis(op: ir.MapOp | ir.ReduceOp | ir.ContractOp, strategy: sir.Str
             if d.kind == "parallel" and d.subject in names:
                 return d.subject
     return names[0] if names else None
+
+
+def readers(ops: list[PlanOp], value: str) -> list[PlanOp]:
+    """The ops that load ``value``."""
+    return [op for op in ops if any(isinstance(x, ir.Load) and x.src == value for e in op_exprs(op)
+                                    for x in ir.walk(e))]
+
+
+def op_exprs(op: PlanOp) -> tuple[ir.SExpr, ...]:
+    """The scalar expressions of an op (a contraction's two loads, else its body)."""
+    return (op.lhs, op.rhs) if isinstance(op, ir.ContractOp) else (op.body,)

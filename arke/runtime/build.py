@@ -91,11 +91,11 @@ def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> C
     from arke.codegen.base import renderer
     from arke.codegen.plan import make_plan
     from arke.runtime.cache import cache_key, default_cache
-    from arke.runtime.cpu import CPUKernel, compile_object, host_description
+    from arke.runtime.cpu import CPUKernel, compile_object, host_description, host_renderer
 
     module = library.module.semantic
     plan = make_plan(module, ir_name, strategy)
-    artifact = renderer(library.target).render(plan)
+    artifact = (host_renderer() if library.target == "llvm" else renderer(library.target)).render(plan)
     key = cache_key(kind="object", target=library.target, source=artifact.source, host=host_description(),
                     arke=arke.__version__, llvmlite=llvmlite.__version__)
     obj = default_cache().get_or_build(key, lambda: compile_object(artifact.source),

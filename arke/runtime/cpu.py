@@ -78,6 +78,23 @@ def assembly(source: str) -> str:
     return str(target_machine().emit_assembly(optimise(source)))
 
 
+def host_vector_bits() -> int:
+    """The widest float vector the host computes natively: 512 (AVX-512), 256 (AVX2/AVX), else 128."""
+    features = set(_llvm().get_host_cpu_features().flatten().split(","))
+    if "+avx512f" in features:
+        return 512
+    if "+avx2" in features or "+avx" in features:
+        return 256
+    return 128
+
+
+def host_renderer() -> Any:
+    """The LLVM renderer sized for this machine's vectors."""
+    from arke.codegen.llvm import LLVMRenderer
+
+    return LLVMRenderer(vector_bits=host_vector_bits())
+
+
 class _Loaded:
     """Object code loaded into a JIT engine, kept alive with the functions taken from it."""
 

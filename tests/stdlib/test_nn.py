@@ -33,8 +33,8 @@ def test_module_has_the_documented_kernels() -> None:
     """Guards against a kernel being added to std.nn without a test here."""
     assert set(std_module(NN).names) == {
         "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "add", "mul", "softmax", "logsumexp",
-        "log_softmax", "layernorm", "rmsnorm", "matmul", "bmm", "linear", "linear_bias", "swiglu", "geglu",
-        "embedding", "cross_entropy", "cross_entropy_mean",
+        "log_softmax", "layernorm", "rmsnorm", "matmul", "bmm", "linear", "linear_bias", "linear_int8",
+        "linear_bf16", "swiglu", "geglu", "embedding", "cross_entropy", "cross_entropy_mean",
     }
 
 
@@ -207,6 +207,25 @@ def test_linear(m: int, kk: int, n: int, bias: bool, rng: np.random.Generator) -
     else:
         out, ref = k("linear")(x, w), F.linear(f64(x), f64(w))
     assert_close(out, ref, **contraction_tol(kk))
+
+
+@pytest.mark.parametrize(("m", "kk", "n"), MATMUL_SHAPES)
+def test_linear_int8(m: int, kk: int, n: int, rng: np.random.Generator) -> None:
+    """Weight-only quantisation: y = x (scale * w_q)ᵀ with int8 w_q and one scale per output."""
+    x, scale = randn(rng, m, kk), np.abs(randn(rng, n)) / 127
+    wq = rng.integers(-127, 128, (n, kk)).astype(np.int8)
+    ref = F.linear(f64(x), torch.from_numpy(wq).double() * f64(scale)[:, None])
+    assert_close(k("linear_int8")(x, wq, scale), ref, **contraction_tol(kk))
+
+
+@pytest.mark.parametrize(("m", "kk", "n"), MATMUL_SHAPES)
+def test_linear_bf16(m: int, kk: int, n: int, rng: np.random.Generator) -> None:
+    """bf16 in, f32 sums, one bf16 rounding of the result (what torch's CPU bf16 linear gives)."""
+    x, w = (torch.from_numpy(randn(rng, *s)).to(torch.bfloat16) for s in ((m, kk), (n, kk)))
+    out = k("linear_bf16")(x, w)
+    assert out.dtype == torch.bfloat16
+    ref = F.linear(x.double(), w.double())
+    torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=1e-2 * max(1.0, kk ** 0.5))
 
 
 GATES = {"swiglu": F.silu, "geglu": F.gelu}  # geglu uses the exact (erf) GELU
