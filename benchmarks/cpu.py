@@ -151,6 +151,7 @@ class Bench:
     torch_fn: Callable[..., torch.Tensor]
     flops: float = 0.0  # useful floating-point operations (compute-bound kernels)
     nbytes: float = 0.0  # bytes that must move at least once (memory-bound kernels)
+    tol: float = 1e-4  # the check: max |arke - torch| / max |torch| (bf16 results: one bf16 rounding)
 
     @property
     def bound(self) -> str:
@@ -169,6 +170,25 @@ def matmul(m: int, k: int, n: int) -> Bench:
 def decode_linear(k: int, n: int) -> Bench:
     return Bench(f"linear 1×{k}×{n} (decode)", f"[1,{k}]·[{n},{k}]ᵀ", "std.nn", "linear",
                  lambda g: (randn(g, 1, k), randn(g, n, k)), F.linear, nbytes=4.0 * (n * k + k + n))
+
+
+def decode_linear_int8(k: int, n: int) -> Bench:
+    """Weight-only int8 (one f32 scale per output channel): torch's own CPU kernel for it is
+    ``torch._weight_int8pack_mm`` (what gpt-fast uses); the bytes are the int8 weights."""
+    def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
+        w = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+        return randn(g, 1, k), w, torch.rand(n, generator=g) / 127
+
+    return Bench(f"linear int8 1×{k}×{n} (decode)", f"[1,{k}]·i8[{n},{k}]ᵀ·s[{n}]", "std.nn", "linear_int8", make,
+                 torch._weight_int8pack_mm, nbytes=1.0 * n * k + 4.0 * (k + 2 * n))
+
+
+def decode_linear_bf16(k: int, n: int) -> Bench:
+    def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
+        return randn(g, 1, k).bfloat16(), randn(g, n, k).bfloat16()
+
+    return Bench(f"linear bf16 1×{k}×{n} (decode)", f"bf16 [1,{k}]·[{n},{k}]ᵀ", "std.nn", "linear_bf16", make,
+                 F.linear, nbytes=2.0 * (n * k + k + n), tol=1e-2)
 
 
 def rmsnorm(m: int, n: int) -> Bench:
@@ -208,9 +228,10 @@ def attention(h: int, g_: int, s: int, t: int, d: int) -> Bench:
 def benches(quick: bool) -> list[Bench]:
     if quick:
         return [matmul(256, 256, 256), matmul(512, 512, 512), matmul(32, 2048, 512), decode_linear(4096, 1024),
-                rmsnorm(1024, 1024), softmax(1024, 1024), attention(32, 8, 128, 128, 64),
+                decode_linear_int8(4096, 1024), decode_linear_bf16(4096, 1024), rmsnorm(1024, 1024), softmax(1024, 1024), attention(32, 8, 128, 128, 64),
                 attention(32, 8, 1, 1024, 64)]
     return [matmul(1024, 1024, 1024), matmul(2048, 2048, 2048), matmul(128, 8192, 2048), decode_linear(8192, 2048),
+            decode_linear_int8(8192, 2048), decode_linear_bf16(8192, 2048),
             rmsnorm(4096, 4096), softmax(4096, 4096), attention(32, 8, 512, 512, 64), attention(32, 8, 1, 4096, 64)]
 
 
@@ -273,7 +294,7 @@ def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget) -> Row:
         row.compile_s = time.perf_counter() - start
         compiling.left_s -= row.compile_s
     got, want = kernel(*args), bench.torch_fn(*args)
-    row.error = float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
+    row.error = float((got.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-30))
     row.times = measure(candidates, budget_s=budget_s)
     return row
 
@@ -307,7 +328,7 @@ def report(rows: list[Row], limits: Limits, quick: bool, wall_s: float) -> None:
     for row in rows:
         b, t = row.bench, row.times
         cells = [t[c].summary() if c in t else "n/a" for c in ("arke", "torch", "torch.compile")]
-        check = "ok" if row.error < 1e-4 else f"[red]MISMATCH {row.error:.1e}[/red]"
+        check = "ok" if row.error < b.tol else f"[red]MISMATCH {row.error:.1e}[/red]"
         table.add_row(b.name, b.shape, *cells, ratio(row, "torch"), ratio(row, "torch.compile"),
                       rate(b, t["arke"].median), of_limit(b, t["arke"].median, limits),
                       of_limit(b, t["torch"].median, limits), str(len(t["arke"].samples)), f"{check} ({row.error:.0e})")
@@ -366,6 +387,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:  # a report never fails: say what broke and go on
             console.print(f"  [red]failed: {short(err)}[/red]")
     report(rows, limits, quick, time.perf_counter() - started)
+    if not args.only or args.only in "launch overhead":
+        from launch import launch_table
+
+        console.print(launch_table(1.0 if quick else 2.0))
     return 0
 
 

@@ -191,7 +191,20 @@ class _Gemm(_Function):
             return raw
         if dtype is DType.I8:
             return self.let(f"sitofp {src} {raw} to {ty}")
+        if dtype is DType.BF16:  # exact, and cheaper than fpext: the bits are f32's upper half
+            bits = self.let(f"bitcast {src} {raw} to {ty.replace('float', 'i16')}")
+            wide = self.let(f"zext {ty.replace('float', 'i16')} {bits} to {ty.replace('float', 'i32')}")
+            high = self.let(f"shl {ty.replace('float', 'i32')} {wide}, {self.splat_int(ty, 16)}")
+            return self.let(f"bitcast {ty.replace('float', 'i32')} {high} to {ty}")
         return self.let(f"fpext {src} {raw} to {ty}")
+
+    @staticmethod
+    def splat_int(ty: str, value: int) -> str:
+        """``value`` as an i32 constant of the shape of ``ty`` (a scalar or a vector type)."""
+        if not ty.startswith("<"):
+            return str(value)
+        lanes = int(ty[1:].split(" x ")[0])
+        return "<" + ", ".join([f"i32 {value}"] * lanes) + ">"
 
     # -- the function
     def render(self) -> str:
@@ -397,6 +410,12 @@ class _Gemm(_Function):
             x = f"%ar{r}"
             if a_dtype is DType.I8:
                 lines.append(f"  %af{r} = sitofp i8 {x} to float")
+                x = f"%af{r}"
+            elif a_dtype is DType.BF16:  # the bits are f32's upper half
+                lines.append(f"  %ab{r} = bitcast bfloat {x} to i16")
+                lines.append(f"  %aw{r} = zext i16 %ab{r} to i32")
+                lines.append(f"  %ah{r} = shl i32 %aw{r}, 16")
+                lines.append(f"  %af{r} = bitcast i32 %ah{r} to float")
                 x = f"%af{r}"
             elif a_dtype is not DType.F32:
                 lines.append(f"  %af{r} = fpext {a_ty} {x} to float")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from arke.ir import strategy as sir
 from arke.runtime.guards import eval_cond, prepare_args
 
@@ -31,6 +33,13 @@ class Kernel:
         self._strategies = library.module.strategies.for_kernel(ir_name, library.target)
         self._variants: dict[int, CPUKernel] = {}
         self._lock = threading.Lock()
+        params = self.function.params
+        # the fast path applies when the tensor parameters come first (positional calls fill them)
+        leading = [p.name for p in params[:sum(1 for p in params if p.type.rank)]]
+        tensors = [p.name for p in params if p.type.rank]
+        self._tensor_params = tensors if leading == tensors else []
+        self._scalar_params = [p.name for p in params if not p.type.rank]
+        self._calls: dict[tuple[Any, ...], tuple[dict[str, int], CPUKernel, dict[str, Any]]] = {}
 
     def __repr__(self) -> str:
         return f"<arke kernel {self.name} ({self.library.target})>"
@@ -54,9 +63,39 @@ class Kernel:
         return -1
 
     def __call__(self, *arrays: Any, threads: int | None = None, out: Any = None, **scalars: Any) -> Any:
-        """Check the call (shapes, dtypes, `where` clauses, ``out=``) before anything runs, then run it."""
+        """Check the call (shapes, dtypes, `where` clauses, ``out=``) before anything runs, then run it.
+
+        Decode calls the same kernel on the same shapes again and again, so a call whose
+        arguments are CPU torch tensors (scalars left at their defaults) is keyed by the
+        tensors' shapes and dtypes: a signature that passed every check before maps straight
+        to its dims, strategy variant and default scalars (the checks depend on nothing else).
+        """
+        key = self._signature(arrays) if not scalars else None
+        if key is not None:
+            hit = self._calls.get(key)
+            if hit is not None:
+                dims, variant, defaults = hit
+                args = dict(zip(self._tensor_params, arrays))
+                args.update(defaults)
+                return variant.run_prepared(args, dims, False, threads, out)
         args, dims, any_torch = prepare_args(self.function, arrays, scalars)
-        return self.variant(self.choose(dims)).run_prepared(args, dims, not any_torch, threads, out)
+        variant = self.variant(self.choose(dims))
+        if key is not None:
+            if len(self._calls) >= 64:  # a bounded memo: shapes that keep changing fall back to full checks
+                self._calls.pop(next(iter(self._calls)))
+            self._calls[key] = (dims, variant, {n: args[n] for n in self._scalar_params})
+        return variant.run_prepared(args, dims, not any_torch, threads, out)
+
+    def _signature(self, arrays: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """The shapes and dtypes of a call that fills exactly the tensor parameters with plain CPU tensors."""
+        if len(arrays) != len(self._tensor_params):
+            return None
+        key = []
+        for a in arrays:
+            if type(a) is not torch.Tensor or a.device.type != "cpu" or a.requires_grad:
+                return None
+            key.append((a.shape, a.dtype))
+        return tuple(key)
 
     def source(self) -> str:
         """The target source of the kernel's default variant (``akc build --emit source``)."""

@@ -40,14 +40,22 @@ def _llvm() -> Any:
     return llvm
 
 
-@cache
-def target_machine() -> Any:
-    """The host's target machine (its CPU name and features: AVX-512 where present)."""
+def _new_target_machine(cpu: str | None = None) -> Any:
     llvm = _llvm()
     target = llvm.Target.from_default_triple()
+    if cpu is not None:
+        return target.create_target_machine(cpu=cpu, features="", opt=3, codemodel="jitdefault")
     features = llvm.get_host_cpu_features().flatten()
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=3,
                                         codemodel="jitdefault")
+
+
+@cache
+def target_machine(cpu: str | None = None) -> Any:
+    """The host's target machine (its CPU name and features: AVX-512 where present), or the
+    machine of another ``cpu`` of the host's architecture (``"haswell"``: AVX2; ``"x86-64"``:
+    SSE2 only), whose code also runs here: the tests check every vector width on one host."""
+    return _new_target_machine(cpu)
 
 
 def host_description() -> str:
@@ -56,21 +64,22 @@ def host_description() -> str:
     return f"{llvm.get_process_triple()} {llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
 
 
-def optimise(source: str) -> Any:
+def optimise(source: str, cpu: str | None = None) -> Any:
     """Parse, verify and optimise (O3, loop and SLP vectorisation) an LLVM IR module."""
     llvm = _llvm()
     module = llvm.parse_assembly(source)
     module.verify()
-    tm = target_machine()
+    tm = target_machine(cpu)
     options = llvm.create_pipeline_tuning_options(speed_level=3)
     builder = llvm.create_pass_builder(tm, options)
     builder.getModulePassManager().run(module, builder)
     return module
 
 
-def compile_object(source: str) -> bytes:
-    """Object code of an LLVM IR module for the host (what the on-disk cache stores)."""
-    return bytes(target_machine().emit_object(optimise(source)))
+def compile_object(source: str, cpu: str | None = None) -> bytes:
+    """Object code of an LLVM IR module for the host (what the on-disk cache stores), or for
+    another ``cpu`` of the host's architecture (see :func:`target_machine`)."""
+    return bytes(target_machine(cpu).emit_object(optimise(source, cpu)))
 
 
 def assembly(source: str) -> str:
@@ -103,7 +112,8 @@ class _Loaded:
     def __init__(self, obj: bytes):
         llvm = _llvm()
         with self._lock:
-            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+            # the engine owns (and frees) its target machine: never hand it the shared, cached one
+            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
 
@@ -138,6 +148,13 @@ class _Launch:
     scratch: Any  # 8-byte elements of scratch per worker (a dim expression), or None
 
 
+@dataclass
+class _Sizes:
+    shapes: list[tuple[int, ...]]  # per plan buffer
+    launches: list[tuple[int, int]]  # per launch: parallel extent, scratch bytes per worker
+    dim_array: Any  # the dims as the C array the entry points read (never written)
+
+
 class CPUKernel:
     """A compiled kernel: call it with NumPy arrays or torch CPU tensors (and scalars)."""
 
@@ -151,6 +168,7 @@ class CPUKernel:
                     parse_dim(spec.scratch) if spec.scratch else None)
             for spec in artifact.launches
         ]
+        self._sized: dict[tuple[int, ...], _Sizes] = {}
 
     def __repr__(self) -> str:
         return f"<arke kernel {self.name} on llvm, {len(self._launches)} dispatches>"
@@ -169,17 +187,16 @@ class CPUKernel:
         fn = self.plan.function
         args = {k: v.contiguous() for k, v in args.items()}  # views are copied; contiguous ones are not
         given = check_out(fn, out, dims, args) if out is not None else {}
+        sizes = self._sizes(dims)
         buffers: list[torch.Tensor] = []
-        for b in self.plan.buffers:
+        for b, shape in zip(self.plan.buffers, sizes.shapes):
             if b.role == "param":
                 buffers.append(args[b.name])
             elif b.name in given and fn.results.count(b.name) == 1:
                 buffers.append(given[b.name][0])  # written in place
             else:
-                shape = tuple(evaluate(d, dims) for d in b.shape)
                 buffers.append(torch.empty(shape, dtype=TORCH_DTYPES[b.dtype]))
-        dim_array = (ctypes.c_int64 * max(1, len(self.plan.dims)))(*(dims[d] for d in self.plan.dims))
-        self._run(buffers, dim_array, dims, threads or self.threads)
+        self._run(buffers, sizes, threads or self.threads)
         outs: list[torch.Tensor] = []
         taken: dict[str, int] = {}
         for r in fn.results:  # a result never aliases an input or another result
@@ -198,14 +215,29 @@ class CPUKernel:
         results = [o.numpy() if as_numpy and o.dtype != torch.bfloat16 else o for o in outs]
         return results[0] if len(results) == 1 else tuple(results)
 
-    def _run(self, buffers: list[torch.Tensor], dim_array: Any, dims: dict[str, int], threads: int) -> None:
+    def _sizes(self, dims: dict[str, int]) -> _Sizes:
+        """Buffer shapes, launch extents and scratch widths for these dims (memoised: decode repeats them)."""
+        key = tuple(dims[d] for d in self.plan.dims)
+        found = self._sized.get(key)
+        if found is None:
+            if len(self._sized) >= 64:
+                self._sized.pop(next(iter(self._sized)))
+            found = _Sizes(
+                [tuple(evaluate(d, dims) for d in b.shape) for b in self.plan.buffers],
+                [(evaluate(launch.extent, dims) if launch.extent is not None else 1,
+                  8 * evaluate(launch.scratch, dims) if launch.scratch is not None else 0)
+                 for launch in self._launches],
+                (ctypes.c_int64 * max(1, len(key)))(*key))
+            self._sized[key] = found
+        return found
+
+    def _run(self, buffers: list[torch.Tensor], sizes: _Sizes, threads: int) -> None:
         errors = (ctypes.c_int64 * max(1, threads))()
         pool = _pool(threads) if threads > 1 else None
-        for launch in self._launches:
+        dim_array = sizes.dim_array
+        for launch, (n, width) in zip(self._launches, sizes.launches):
             ptrs = [buffers[i].data_ptr() for i in launch.buffers]
-            n = evaluate(launch.extent, dims) if launch.extent is not None else 1
             chunks = min(threads, n) if pool is not None else 1
-            width = 8 * evaluate(launch.scratch, dims) if launch.scratch is not None else 0
             scratch = torch.empty(max(1, chunks) * width, dtype=torch.uint8) if width else None
             at = scratch.data_ptr() if scratch is not None else 0
             if chunks <= 1:

@@ -551,3 +551,16 @@ def test_a_threads_decision_sets_the_worker_count() -> None:
     x = f32(8, 5)
     np.testing.assert_array_equal(built.f(x), x * 2.0)
     assert built.kernels["f"].variant(0).threads == 1
+
+
+def test_freed_kernels_leave_later_builds_working() -> None:
+    """A JIT engine owns its target machine: freeing a kernel must not free one that later
+    builds use (it once did, and the next build crashed the process)."""
+    import gc
+
+    source = "kernel twice(x: f32[N]) -> f32[N] { return x * 2.0 }"
+    for _ in range(3):
+        lib = arke.build(arke.loads(source, "<freed>"))
+        assert lib.twice(np.ones(5, dtype=np.float32)).tolist() == [2.0] * 5
+        del lib
+        gc.collect()
