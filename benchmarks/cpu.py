@@ -228,7 +228,8 @@ def attention(h: int, g_: int, s: int, t: int, d: int) -> Bench:
 def benches(quick: bool) -> list[Bench]:
     if quick:
         return [matmul(256, 256, 256), matmul(512, 512, 512), matmul(32, 2048, 512), decode_linear(4096, 1024),
-                decode_linear_int8(4096, 1024), decode_linear_bf16(4096, 1024), rmsnorm(1024, 1024), softmax(1024, 1024), attention(32, 8, 128, 128, 64),
+                decode_linear_int8(4096, 1024), decode_linear_bf16(4096, 1024), rmsnorm(1024, 1024),
+                softmax(1024, 1024), attention(32, 8, 128, 128, 64),
                 attention(32, 8, 1, 1024, 64)]
     return [matmul(1024, 1024, 1024), matmul(2048, 2048, 2048), matmul(128, 8192, 2048), decode_linear(8192, 2048),
             decode_linear_int8(8192, 2048), decode_linear_bf16(8192, 2048),
