@@ -34,6 +34,7 @@ import sympy
 from arke.codegen.base import LaunchSpec
 from arke.codegen.contraction import Contraction
 from arke.codegen.llvm import STORAGE, _Function
+from arke.codegen.llvm_convert import widen
 from arke.codegen.plan import Dispatch, KernelPlan
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
@@ -191,20 +192,11 @@ class _Gemm(_Function):
             return raw
         if dtype is DType.I8:
             return self.let(f"sitofp {src} {raw} to {ty}")
-        if dtype is DType.BF16:  # exact, and cheaper than fpext: the bits are f32's upper half
-            bits = self.let(f"bitcast {src} {raw} to {ty.replace('float', 'i16')}")
-            wide = self.let(f"zext {ty.replace('float', 'i16')} {bits} to {ty.replace('float', 'i32')}")
-            high = self.let(f"shl {ty.replace('float', 'i32')} {wide}, {self.splat_int(ty, 16)}")
-            return self.let(f"bitcast {ty.replace('float', 'i32')} {high} to {ty}")
-        return self.let(f"fpext {src} {raw} to {ty}")
-
-    @staticmethod
-    def splat_int(ty: str, value: int) -> str:
-        """``value`` as an i32 constant of the shape of ``ty`` (a scalar or a vector type)."""
-        if not ty.startswith("<"):
-            return str(value)
-        lanes = int(ty[1:].split(" x ")[0])
-        return "<" + ", ".join([f"i32 {value}"] * lanes) + ">"
+        # 16-bit floats: exact conversions in plain integer code (no compiler-rt calls, any CPU)
+        lanes = int(ty[1:].split(" x ")[0]) if ty.startswith("<") else 1
+        name, definition = widen(STORAGE[dtype], lanes)
+        self.declare(definition)
+        return self.let(f"call {ty} {name}({src} {raw})")
 
     # -- the function
     def render(self) -> str:
@@ -411,14 +403,10 @@ class _Gemm(_Function):
             if a_dtype is DType.I8:
                 lines.append(f"  %af{r} = sitofp i8 {x} to float")
                 x = f"%af{r}"
-            elif a_dtype is DType.BF16:  # the bits are f32's upper half
-                lines.append(f"  %ab{r} = bitcast bfloat {x} to i16")
-                lines.append(f"  %aw{r} = zext i16 %ab{r} to i32")
-                lines.append(f"  %ah{r} = shl i32 %aw{r}, 16")
-                lines.append(f"  %af{r} = bitcast i32 %ah{r} to float")
-                x = f"%af{r}"
             elif a_dtype is not DType.F32:
-                lines.append(f"  %af{r} = fpext {a_ty} {x} to float")
+                name, definition = widen(a_ty)
+                self.declare(definition)
+                lines.append(f"  %af{r} = call float {name}({a_ty} {x})")
                 x = f"%af{r}"
             lines.append(f"  %ai{r} = insertelement {vec} poison, float {x}, i64 0")
             lines.append(f"  %as{r} = shufflevector {vec} %ai{r}, {vec} poison, <{blk.lanes} x i32> zeroinitializer")
