@@ -33,21 +33,32 @@ OPERAND_DTYPES = frozenset({DType.F32, DType.BF16, DType.F16, DType.I8})
 
 @dataclass(frozen=True)
 class Contraction:
-    """A recognised contraction ``C[batch.., m, n] = sum(A[..m..k..] * B[..k..n..] for k)``.
+    """A recognised contraction ``C[batch.., m, n] = sum(A(.., m, k) * B(.., k, n) for k)``.
 
-    ``a`` and ``b`` are the two loads (casts stripped); ``m`` is None when no result axis
-    indexes only ``A`` (a matrix-vector product). ``epilogue`` is the folded elementwise op
-    (its loads of ``result`` read the finished element), or None.
+    ``a`` and ``b`` are the two sides of the product: each either a plain load (casts
+    stripped; the fast paths read it in place) or an elementwise *prologue* expression (a
+    fused producer such as a norm's ``x[m, k] * inv[m] * w[k]``), evaluated once per element
+    as the operand is packed. ``m`` is None when no result axis indexes only ``A`` (a
+    matrix-vector product). ``epilogue`` is the folded elementwise op (its loads of ``result``
+    read the finished element), or None.
     """
 
     result: str
-    a: ir.Load
-    b: ir.Load
+    a: ir.SExpr
+    b: ir.SExpr
     m: str | None
     n: str
     k: str
     batch: tuple[str, ...]
     epilogue: ir.MapOp | None = None
+
+    def plain_a(self) -> ir.Load | None:
+        """``a`` as a load the micro-kernel can broadcast from in place (m and k plain subscripts)."""
+        return _plain_operand(self.a, (self.m, self.k))
+
+    def plain_b(self) -> ir.Load | None:
+        """``b`` as a load whose panels can be copied directly (k and n plain subscripts)."""
+        return _plain_operand(self.b, (self.k, self.n))
 
 
 def _plain_position(load: ir.Load, axis: str) -> int | None:
@@ -58,47 +69,68 @@ def _plain_position(load: ir.Load, axis: str) -> int | None:
     return where[0] if len(where) == 1 and uses == where else None
 
 
-def _mentions(load: ir.Load, axis: str) -> bool:
-    return any(isinstance(x, ir.Idx) and x.name == axis for s in load.indices for x in ir.walk(s))
-
-
-def _operand(e: ir.SExpr) -> ir.Load | None:
-    """The load under an (optional) cast to f32, if it is one the micro-kernels read."""
+def _plain_operand(e: ir.SExpr, axes: tuple[str | None, ...]) -> ir.Load | None:
+    """The load under an (optional) cast to f32, if the micro-kernels can read it in place."""
     if isinstance(e, ir.Cast) and e.dtype is DType.F32:
         e = e.x
-    if isinstance(e, ir.Load) and e.dtype in OPERAND_DTYPES and not any(
-            isinstance(x, ir.Load) for s in e.indices for x in ir.walk(s)):
-        return e
-    return None
+    if not isinstance(e, ir.Load) or e.dtype not in OPERAND_DTYPES:
+        return None
+    if any(isinstance(x, ir.Load) for s in e.indices for x in ir.walk(s)):
+        return None
+    if any(a is not None and _plain_position(e, a) is None for a in axes):
+        return None
+    return e
+
+
+def _axes(e: ir.SExpr) -> set[str]:
+    return {x.name for x in ir.walk(e) if isinstance(x, ir.Idx)}
+
+
+def _factors(e: ir.SExpr) -> list[ir.SExpr]:
+    """The factors of a float product tree, left to right."""
+    if isinstance(e, ir.Binary) and e.op == "mul" and e.dtype is DType.F32:
+        return _factors(e.a) + _factors(e.b)
+    return [e]
+
+
+def _product(fs: list[ir.SExpr]) -> ir.SExpr:
+    out = fs[0]
+    for f in fs[1:]:
+        out = ir.Binary("mul", out, f, DType.F32)
+    return out
 
 
 def contraction_of(op: PlanOp) -> Contraction | None:
     """``op`` as a contraction, or None when it is not one the micro-kernels can run."""
     if isinstance(op, ir.ContractOp):
-        pair = (_operand(op.lhs), _operand(op.rhs))
-    elif isinstance(op, ir.ReduceOp) and op.kind == "sum" and isinstance(op.body, ir.Binary) \
-            and op.body.op == "mul" and op.body.dtype is DType.F32:
-        pair = (_operand(op.body.a), _operand(op.body.b))
+        if op.lhs.dtype is not DType.F32 and op.lhs.dtype not in OPERAND_DTYPES:
+            return None
+        factors: list[ir.SExpr] = [_f32(op.lhs), _f32(op.rhs)]
+    elif isinstance(op, ir.ReduceOp) and op.kind == "sum" and op.body.dtype is DType.F32:
+        factors = _factors(op.body)
     else:
         return None
-    lhs, rhs = pair
-    if lhs is None or rhs is None or not op.dtype.is_float or not op.axes or len(op.reduce_axes) != 1:
+    if not op.dtype.is_float or not op.axes or len(op.reduce_axes) != 1 or len(factors) < 2:
         return None
-    k = op.reduce_axes[0].name
-    n = op.axes[-1].name
-    if _mentions(lhs, n) == _mentions(rhs, n):
+    if any(x.dtype is not DType.F32 for x in factors):
         return None
-    a, b = (rhs, lhs) if _mentions(lhs, n) else (lhs, rhs)
-    if _plain_position(b, n) is None or _plain_position(a, k) is None or _plain_position(b, k) is None:
+    k, n = op.reduce_axes[0].name, op.axes[-1].name
+    b_side = [f for f in factors if n in _axes(f)]
+    a_side = [f for f in factors if n not in _axes(f)]
+    if not a_side or not b_side:
         return None
-    only_a = [x.name for x in op.axes[:-1] if _mentions(a, x.name) and not _mentions(b, x.name)]
+    a_axes = set().union(*(_axes(f) for f in a_side))
+    b_axes = set().union(*(_axes(f) for f in b_side))
+    only_a = [x.name for x in op.axes[:-1] if x.name in a_axes and x.name not in b_axes]
     if len(only_a) > 1:
         return None
     m = only_a[0] if only_a else None
-    if m is not None and _plain_position(a, m) is None:
-        return None
     batch = tuple(x.name for x in op.axes[:-1] if x.name != m)
-    return Contraction(op.result, a, b, m, n, k, batch)
+    return Contraction(op.result, _product(a_side), _product(b_side), m, n, k, batch)
+
+
+def _f32(load: ir.Load) -> ir.SExpr:
+    return load if load.dtype is DType.F32 else ir.Cast(load, DType.F32)
 
 
 def _epilogue(fn: ir.Function, ops: list[PlanOp], start: int, c: Contraction) -> ir.MapOp | None:

@@ -53,6 +53,16 @@ kernel half(a: f16[M, K], b: f16[K, N]) -> f16[M, N] { return f16(sum(f32(a[m, k
 kernel bfloat(a: bf16[M, K], b: bf16[N, K]) -> f32[M, N] { return sum(f32(a[m, k]) * f32(b[n, k]) for k) }
 kernel int8_kn(a: f32[M, K], b: i8[K, N], s: f32[N]) -> f32[M, N] { return sum(a[m, k] * f32(b[k, n]) for k) * s[n] }
 
+# prologues: a fused producer on either side (a norm before a linear layer, dequantised weights)
+kernel normed(x: f32[M, K], g: f32[K], w: f32[N, K]) -> f32[M, N] {
+  inv[m] = rsqrt(mean(x[m, k] * x[m, k] for k) + 1e-6)
+  return sum(x[m, k] * inv[m] * g[k] * w[n, k] for k)
+}
+kernel dequant(x: f32[M, K], w: i8[K, N], s: f32[N]) -> f32[M, N] {
+  wd[k, n] = f32(w[k, n]) * s[n]
+  return sum(silu(x[m, k]) * wd[k, n] for k)
+}
+
 # not contractions for the micro-kernels: n in both operands; an integer sum
 kernel gram(x: f32[M, K]) -> f32[M] { return sum(x[m, k] * x[m, k] for k) }
 kernel ints(a: i32[M, K], b: i32[K, N]) -> i32[M, N] { return sum(a[m, k] * b[k, n] for k) }
@@ -65,7 +75,8 @@ kernel both(a: f32[M, K], b: f32[K, N]) -> (c: f32[M, N], d: f32[M, N]) {
 """
 
 SMALL_TILES = "\n".join(f"@strategy({k}, target = llvm) {{ tile m = 3, n = 64, k = 40 }}"
-                        for k in ("nn", "nt", "tn", "tt", "shared", "grouped", "mlp", "half", "bfloat", "int8_kn"))
+                        for k in ("nn", "nt", "tn", "tt", "shared", "grouped", "mlp", "half", "bfloat", "int8_kn",
+                                  "normed", "dequant"))
 
 
 def kernels(small: bool) -> Any:
@@ -91,6 +102,13 @@ def test_contractions_are_recognised(module: str, name: str, rows: bool, epilogu
     assert (c.m is not None) == rows and (c.epilogue is not None) == epilogue
 
 
+def test_fused_producers_become_prologues() -> None:
+    normed = dispatch_patterns(kernels(False), "normed")[-1][1]
+    assert normed.plain_a() is None and normed.plain_b() is not None
+    dequant = dispatch_patterns(kernels(False), "dequant")[-1][1]
+    assert dequant.plain_a() is None and dequant.plain_b() is None
+
+
 def test_swiglu_folds_the_gate_into_the_second_contraction() -> None:
     found = dispatch_patterns(std_module("std.nn"), "swiglu")
     assert [f for f, _ in found] == ["contraction", "contraction"]
@@ -110,6 +128,8 @@ def test_a_sum_that_is_also_a_result_is_stored() -> None:
 CASES = [
     *[(k, {"M": 7, "K": 97, "N": 150}) for k in ("nn", "nt", "tn", "tt", "mlp", "half", "bfloat", "int8_kn")],
     *[(k, {"M": 2, "K": 97, "N": 150}) for k in ("nn", "nt", "tn", "tt", "mlp", "bfloat")],  # few rows
+    *[(k, {"M": 10, "K": 97, "N": 70}) for k in ("normed", "dequant")],
+    *[(k, {"M": 1, "K": 45, "N": 33}) for k in ("normed", "dequant")],
     ("nt", {"M": 1, "K": 1, "N": 1}),
     ("matvec", {"N": 67, "K": 45}),
     ("shared", {"B": 3, "M": 5, "K": 41, "N": 70}),
