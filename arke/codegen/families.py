@@ -5,6 +5,8 @@
 * ``gather``      — a map reading through data-dependent subscripts (embedding, loss targets)
 * ``reduction``   — a reduce op (norms, softmax statistics, logsumexp)
 * ``contraction`` — a contract op (matmul, bmm, linear, attention's products)
+* ``rows``        — consecutive ops over the same leading rows, run row by row in one dispatch
+  (a norm's or softmax's statistics and the map that uses them; :mod:`arke.codegen.rows`)
 """
 
 from __future__ import annotations

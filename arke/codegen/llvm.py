@@ -4,8 +4,11 @@ Each dispatch becomes ``void @<kernel>.d<k>(ptr noalias %b0, ..., ptr noalias %d
 i64 %hi, ptr noalias %err)``: the buffers it touches (in plan order), the kernel's dim values,
 the range ``[lo, hi)`` of its parallel axis (the runtime's workers each take a static chunk),
 and an error word. The loop nest is the op's domain with the parallel axis outermost and
-reduce axes innermost; reductions run in a fixed order, so a result never depends on how the
-parallel axis was split. Subscripts that are not plain, in-range indices are checked: a bad
+reduce axes innermost; reductions run in a fixed order (float ones in vector lanes of
+accumulators whose order the IR spells out: :mod:`arke.codegen.llvm_lanes`), so a result never
+depends on how the parallel axis was split, nor on how LLVM vectorised. A rows dispatch (a
+norm's statistics and the map that uses them) is one function that runs its members row by
+row (:mod:`arke.codegen.llvm_rows`). Subscripts that are not plain, in-range indices are checked: a bad
 one is clamped (no wild read) and raises the error word, and the runtime then reports the
 exact problem. Loop counters and accumulators live in allocas that LLVM's mem2reg and loop
 vectorizer turn into vector code at O3.
@@ -22,7 +25,8 @@ from collections.abc import Callable, Sequence
 import sympy
 
 from arke.codegen.base import Artifact, LaunchSpec, Renderer, UnsupportedError
-from arke.codegen.llvm_lib import EXPF, EXPF_DECLARES, INT_BITS, float_const, identity, ipow
+from arke.codegen.llvm_lanes import LaneSum, lane_loops
+from arke.codegen.llvm_lib import INT_BITS, expf, float_const, identity, ipow
 from arke.codegen.plan import Buffer, Dispatch, KernelPlan
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
@@ -52,8 +56,10 @@ LIBM = {"tanh": "tanhf", "erf": "erff"}
 class _Function:
     """Emits one dispatch's LLVM function."""
 
-    def __init__(self, plan: KernelPlan, dispatch: Dispatch, name: str, declare: Callable[[str], None]):
+    def __init__(self, plan: KernelPlan, dispatch: Dispatch, name: str, declare: Callable[[str], None],
+                 vector_bits: int = 512):
         self.plan, self.d, self.name, self.declare = plan, dispatch, name, declare
+        self.vector_bits = vector_bits  # 512: AVX-512 (exp scales by vscalefps)
         self.op = dispatch.op
         self.prologue: list[str] = []  # entry-block code (dims, buffer shapes): dominates everything
         self.body: list[str] = []
@@ -160,8 +166,7 @@ class _Function:
         if self.d.parallel is not None:
             order.remove(self.d.parallel)
             order.insert(0, self.d.parallel)
-        self.prologue.append("  %errflag = alloca i1")
-        self.prologue.append("  store i1 false, ptr %errflag")
+        self.start_error_flag()
         row = self.rows_axis()
         outer = [a for a in order if a != row]
         inner: Callable[[], None] = (lambda: self.contract_rows(row)) if row is not None else self.element
@@ -173,12 +178,21 @@ class _Function:
         else:
             self.parallel_extent = self.extent[self.d.parallel] if self.d.parallel is not None else None
             self.loops(outer, 0, inner)
+        return self.text()
+
+    def text(self) -> str:
+        """The whole function, once the body is emitted."""
         params = ", ".join(f"ptr noalias {self.ptr[b]}" for b in self.args)
         head = (f"define void @\"{self.name}\"({params}, ptr noalias %dims, i64 %lo, i64 %hi, ptr noalias %err, "
                 "ptr noalias %scratch) {")
         tail = ["  %ef = load i1, ptr %errflag", "  %ez = zext i1 %ef to i64", "  %eo = load i64, ptr %err",
                 "  %en = or i64 %eo, %ez", "  store i64 %en, ptr %err", "  ret void", "}"]
         return "\n".join([head, "entry:", *self.prologue, "  br label %start", "start:", *self.body, *tail])
+
+    def start_error_flag(self) -> None:
+        """The error flag every checked subscript and integer division may raise (entry block)."""
+        self.prologue.append("  %errflag = alloca i1")
+        self.prologue.append("  store i1 false, ptr %errflag")
 
     def flat_loop(self, axes: list[str], inner: Callable[[], None]) -> Dim:
         """One loop over ``[lo, hi)`` of the flattened ``axes`` (row-major); returns the flat extent."""
@@ -228,8 +242,7 @@ class _Function:
         kind = op.kind if isinstance(op, ir.ReduceOp) else "sum"
         dtype, ct = op.dtype, COMPUTE[op.dtype]
         extent = self.dim(self.extent[n])
-        row = "%scratch"  # the runtime's per-worker scratch: a wide row would overflow the stack
-        self.scratch = self.extent[n]
+        row = self.scratch_row(self.extent[n])  # per-worker scratch: a wide row would overflow the stack
 
         def slot() -> str:
             return self.let(f"getelementptr inbounds {ct}, ptr {row}, i64 {self.current[n]}")
@@ -250,8 +263,20 @@ class _Function:
             self.store(self.buffer(op.result), [ir.Idx(x.name) for x in op.axes], a, dtype)
 
         self.loop(n, "0", extent, start)
-        self.loops([a.name for a in op.reduce_axes], 0, lambda: self.loop(n, "0", extent, update))
+        self.nest([a.name for a in op.reduce_axes], lambda: self.loop(n, "0", extent, update))
         self.loop(n, "0", extent, store)
+
+    def scratch_row(self, elements: Dim) -> str:
+        """A pointer to ``elements`` 8-byte slots of the runtime's per-worker scratch memory."""
+        self.scratch = elements
+        return "%scratch"
+
+    def nest(self, axes: list[str], inner: Callable[[], None]) -> None:
+        """Plain loops over the whole extent of each of ``axes`` (outermost first), ``inner`` innermost."""
+        if not axes:
+            inner()
+            return
+        self.loop(axes[0], "0", self.dim(self.extent[axes[0]]), lambda: self.nest(axes[1:], inner))
 
     def loop(self, axis: str, lo: str, hi: str, inner: Callable[[], None]) -> None:
         self.loops_made += 1
@@ -283,43 +308,75 @@ class _Function:
         self.store(out, [ir.Idx(a.name) for a in op.axes], value, dtype)
 
     def reduction(self, op: ir.ReduceOp | ir.ContractOp) -> str:
+        """One element of a reduction, its terms combined in an order fixed by this IR alone."""
         dtype = op.dtype
         ct = COMPUTE[dtype]
         kind = op.kind if isinstance(op, ir.ReduceOp) else "sum"
+        names = [a.name for a in op.reduce_axes]
+        body: ir.SExpr = (ir.Binary("mul", _as(op.lhs, dtype), _as(op.rhs, dtype), dtype)
+                          if isinstance(op, ir.ContractOp) else op.body)
+
+        def term() -> str:
+            value = self.expr(body)
+            self.reduced(op, value)
+            return value if body.dtype == dtype else self.convert(value, body.dtype, dtype)
+
+        if self.in_lanes(dtype, names):
+            return self.lane_loops(names, [LaneSum(op.result, kind, dtype, term)])[0]
+        # Integers and booleans are exact in any order (LLVM vectorises them freely); a short
+        # float reduction runs in sequence.
         acc = f"%acc.{op.result}"
         self.prologue.append(f"  {acc} = alloca {ct}")
         self.emit(f"store {ct} {identity(kind, dtype)}, ptr {acc}")
-        names = [a.name for a in op.reduce_axes]
 
         def step() -> None:
-            body: ir.SExpr = (ir.Binary("mul", _as(op.lhs, dtype), _as(op.rhs, dtype), dtype)
-                              if isinstance(op, ir.ContractOp) else op.body)
-            v = self.expr(body) if body.dtype == dtype else self.expr(ir.Cast(body, dtype))
+            v = term()
             a = self.let(f"load {ct}, ptr {acc}")
             self.emit(f"store {ct} {self.combine(kind, dtype, a, v)}, ptr {acc}")
 
-        def nest(k: int) -> None:
-            if k == len(names):
-                step()
-                return
-            self.loop(names[k], "0", self.dim(self.extent[names[k]]), lambda: nest(k + 1))
-
-        nest(0)
+        self.nest(names, step)
         result = self.let(f"load {ct}, ptr {acc}")
         return result
 
-    def combine(self, kind: str, dtype: DType, a: str, b: str) -> str:
+    @property
+    def lanes(self) -> int:
+        """Accumulators of a float reduction: four vectors' worth, so the adds never wait on each other."""
+        return 4 * max(4, self.vector_bits // 32)
+
+    def in_lanes(self, dtype: DType, names: Sequence[str]) -> bool:
+        """Whether a reduction over ``names`` runs in lanes: floats, unless the innermost extent is a
+        constant shorter than the lanes (a few terms, added in sequence)."""
+        if not dtype.is_float or not names:
+            return False
+        extent = sympy.sympify(self.extent[names[-1]])
+        return not (extent.is_Integer and int(extent) < self.lanes)
+
+    def lane_loops(self, names: Sequence[str], sums: Sequence[LaneSum]) -> list[str]:
+        """Float reductions over ``names`` in a fixed order with vector accumulators (see
+        :func:`arke.codegen.llvm_lanes.lane_loops`); their values."""
+        return lane_loops(self, names, sums)
+
+    def reduced(self, op: ir.ReduceOp | ir.ContractOp, term: str) -> None:
+        """Called with each term of a scalar reduction as it is computed (a hook for subclasses)."""
+
+    def combine(self, kind: str, dtype: DType, a: str, b: str, ty: str = "") -> str:
+        """``a`` and ``b`` combined by reduction ``kind``; ``ty``: a vector of floats instead of one."""
         ct = COMPUTE[dtype]
         t = self.tmp()
         if dtype.is_float:
+            ty = ty or "float"
             if kind in ("sum", "prod"):
-                # `reassoc` lets LLVM keep vector accumulators (lanes summed in a fixed tree at the
-                # end): still one fixed order per machine, and the same for any thread count.
-                self.emit(f"{t} = {'fadd' if kind == 'sum' else 'fmul'} reassoc float {a}, {b}")
+                self.emit(f"{t} = {'fadd' if kind == 'sum' else 'fmul'} {ty} {a}, {b}")
             else:
-                fn = "llvm.maximum.f32" if kind == "max" else "llvm.minimum.f32"
-                self.declare(f"declare float @{fn}(float, float)")
-                self.emit(f"{t} = call float @{fn}(float {a}, float {b})")
+                # NaN wins, from either side (as in the interpreter); between +0 and -0 the term
+                # does. `a if a > b else b` keeps b's NaN (one vmaxps on x86) and the second select
+                # a's: four instructions where llvm.maximum takes six.
+                flags = "i1" if ty == "float" else ty.replace("float", "i1")
+                zero = "0.0" if ty == "float" else "zeroinitializer"
+                wins = self.let(f"fcmp {'ogt' if kind == 'max' else 'olt'} {ty} {a}, {b}")
+                best = self.let(f"select {flags} {wins}, {ty} {a}, {ty} {b}")
+                nan = self.let(f"fcmp uno {ty} {a}, {zero}")
+                self.emit(f"{t} = select {flags} {nan}, {ty} {a}, {ty} {best}")
         elif dtype.is_bool:
             self.emit(f"{t} = {'or' if kind in ('max', 'sum') else 'and'} i1 {a}, {b}")
         elif kind in ("sum", "prod"):
@@ -507,9 +564,10 @@ class _Function:
     def expr_f(self, op: str, x: str) -> str:
         t = self.tmp()
         if op == "exp":
-            for d in (*EXPF_DECLARES, EXPF):
+            fn, needs = expf(scalef=self.vector_bits >= 512)
+            for d in needs:
                 self.declare(d)
-            self.emit(f"{t} = call float @arke.expf(float {x})")
+            self.emit(f"{t} = call float @{fn}(float {x})")
             return t
         fn = FLOAT_INTRINSIC[op] + ".f32"
         self.declare(f"declare float @{fn}(float)")
@@ -610,6 +668,16 @@ class _Function:
         return out
 
 
+def function_for(plan: KernelPlan, dispatch: Dispatch, name: str, declare: Callable[[str], None],
+                 vector_bits: int = 512) -> _Function:
+    """The emitter of one generic-form dispatch: a rows group's own subclass, else the single-op one."""
+    if dispatch.family == "rows":
+        from arke.codegen.llvm_rows import RowsFunction
+
+        return RowsFunction(plan, dispatch, name, declare, vector_bits)
+    return _Function(plan, dispatch, name, declare, vector_bits)
+
+
 def _as(load: ir.Load, dtype: DType) -> ir.SExpr:
     return load if load.dtype == dtype else ir.Cast(load, dtype)
 
@@ -666,7 +734,7 @@ class LLVMRenderer(Renderer):
 
                 text, launch = render_contraction(plan, d, entry, declare, self.vector_bits)
             else:
-                fn = _Function(plan, d, entry, declare)
+                fn = function_for(plan, d, entry, declare, self.vector_bits)
                 text = fn.render()
                 extent = dim_str(fn.parallel_extent) if fn.parallel_extent is not None else None
                 scratch = dim_str(fn.scratch) if fn.scratch is not None else None

@@ -82,6 +82,7 @@ class _Gemm(GemmBase):
         self.contract = d.members[0]
         self.accumulated: str | None = None  # the finished sum while the epilogue is rendered
         self.plain_a, self.plain_b = self.c.plain_a(), self.c.plain_b()
+        self.packs_a = self.plain_a is None  # a prologue is evaluated once per element, into panels
         super().__init__(plan, d, name, declare)
         for op in d.members:
             self.extent.update({a.name: a.extent for a in op.axes})
@@ -114,7 +115,7 @@ class _Gemm(GemmBase):
 
     def a_panel(self) -> int:
         """Floats of the packed A rows (``mr × kc``, rounded to a cache line), when A has a prologue."""
-        return 0 if self.plain_a is not None else -(-self.blk.mr * self.blk.kc // 16) * 16
+        return -(-self.blk.mr * self.blk.kc // 16) * 16 if self.packs_a else 0
 
     # -- the function
     def render(self) -> str:
@@ -206,7 +207,7 @@ class _Gemm(GemmBase):
                 rows = []
                 for r in range(blk.mr):
                     row = self.smin(self.let(f"add i64 {ir_}, {r}"), last_row)
-                    if pa is None:  # the prologue, evaluated once per element into [mr][kc]
+                    if self.packs_a:  # copied (through the prologue) into [kc][mr] panels
                         rows.append(self.pack_a_row(row, r, pc, kc, a_rows))
                         continue
                     off = self.let(f"mul i64 {row}, {sa_m}")
@@ -220,7 +221,8 @@ class _Gemm(GemmBase):
                     ct = self.let(f"add i64 {c_row}, {jr}")
                     cp = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {ct}")
                     args = ", ".join(f"ptr {r}" for r in rows)
-                    self.emit(f"call void @\"{self.name}.micro\"({args}, i64 {sa_k}, ptr {bp}, i64 {kc}, ptr {cp})")
+                    step = str(blk.mr) if self.packs_a else sa_k
+                    self.emit(f"call void @\"{self.name}.micro\"({args}, i64 {step}, ptr {bp}, i64 {kc}, ptr {cp})")
 
                 nr_cols = self.let(f"mul i64 {panels}, {blk.nr}")
                 self.counted("jr", "0", nr_cols, panel, step=blk.nr)
@@ -305,16 +307,18 @@ class _Gemm(GemmBase):
         self.counted("panel", first, panels, panel)
 
     def pack_a_row(self, row: str, r: int, pc: str, kc: str, a_rows: str) -> str:
-        """Row ``r`` of the packed A rows: ``A(row, pc + kk)`` for kk < kc, through the prologue."""
-        c = self.c
-        dst = self.let(f"getelementptr inbounds float, ptr {a_rows}, i64 {r * self.blk.kc}")
+        """Row ``r`` of the packed A block, interleaved ``[kk][mr]``: ``A(row, pc + kk)`` for kk < kc
+        (through the prologue, if A has one). Returns the row's first element."""
+        c, mr = self.c, self.blk.mr
+        dst = self.let(f"getelementptr inbounds float, ptr {a_rows}, i64 {r}")
         if c.m is not None:
             self.current[c.m] = row
 
         def step(kk: str) -> None:
             self.current[c.k] = self.let(f"add i64 {pc}, {kk}")
             v = self.expr(c.a)
-            q = self.let(f"getelementptr inbounds float, ptr {dst}, i64 {kk}")
+            at = self.let(f"mul i64 {kk}, {mr}")
+            q = self.let(f"getelementptr inbounds float, ptr {dst}, i64 {at}")
             self.emit(f"store float {v}, ptr {q}")
 
         self.counted("ak", "0", kc, step)

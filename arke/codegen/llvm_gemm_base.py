@@ -46,6 +46,7 @@ class GemmBase(_Function):
     blk: Blocking
     plain_a: ir.Load | None
     plain_b: ir.Load | None
+    packs_a: bool
 
     def rows(self) -> Dim:
         return self.extent[self.c.m] if self.c.m is not None else sympy.Integer(1)
@@ -120,7 +121,7 @@ class GemmBase(_Function):
     def micro_kernel(self) -> str:
         """``c[r][0:nr] += sum over kk of f32(a_r[kk * sak]) * bp[kk][0:nr]`` for the mr rows."""
         blk = self.blk
-        a_dtype = self.buffer(self.plain_a.src).dtype if self.plain_a is not None else DType.F32
+        a_dtype = self.buffer(self.plain_a.src).dtype if self.plain_a is not None and not self.packs_a else DType.F32
         a_ty = STORAGE[a_dtype]
         vec = f"<{blk.lanes} x float>"
         fma = f"@llvm.fma.v{blk.lanes}f32"

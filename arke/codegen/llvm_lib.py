@@ -36,45 +36,42 @@ def _round(value: float, dtype: DType) -> float:
 
 
 # exp(x) for float, written out so the loop vectorizer can use it (libm's expf is a scalar call):
-# x = n ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-6 polynomial (about 1 ulp), times 2^n
-# (as 2^(n/2) twice, so n = 128 near the top of the range does not overflow the scale).
-# Results down to the smallest subnormal come out right (the second scaling rounds once); below
-# -103.97 the result is 0, above 88.72 it is +inf; NaN stays NaN.
+# x = n ln2 + r with |r| <= ln2/2 (n = x log2(e) rounded to even, r in two fused steps), exp(r)
+# by Cephes' degree-6 polynomial (Horner's rule in fused multiply-adds: about 1 ulp), times 2^n.
+# x is first clamped to [-104, 89] by compare-and-select, which keeps NaN (x86: one vmaxps and
+# one vminps): exp(-104) rounds to 0 and exp(89) overflows to +inf, so the clamp is exact, and
+# values down to the smallest subnormal come out right (the scaling rounds once). NaN stays NaN.
+# ``llvm.fmuladd`` fuses where the target has FMA; either way one compiled kernel always
+# computes the same bits, whatever the thread count.
 _C = {name: float_const(v) for name, v in {
-    "lo": -103.97208, "hi": 88.72283, "log2e": 1.44269504088896341, "ln2hi": 0.693359375,
-    "ln2lo": -2.12194440e-4, "p0": 1.9875691500e-4, "p1": 1.3981999507e-3, "p2": 8.3334519073e-3,
+    "lo": -104.0, "hi": 89.0, "log2e": 1.44269504088896341, "mln2hi": -0.693359375,
+    "mln2lo": 2.12194440e-4, "p0": 1.9875691500e-4, "p1": 1.3981999507e-3, "p2": 8.3334519073e-3,
     "p3": 4.1665795894e-2, "p4": 1.6666665459e-1, "p5": 5.0000001201e-1}.items()}
-EXPF_DECLARES = ("declare float @llvm.maxnum.f32(float, float)", "declare float @llvm.minnum.f32(float, float)",
-                 "declare float @llvm.floor.f32(float)")
-EXPF = f"""define internal float @arke.expf(float %x) alwaysinline {{
-entry:
-  %lo = fcmp olt float %x, {_C["lo"]}
-  %hi = fcmp ogt float %x, {_C["hi"]}
-  %c1 = call float @llvm.maxnum.f32(float %x, float {_C["lo"]})
-  %xc = call float @llvm.minnum.f32(float %c1, float {_C["hi"]})
+_EXP_BODY = f"""entry:
+  %below = fcmp olt float %x, {_C["lo"]}
+  %x1 = select i1 %below, float {_C["lo"]}, float %x
+  %above = fcmp ogt float %x1, {_C["hi"]}
+  %xc = select i1 %above, float {_C["hi"]}, float %x1
   %t = fmul float %xc, {_C["log2e"]}
-  %t2 = fadd float %t, 0.5
-  %nf = call float @llvm.floor.f32(float %t2)
-  %a = fmul float %nf, {_C["ln2hi"]}
-  %r1 = fsub float %xc, %a
-  %b = fmul float %nf, {_C["ln2lo"]}
-  %r = fsub float %r1, %b
+  %nf = call float @llvm.roundeven.f32(float %t)
+  %r1 = call float @llvm.fmuladd.f32(float %nf, float {_C["mln2hi"]}, float %xc)
+  %r = call float @llvm.fmuladd.f32(float %nf, float {_C["mln2lo"]}, float %r1)
+  %p1 = call float @llvm.fmuladd.f32(float %r, float {_C["p0"]}, float {_C["p1"]})
+  %p2 = call float @llvm.fmuladd.f32(float %p1, float %r, float {_C["p2"]})
+  %p3 = call float @llvm.fmuladd.f32(float %p2, float %r, float {_C["p3"]})
+  %p4 = call float @llvm.fmuladd.f32(float %p3, float %r, float {_C["p4"]})
+  %p5 = call float @llvm.fmuladd.f32(float %p4, float %r, float {_C["p5"]})
   %z = fmul float %r, %r
-  %p0 = fmul float %r, {_C["p0"]}
-  %p1 = fadd float %p0, {_C["p1"]}
-  %p2 = fmul float %p1, %r
-  %p3 = fadd float %p2, {_C["p2"]}
-  %p4 = fmul float %p3, %r
-  %p5 = fadd float %p4, {_C["p3"]}
-  %p6 = fmul float %p5, %r
-  %p7 = fadd float %p6, {_C["p4"]}
-  %p8 = fmul float %p7, %r
-  %p9 = fadd float %p8, {_C["p5"]}
-  %pa = fmul float %p9, %z
-  %pb = fadd float %pa, %r
-  %y = fadd float %pb, 1.0
-  %n = fptosi float %nf to i32
-  %n1 = ashr i32 %n, 1
+  %y0 = call float @llvm.fmuladd.f32(float %p5, float %z, float %r)
+  %y = fadd float %y0, 1.0
+  %n0 = fptosi float %nf to i32
+  %n = freeze i32 %n0 ; poison only for a NaN x, whose result is NaN whatever the scale
+"""
+_EXP_DECLARES = ("declare float @llvm.roundeven.f32(float)", "declare float @llvm.fmuladd.f32(float, float, float)")
+#: Portable: 2^n as two exact powers of two (n can be 128, one more than a float's exponent holds).
+EXPF_DECLARES = _EXP_DECLARES
+EXPF = f"""define internal float @arke.expf(float %x) alwaysinline {{
+{_EXP_BODY}  %n1 = ashr i32 %n, 1
   %n2 = sub i32 %n, %n1
   %e1 = add i32 %n1, 127
   %e2 = add i32 %n2, 127
@@ -84,12 +81,22 @@ entry:
   %s2 = bitcast i32 %bits2 to float
   %v0 = fmul float %y, %s1
   %v = fmul float %v0, %s2
-  %v1 = select i1 %lo, float 0.0, float %v
-  %v2 = select i1 %hi, float 0x7FF0000000000000, float %v1
-  %nan = fcmp uno float %x, 0.0
-  %v3 = select i1 %nan, float %x, float %v2
-  ret float %v3
+  ret float %v
 }}"""
+#: With AVX-512: 2^n by ``llvm.ldexp`` (one vscalefps); elsewhere it would be a libm call per element.
+EXPF_LDEXP_DECLARES = (*_EXP_DECLARES, "declare float @llvm.ldexp.f32.i32(float, i32)")
+EXPF_LDEXP = f"""define internal float @arke.expf.ldexp(float %x) alwaysinline {{
+{_EXP_BODY}  %v = call float @llvm.ldexp.f32.i32(float %y, i32 %n)
+  ret float %v
+}}"""
+
+
+def expf(scalef: bool) -> tuple[str, tuple[str, ...]]:
+    """The name of the vectorisable ``exp`` to call and the declarations and definition it needs;
+    ``scalef``: the target scales by a power of two in one instruction (AVX-512)."""
+    if scalef:
+        return "arke.expf.ldexp", (*EXPF_LDEXP_DECLARES, EXPF_LDEXP)
+    return "arke.expf", (*EXPF_DECLARES, EXPF)
 
 
 def ipow(ct: str) -> str:
