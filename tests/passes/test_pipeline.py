@@ -35,7 +35,8 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
     "add": (1, 1), "mul": (1, 1), "matmul": (1, 1), "bmm": (1, 1), "linear": (1, 1), "embedding": (1, 1),
     "rope": (1, 1), "rope_interleaved": (1, 1),
     "softmax": (4, 3), "logsumexp": (3, 3), "log_softmax": (4, 3), "layernorm": (5, 4), "rmsnorm": (3, 2),
-    "linear_bias": (2, 2), "linear_int8": (2, 2), "linear_bf16": (2, 2), "swiglu": (3, 3), "geglu": (3, 3), "cross_entropy": (4, 3),
+    "linear_bias": (2, 2), "linear_int8": (2, 2), "linear_bf16": (2, 2), "swiglu": (3, 3), "geglu": (3, 3),
+    "cross_entropy": (4, 3),
     "cross_entropy_mean": (6, 4), "attention": (7, 6), "causal_attention": (8, 6), "topk_routing": (6, 5),
 }
 #: Where an example kernel differs from the std one of the same name (examples/attention.ak is causal).
