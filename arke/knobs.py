@@ -22,6 +22,7 @@ KNOBS: dict[str, str] = {
     "ARKE_DEBUG": "1 = show tracebacks and debug logging (AKC_DEBUG is the older spelling)",
     "ARKE_DEBUG_PASSES": "1 = print the IR after every pass of the pipeline (to stderr)",
     "ARKE_THREADS": "the CPU worker team's size (default: every core this process may use)",
+    "ARKE_NO_REUSE": "1 = allocate every result, temporary and scratch buffer afresh on every call",
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -41,6 +42,11 @@ def _flag(name: str) -> bool:
     if value in _FALSE:
         return False
     raise KnobError(f"{name}={raw!r} is not a yes/no value: use 1 or 0 (or unset it)")
+
+
+def no_reuse() -> bool:
+    """``ARKE_NO_REUSE``: never reuse buffers of earlier calls (see ``arke.runtime.pool``)."""
+    return _flag("ARKE_NO_REUSE")
 
 
 def cache_dir() -> Path:

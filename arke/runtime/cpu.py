@@ -26,6 +26,7 @@ from arke.codegen.plan import KernelPlan
 from arke.ir import semantic as ir
 from arke.ir.shapes import evaluate, parse_dim
 from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
+from arke.runtime.pool import BufferPool
 
 
 @cache
@@ -169,6 +170,7 @@ class CPUKernel:
             for spec in artifact.launches
         ]
         self._sized: dict[tuple[int, ...], _Sizes] = {}
+        self._pool = BufferPool()
 
     def __repr__(self) -> str:
         return f"<arke kernel {self.name} on llvm, {len(self._launches)} dispatches>"
@@ -195,8 +197,13 @@ class CPUKernel:
             elif b.name in given and fn.results.count(b.name) == 1:
                 buffers.append(given[b.name][0])  # written in place
             else:
-                buffers.append(torch.empty(shape, dtype=TORCH_DTYPES[b.dtype]))
-        self._run(buffers, sizes, threads or self.threads)
+                buffers.append(self._pool.take(shape, TORCH_DTYPES[b.dtype]))
+        try:
+            self._run(buffers, sizes, threads or self.threads)
+        finally:
+            for b, t in zip(self.plan.buffers, buffers):
+                if b.role == "temp":
+                    self._pool.give(t)
         outs: list[torch.Tensor] = []
         taken: dict[str, int] = {}
         for r in fn.results:  # a result never aliases an input or another result
@@ -212,6 +219,8 @@ class CPUKernel:
         if out is not None:
             users = tuple(out) if isinstance(out, tuple | list) else (out,)
             return users[0] if len(users) == 1 else users
+        for o in outs:  # reused only once the caller lets go of it
+            self._pool.give(o)
         results = [o.numpy() if as_numpy and o.dtype != torch.bfloat16 else o for o in outs]
         return results[0] if len(results) == 1 else tuple(results)
 
@@ -238,7 +247,7 @@ class CPUKernel:
         for launch, (n, width) in zip(self._launches, sizes.launches):
             ptrs = [buffers[i].data_ptr() for i in launch.buffers]
             chunks = min(threads, n) if pool is not None else 1
-            scratch = torch.empty(max(1, chunks) * width, dtype=torch.uint8) if width else None
+            scratch = self._pool.take((max(1, chunks) * width,), torch.uint8) if width else None
             at = scratch.data_ptr() if scratch is not None else 0
             if chunks <= 1:
                 launch.fn(*ptrs, dim_array, 0, n, ctypes.addressof(errors), at)
@@ -250,6 +259,8 @@ class CPUKernel:
                            for k, (lo, hi) in enumerate(bounds)]
                 for f in futures:
                     f.result()
+            if scratch is not None:
+                self._pool.give(scratch)
             if any(errors):
                 self._explain(buffers)
 

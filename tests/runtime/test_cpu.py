@@ -564,3 +564,48 @@ def test_freed_kernels_leave_later_builds_working() -> None:
         assert lib.twice(np.ones(5, dtype=np.float32)).tolist() == [2.0] * 5
         del lib
         gc.collect()
+
+
+HOLDERS = {
+    "tensor": lambda t: t,
+    "view": lambda t: t[3:7],
+    "numpy": lambda t: t.numpy(),
+    "dlpack": lambda t: __import__("torch.utils.dlpack").utils.dlpack.to_dlpack(t),
+}
+
+
+@pytest.mark.parametrize("holder", HOLDERS)
+def test_results_are_reused_only_once_the_caller_lets_go(holder: str) -> None:
+    """A result buffer comes back on a later call only when nothing holds it: not the tensor,
+    not a view of it, not the NumPy array it was returned as, not a DLPack export."""
+    import gc
+
+    import torch.utils.dlpack
+
+    k = lib("std.nn").softmax
+    x = torch.randn(64, 129)
+    want = torch.softmax(x, -1)
+    first = k(x)
+    ptr = first.data_ptr()
+    keep = HOLDERS[holder](first)
+    del first
+    gc.collect()
+    second = k(x * 2)  # other values: a wrongly shared buffer would change what `keep` sees
+    assert second.data_ptr() != ptr
+    seen = torch.utils.dlpack.from_dlpack(keep) if holder == "dlpack" else torch.as_tensor(keep)
+    torch.testing.assert_close(seen, want[3:7] if holder == "view" else want)
+    freed = {ptr, second.data_ptr()}
+    del keep, seen, second
+    gc.collect()
+    third = k(x)
+    assert third.data_ptr() in freed  # nothing holds them now: one is reused
+    torch.testing.assert_close(third, want)
+
+
+def test_no_reuse_knob_keeps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARKE_NO_REUSE", "1")
+    src = "kernel halve(x: f32[N]) -> f32[N] { return x / 2.0 }"
+    kernel = arke.build(arke.loads(src, "<no-reuse>")).halve
+    for _ in range(3):
+        kernel(torch.ones(7))
+    assert not any(kernel.variant(-1)._pool._free.values())

@@ -1,0 +1,72 @@
+"""Reuse of a kernel's buffers across calls: results nobody holds any more, temporaries, scratch.
+
+On this kind of machine the first write to each fresh page of a new tensor is a page fault:
+filling a new 64 MiB output costs ~15 ms, three times what softmax itself takes. Decode and
+benchmark loops call the same kernel on the same shapes again and again, so a kernel keeps
+the buffers it allocated and hands one out again once it is provably unshared:
+
+* its Python object is referenced only by the pool (``sys.getrefcount``),
+* no other tensor object shares its ``TensorImpl`` (``Tensor._use_count``: DLPack exports,
+  C++ holders), and
+* no other tensor, view or NumPy array shares its storage (the storage's use count).
+
+A result the caller still holds (directly, as a view, or as the NumPy array it was returned
+as) is therefore never overwritten. ``ARKE_NO_REUSE=1`` turns reuse off.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import torch
+
+from arke import knobs
+
+#: Tensors kept per (shape, dtype): enough for a result, a temporary and a call in flight.
+KEEP = 4
+
+
+def _storage_uses(t: torch.Tensor) -> int:
+    return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))
+
+
+def _unshared(t: torch.Tensor) -> bool:
+    # references: the pool's list, this frame's argument, getrefcount's own argument
+    if sys.getrefcount(t) > 3 or t._use_count() != 1:  # type: ignore[attr-defined]
+        return False
+    return _storage_uses(t) <= 2  # the tensor and the temporary wrapper untyped_storage() made
+
+
+class BufferPool:
+    """Free tensors by (shape, dtype); ``take`` one (or a new one), ``give`` it back after use."""
+
+    def __init__(self) -> None:
+        self._free: dict[tuple[tuple[int, ...], torch.dtype], list[torch.Tensor]] = {}
+        self._lock = threading.Lock()
+        try:
+            _unshared(torch.empty(1))
+            self.enabled = True
+        except (AttributeError, RuntimeError):  # a torch without these introspection hooks: no reuse
+            self.enabled = False
+
+    def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """An unshared tensor of this shape and dtype (contents undefined)."""
+        if self.enabled and not knobs.no_reuse():
+            with self._lock:
+                free = self._free.get((shape, dtype), [])
+                for k in range(len(free)):
+                    if _unshared(free[k]):
+                        return free.pop(k)
+        return torch.empty(shape, dtype=dtype)
+
+    def give(self, t: torch.Tensor) -> None:
+        """Offer ``t`` for reuse once nothing else holds it (the oldest offers are dropped first)."""
+        if not self.enabled or knobs.no_reuse():
+            return
+        with self._lock:
+            free = self._free.setdefault((tuple(t.shape), t.dtype), [])
+            if any(x is t for x in free):
+                return
+            free.append(t)
+            del free[:-KEEP]
