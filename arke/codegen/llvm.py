@@ -296,8 +296,26 @@ class _Function:
         inner()
         nxt = self.let(f"add i64 {i}, 1")
         self.emit(f"store i64 {nxt}, ptr {counter}")
-        self.emit(f"br label %{head}")
+        self.emit(f"br label %{head}{self.loop_hints(axis)}")
         self.label(done)
+
+    def loop_hints(self, axis: str) -> str:
+        """The strategy's ``vectorize``/``unroll`` of ``axis`` as LLVM loop metadata (``""`` if none)."""
+        hints = []
+        for kind, key, ty in (("vectorize", "llvm.loop.vectorize.width", "i32"),
+                              ("unroll", "llvm.loop.unroll.count", "i32")):
+            d = self.plan.decision(kind, axis)
+            if d is not None and isinstance(d.value, int):
+                hints.append(f'!{{!"{key}", {ty} {d.value}}}')
+                if kind == "vectorize":
+                    hints.append('!{!"llvm.loop.vectorize.enable", i1 true}')
+        if not hints:
+            return ""
+        # numbered per dispatch (entry ``<kernel>.d<k>``) so ids are unique in the module
+        dispatch = int(self.name.rsplit(".d", 1)[1]) if ".d" in self.name else 0
+        ident = 100000 * (dispatch + 1) + self.loops_made
+        self.declare(f"!{ident} = distinct !{{!{ident}, {', '.join(hints)}}}")
+        return f", !llvm.loop !{ident}"
 
     def element(self) -> None:
         """The innermost body: compute (or reduce) one element of the result and store it."""

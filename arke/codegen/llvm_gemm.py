@@ -66,7 +66,7 @@ def render_contraction(plan: KernelPlan, d: Dispatch, entry: str, declare: Calla
                        vector_bits: int) -> tuple[str, LaunchSpec]:
     """The LLVM functions of one contraction dispatch and how to launch them."""
     assert isinstance(d.pattern, Contraction)
-    g = _Gemm(plan, d, entry, declare, blocking(plan, d.pattern, vector_bits))
+    g = _Gemm(plan, d, entry, declare, blocking(plan, d.pattern, vector_bits), vector_bits)
     text = g.render()
     extent = dim_str(g.parallel_extent) if g.parallel_extent is not None else None
     launch = LaunchSpec(entry, extent, tuple(plan.buffer_index(b) for b in g.args), dim_str(g.scratch_words()))
@@ -76,14 +76,15 @@ def render_contraction(plan: KernelPlan, d: Dispatch, entry: str, declare: Calla
 class _Gemm(GemmBase):
     """Emits a contraction dispatch: the task loop, packing, micro-kernel calls and epilogue."""
 
-    def __init__(self, plan: KernelPlan, d: Dispatch, name: str, declare: Callable[[str], None], blk: Blocking):
+    def __init__(self, plan: KernelPlan, d: Dispatch, name: str, declare: Callable[[str], None], blk: Blocking,
+                 vector_bits: int = 512):
         assert isinstance(d.pattern, Contraction)
         self.c, self.blk = d.pattern, blk
         self.contract = d.members[0]
         self.accumulated: str | None = None  # the finished sum while the epilogue is rendered
         self.plain_a, self.plain_b = self.c.plain_a(), self.c.plain_b()
         self.packs_a = self.plain_a is None  # a prologue is evaluated once per element, into panels
-        super().__init__(plan, d, name, declare)
+        super().__init__(plan, d, name, declare, vector_bits)
         for op in d.members:
             self.extent.update({a.name: a.extent for a in op.axes})
         self.extent.update({a.name: a.extent for a in self.contract.reduce_axes})  # type: ignore[union-attr]

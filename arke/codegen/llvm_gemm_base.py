@@ -159,7 +159,12 @@ class GemmBase(_Function):
             for v in range(nv):
                 lines.append(f"  %n{r}.{v} = call {vec} {fma}({vec} %as{r}, {vec} %b{v}, {vec} %acc{r}.{v})")
         lines += ["  %kk1 = add i64 %kk, 1", "  %more = icmp slt i64 %kk1, %kc"]
-        unroll = f", !llvm.loop !{{!\"llvm.loop.unroll.count\", i32 {blk.unroll}}}" if blk.unroll > 1 else ""
+        unroll = ""
+        if blk.unroll > 1:
+            dispatch = int(self.name.rsplit(".d", 1)[1]) if ".d" in self.name else 0
+            ident = 100000 * (dispatch + 1) + 99999
+            self.declare(f'!{ident} = distinct !{{!{ident}, !{{!"llvm.loop.unroll.count", i32 {blk.unroll}}}}}')
+            unroll = f", !llvm.loop !{ident}"
         lines += [f"  br i1 %more, label %loop, label %exit{unroll}", "exit:"]
         for r in range(mr):
             for v in range(nv):

@@ -1,0 +1,41 @@
+"""Strategies reach the code and never change an answer: ``vectorize``/``unroll`` become LLVM
+loop hints on the loops of their index, ``tile``/``unroll`` set a contraction's blocking, and
+every variant gives the reference interpreter's answer."""
+
+from __future__ import annotations
+
+import pytest
+from codegen_support import RUNNABLE, assert_matches, build, random_inputs, seeded, text_module
+
+SOURCE = """
+kernel scale(x: f32[M, N], w: f32[N]) -> f32[M, N] { return x[m, n] * w[n] + 1.0 }
+kernel norm(x: f32[M, N]) -> f32[M, N] {
+  s[m] = sum(x[m, n] * x[m, n] for n)
+  return x[m, n] * rsqrt(s[m] / f32(N) + 1e-6)
+}
+kernel mm(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return sum(a[m, k] * b[k, n] for k) }
+
+@strategy(scale, target = llvm, when N > 100) { vectorize n = 8; unroll n = 4 }
+@strategy(norm, target = llvm) { vectorize n = 4; unroll m = 2 }
+@strategy(mm, target = llvm, when M > 8) { tile m = 4, n = 64, k = 16; unroll k = 4 }
+"""
+
+CASES = [("scale", {"M": 5, "N": 137}), ("scale", {"M": 3, "N": 7}), ("norm", {"M": 7, "N": 45}),
+         ("mm", {"M": 9, "K": 50, "N": 70}), ("mm", {"M": 3, "K": 50, "N": 70})]
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize(("name", "dims"), CASES, ids=lambda v: v if isinstance(v, str) else
+                         ",".join(f"{k}={n}" for k, n in v.items()))
+def test_strategy_variants_match_interpreter(target: str, name: str, dims: dict[str, int]) -> None:
+    module = text_module(SOURCE)
+    args = random_inputs(module.kernels[name], dims, seeded(name, dims))
+    assert_matches(build(module, target).kernels[name](*args), module.kernels[name](*args), rtol=1e-4, atol=1e-4)
+
+
+def test_vectorize_and_unroll_become_loop_hints() -> None:
+    lib = build(text_module(SOURCE), "llvm")
+    scale = lib.kernels["scale"].variant(0).artifact.source
+    assert '!"llvm.loop.vectorize.width", i32 8' in scale and '!"llvm.loop.unroll.count", i32 4' in scale
+    assert "!llvm.loop" not in lib.kernels["scale"].variant(-1).artifact.source  # no strategy: no hints
+    assert '!"llvm.loop.unroll.count", i32 4' in lib.kernels["mm"].variant(0).artifact.source
