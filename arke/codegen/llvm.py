@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 import sympy
 
 from arke.codegen.base import Artifact, LaunchSpec, Renderer, UnsupportedError
+from arke.codegen.llvm_convert import FLOAT16, narrow, widen
 from arke.codegen.llvm_lanes import LaneSum, lane_loops
 from arke.codegen.llvm_lib import INT_BITS, expf, float_const, identity, ipow
 from arke.codegen.plan import Buffer, Dispatch, KernelPlan
@@ -34,7 +35,8 @@ from arke.ir.shapes import Dim, dim_str
 
 # ---------------------------------------------------------------- type tables
 
-STORAGE = {DType.F32: "float", DType.F16: "half", DType.BF16: "bfloat", DType.I64: "i64", DType.I32: "i32",
+# 16-bit floats are stored as their raw bits (i16) and converted by arke.codegen.llvm_convert
+STORAGE = {DType.F32: "float", DType.F16: "i16", DType.BF16: "i16", DType.I64: "i64", DType.I32: "i32",
            DType.I8: "i8", DType.BOOL: "i8"}
 COMPUTE = {DType.F32: "float", DType.F16: "float", DType.BF16: "float", DType.I64: "i64", DType.I32: "i32",
            DType.I8: "i8", DType.BOOL: "i1"}
@@ -448,18 +450,29 @@ class _Function:
     def widen(self, raw: str, dtype: DType) -> str:
         """A stored value in its compute type (16-bit floats to float, bool bytes to i1)."""
         if dtype in (DType.F16, DType.BF16):
-            t = self.let(f"fpext {STORAGE[dtype]} {raw} to float")
-            return t
+            return self.widen_16(raw, dtype)
         if dtype is DType.BOOL:
             t = self.let(f"icmp ne i8 {raw}, 0")
             return t
         return raw
 
+    # 16-bit floats convert in plain integer code (llvm_convert): fpext/fptrunc would become
+    # compiler-rt calls a JIT cannot resolve on CPUs without F16C or AVX512-BF16
+    def widen_16(self, raw: str, dtype: DType) -> str:
+        name, definition = widen(FLOAT16[dtype])
+        self.declare(definition)
+        return self.let(f"call float {name}(i16 {raw})")
+
+    def narrow_16(self, value: str, dtype: DType) -> str:
+        name, definition = narrow(FLOAT16[dtype])
+        self.declare(definition)
+        return self.let(f"call i16 {name}(float {value})")
+
     def store(self, buf: Buffer, subs: Sequence[ir.SExpr], value: str, dtype: DType) -> None:
         p = self.address(buf, subs)
         stored = value
         if dtype in (DType.F16, DType.BF16):
-            stored = self.let(f"fptrunc float {value} to {STORAGE[dtype]}")
+            stored = self.narrow_16(value, dtype)
         elif dtype is DType.BOOL:
             stored = self.let(f"zext i1 {value} to i8")
         self.emit(f"store {STORAGE[dtype]} {stored}, ptr {p}")
@@ -514,8 +527,8 @@ class _Function:
     def _round_to(self, v: str, dst: DType) -> str:
         if dst not in (DType.F16, DType.BF16):
             return v
-        n = self.let(f"fptrunc float {v} to {STORAGE[dst]}")
-        w = self.let(f"fpext {STORAGE[dst]} {n} to float")
+        n = self.narrow_16(v, dst)
+        w = self.widen_16(n, dst)
         return w
 
     def _x_Select(self, e: ir.Select) -> str:

@@ -12,10 +12,18 @@ plain integer and float operations, are inlined, and vectorise like the rest of 
 * ``f16 -> f32``: exact, subnormals renormalised.
 
 :func:`widen` and :func:`narrow` give a function's name and definition for scalars
-(``lanes=1``) or ``<lanes x ...>`` vectors (the micro-kernels convert whole vectors).
+(``lanes=1``) or ``<lanes x ...>`` vectors (the micro-kernels convert whole vectors). The
+16-bit side is the raw bits as ``i16``: kernels store 16-bit floats as ``i16`` and never use
+LLVM's ``half``/``bfloat`` types, whose legalisation on CPUs without native support inserts
+the same unresolvable calls.
 """
 
 from __future__ import annotations
+
+from arke.ir.dtypes import DType
+
+#: The 16-bit float dtypes, by the names :func:`widen` and :func:`narrow` take.
+FLOAT16 = {DType.F16: "half", DType.BF16: "bfloat"}
 
 _BODIES = {
     ("narrow", "bfloat"): """
@@ -28,11 +36,9 @@ _BODIES = {
   %h0 = lshr {I32} %r, {k16}
   %q = or {I32} %top, {k64}
   %h = select {B} %nan, {I32} %q, {I32} %h0
-  %t = trunc {I32} %h to {I16}
-  %y = bitcast {I16} %t to {S}""",
+  %y = trunc {I32} %h to {I16}""",
     ("widen", "bfloat"): """
-  %b = bitcast {S} %x to {I16}
-  %w = zext {I16} %b to {I32}
+  %w = zext {I16} %x to {I32}
   %s = shl {I32} %w, {k16}
   %y = bitcast {I32} %s to {F}""",
     ("narrow", "half"): """
@@ -56,11 +62,9 @@ _BODIES = {
   %o = select {B} %big, {I32} %special, {I32} %fin
   %sg = lshr {I32} %sign, {k16}
   %r = or {I32} %o, %sg
-  %t = trunc {I32} %r to {I16}
-  %y = bitcast {I16} %t to {S}""",
+  %y = trunc {I32} %r to {I16}""",
     ("widen", "half"): """
-  %h16 = bitcast {S} %x to {I16}
-  %h = zext {I16} %h16 to {I32}
+  %h = zext {I16} %x to {I32}
   %em = and {I32} %h, {k32767}
   %o0 = shl {I32} %em, {k13}
   %exp = and {I32} %o0, {k260046848}
@@ -91,22 +95,22 @@ def _function(direction: str, kind: str, lanes: int) -> tuple[str, str]:
     def const(t: str, v: str) -> str:
         return v if lanes == 1 else f"splat ({t} {v})"
 
-    names = {"F": ty("float"), "I32": ty("i32"), "I16": ty("i16"), "S": ty(kind), "B": ty("i1"),
+    names = {"F": ty("float"), "I32": ty("i32"), "I16": ty("i16"), "B": ty("i1"),
              "half": const("float", "5.000000e-01"), "magic": const("float", "0x3F10000000000000")}
     names.update({f"k{v}": const("i32", str(v)) for v in _INTS})
     short = {"bfloat": "bf16", "half": "f16"}[kind]
     suffix = "" if lanes == 1 else f".v{lanes}"
     name = f"@arke.{short}_to_f32{suffix}" if direction == "widen" else f"@arke.f32_to_{short}{suffix}"
-    src, dst = (names["S"], names["F"]) if direction == "widen" else (names["F"], names["S"])
+    src, dst = (names["I16"], names["F"]) if direction == "widen" else (names["F"], names["I16"])
     text = _BODIES[(direction, kind)].format(**names)
     return name, f"define internal {dst} {name}({src} %x) alwaysinline {{\nentry:{text}\n  ret {dst} %y\n}}"
 
 
 def widen(kind: str, lanes: int = 1) -> tuple[str, str]:
-    """``(name, definition)`` of the exact ``kind`` (``"bfloat"``/``"half"``) to float conversion."""
+    """``(name, definition)`` of the exact ``kind`` (``"bfloat"``/``"half"``) bits (``i16``) to float conversion."""
     return _function("widen", kind, lanes)
 
 
 def narrow(kind: str, lanes: int = 1) -> tuple[str, str]:
-    """``(name, definition)`` of the round-to-nearest-even float to ``kind`` conversion."""
+    """``(name, definition)`` of the round-to-nearest-even float to ``kind`` bits (``i16``) conversion."""
     return _function("narrow", kind, lanes)

@@ -24,7 +24,8 @@ One dispatch runs ``C[batch.., m, n] = epilogue(sum(A[.., m, k] * B[.., k, n] fo
 
 Blocking comes from the strategy: ``tile m`` sets ``mr`` (register rows), ``tile n`` the slab
 width ``nc``, ``tile k`` the depth ``kc``, ``vectorize n`` the lanes and ``unroll k`` the
-micro-kernel's unrolling; the defaults suit AVX-512 (and shrink with ``vector_bits``).
+micro-kernel's unrolling, ``pack a`` packs a plain ``A`` too; the defaults suit AVX-512 (and
+shrink with ``vector_bits``).
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ class _Gemm(GemmBase):
         self.contract = d.members[0]
         self.accumulated: str | None = None  # the finished sum while the epilogue is rendered
         self.plain_a, self.plain_b = self.c.plain_a(), self.c.plain_b()
-        self.packs_a = self.plain_a is None  # a prologue is evaluated once per element, into panels
+        # A is packed when it has a prologue (evaluated once per element) or the strategy says
+        # `pack a` (rows whose stride is a multiple of 4 KiB collide in L1 when read in place)
+        self.packs_a = self.plain_a is None or plan.decision("pack", self.plain_a.src) is not None
         super().__init__(plan, d, name, declare, vector_bits)
         for op in d.members:
             self.extent.update({a.name: a.extent for a in op.axes})

@@ -14,7 +14,7 @@ import sympy
 
 from arke.codegen.contraction import Contraction
 from arke.codegen.llvm import STORAGE, _Function
-from arke.codegen.llvm_convert import widen
+from arke.codegen.llvm_convert import FLOAT16, widen
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim
@@ -114,7 +114,7 @@ class GemmBase(_Function):
             return self.let(f"sitofp {src} {raw} to {ty}")
         # 16-bit floats: exact conversions in plain integer code (no compiler-rt calls, any CPU)
         lanes = int(ty[1:].split(" x ")[0]) if ty.startswith("<") else 1
-        name, definition = widen(STORAGE[dtype], lanes)
+        name, definition = widen(FLOAT16[dtype], lanes)
         self.declare(definition)
         return self.let(f"call {ty} {name}({src} {raw})")
 
@@ -150,9 +150,9 @@ class GemmBase(_Function):
                 lines.append(f"  %af{r} = sitofp i8 {x} to float")
                 x = f"%af{r}"
             elif a_dtype is not DType.F32:
-                name, definition = widen(a_ty)
+                name, definition = widen(FLOAT16[a_dtype])
                 self.declare(definition)
-                lines.append(f"  %af{r} = call float {name}({a_ty} {x})")
+                lines.append(f"  %af{r} = call float {name}(i16 {x})")
                 x = f"%af{r}"
             lines.append(f"  %ai{r} = insertelement {vec} poison, float {x}, i64 0")
             lines.append(f"  %as{r} = shufflevector {vec} %ai{r}, {vec} poison, <{blk.lanes} x i32> zeroinitializer")
@@ -204,7 +204,7 @@ class GemmBase(_Function):
                 return self.let(f"call {vec} @llvm.masked.load.v{lanes}f32.p0(ptr {p}, i32 4, <{lanes} x i1> "
                                 f"{mask}, {vec} zeroinitializer)")
             vt = f"<{lanes} x {ty}>"
-            suffix = {DType.BF16: "bf16", DType.F16: "f16", DType.I8: "i8"}[dtype]
+            suffix = {DType.BF16: "i16", DType.F16: "i16", DType.I8: "i8"}[dtype]
             self.declare(f"declare {vt} @llvm.masked.load.v{lanes}{suffix}.p0(ptr, i32, <{lanes} x i1>, {vt})")
             raw = self.let(f"call {vt} @llvm.masked.load.v{lanes}{suffix}.p0(ptr {p}, i32 1, <{lanes} x i1> "
                            f"{mask}, {vt} zeroinitializer)")

@@ -23,7 +23,7 @@ KINDS = {"bfloat": torch.bfloat16, "half": torch.float16}
 def converter(kind: str, widening: bool, lanes: int = 1) -> Callable[[torch.Tensor, torch.Tensor], None]:
     """A JIT'd loop ``out[i:i+lanes] = convert(in[i:i+lanes])`` through the function under test."""
     fn, definition = (widen if widening else narrow)(kind, lanes)
-    src_t, dst_t = (kind, "float") if widening else ("float", kind)
+    src_t, dst_t = ("i16", "float") if widening else ("float", "i16")  # 16-bit floats travel as their bits
     if lanes > 1:
         src_t, dst_t = f"<{lanes} x {src_t}>", f"<{lanes} x {dst_t}>"
     source = f"""{definition}

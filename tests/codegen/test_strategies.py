@@ -18,10 +18,11 @@ kernel mm(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return sum(a[m, k] * b[k, n
 @strategy(scale, target = llvm, when N > 100) { vectorize n = 8; unroll n = 4 }
 @strategy(norm, target = llvm) { vectorize n = 4; unroll m = 2 }
 @strategy(mm, target = llvm, when M > 8) { tile m = 4, n = 64, k = 16; unroll k = 4 }
+@strategy(mm, target = llvm, when M > 4) { pack a }
 """
 
 CASES = [("scale", {"M": 5, "N": 137}), ("scale", {"M": 3, "N": 7}), ("norm", {"M": 7, "N": 45}),
-         ("mm", {"M": 9, "K": 50, "N": 70}), ("mm", {"M": 3, "K": 50, "N": 70})]
+         ("mm", {"M": 9, "K": 50, "N": 70}), ("mm", {"M": 6, "K": 50, "N": 70}), ("mm", {"M": 3, "K": 50, "N": 70})]
 
 
 @pytest.mark.parametrize("target", RUNNABLE)
