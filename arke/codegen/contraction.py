@@ -5,7 +5,8 @@ loads (a :class:`~arke.ir.semantic.ContractOp`, or a ``reduce.sum`` of a product
 loads, each perhaps cast to f32: bf16/f16 activations or int8 weights), where
 
 * ``n``, the result's last axis, indexes only ``B`` (lanes of the micro-kernel run along it);
-* ``m``, when there is one, indexes only ``A`` (rows of the micro-kernel), and
+* ``m``, when there is one, is the innermost result axis that indexes only ``A`` (rows of the
+  micro-kernel), and
 * every other result axis is a *batch* axis: it may appear in either load, in any
   subscript expression (GQA's ``h / R``), but never together with ``m``, ``n`` or ``k``.
 
@@ -122,9 +123,9 @@ def contraction_of(op: PlanOp) -> Contraction | None:
     a_axes = set().union(*(_axes(f) for f in a_side))
     b_axes = set().union(*(_axes(f) for f in b_side))
     only_a = [x.name for x in op.axes[:-1] if x.name in a_axes and x.name not in b_axes]
-    if len(only_a) > 1:
-        return None
-    m = only_a[0] if only_a else None
+    # the innermost axis only A has is the micro-kernel's rows; any others (a batch of
+    # activations against one weight) are batch axes like the shared ones
+    m = only_a[-1] if only_a else None
     batch = tuple(x.name for x in op.axes[:-1] if x.name != m)
     return Contraction(op.result, _product(a_side), _product(b_side), m, n, k, batch)
 
