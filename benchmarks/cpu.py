@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import math
+import os
 import sys
 import threading
 import time
@@ -36,6 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# torch's OpenMP workers spin after every parallel region (OMP_WAIT_POLICY's default), taking
+# the cores from whatever runs next: measured here, arke's 1024³ matmul timed right after a
+# torch call ran at 113 GFLOP/s instead of 192. Interleaved timing would charge that to
+# whichever candidate follows torch; with passive waiting torch's own times do not change
+# (its matmul: 173 vs 181 GFLOP/s). Set before torch starts its thread pool.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 import torch.nn.functional as F
@@ -351,8 +359,8 @@ def report(rows: list[Row], limits: Limits, quick: bool, wall_s: float) -> None:
             reasons.setdefault(f"{candidate} n/a: {why}", []).append(r.bench.name)
     for why, names in reasons.items():
         console.print(f"{why} — {'every kernel' if len(names) == len(rows) else ', '.join(names)}")
-    console.print(f"threads: arke {library('std.nn').threads}, torch {torch.get_num_threads()}; "
-                  f"whole run {wall_s:.0f} s")
+    console.print(f"threads: arke {library('std.nn').threads}, torch {torch.get_num_threads()} "
+                  f"(OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}); whole run {wall_s:.0f} s")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,7 +57,7 @@ def blocking(plan: KernelPlan, c: Contraction, vector_bits: int) -> Blocking:
     mr = value("tile", c.m) or max(1, min(8 if registers == 32 else 6, (registers - nv - 2) // nv))
     mr = max(1, min(mr, 16))
     nr = nv * lanes
-    nc = value("tile", c.n) or 256
+    nc = value("tile", c.n) or 128
     nc = max(nr, -(-nc // nr) * nr)
     kc = max(1, value("tile", c.k) or 512)
     return Blocking(lanes, mr, nv, kc, nc, max(1, value("unroll", c.k) or 1))
