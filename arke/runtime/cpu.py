@@ -171,6 +171,8 @@ class CPUKernel:
         ]
         self._sized: dict[tuple[int, ...], _Sizes] = {}
         self._pool = BufferPool()
+        self._roles = [(b.role, b.name, TORCH_DTYPES[b.dtype]) for b in plan.buffers]
+        self._result_at = [plan.buffer_index(r) for r in plan.function.results]
 
     def __repr__(self) -> str:
         return f"<arke kernel {self.name} on llvm, {len(self._launches)} dispatches>"
@@ -187,27 +189,29 @@ class CPUKernel:
         the arguments, and it may not overlap them. The results are then ``out`` itself.
         """
         fn = self.plan.function
-        args = {k: v.contiguous() for k, v in args.items()}  # views are copied; contiguous ones are not
+        for k, v in args.items():
+            if not v.is_contiguous():
+                args[k] = v.contiguous()  # views are copied; contiguous ones are not
         given = check_out(fn, out, dims, args) if out is not None else {}
         sizes = self._sizes(dims)
         buffers: list[torch.Tensor] = []
-        for b, shape in zip(self.plan.buffers, sizes.shapes):
-            if b.role == "param":
-                buffers.append(args[b.name])
-            elif b.name in given and fn.results.count(b.name) == 1:
-                buffers.append(given[b.name][0])  # written in place
+        for (role, name, dtype), shape in zip(self._roles, sizes.shapes):
+            if role == "param":
+                buffers.append(args[name])
+            elif name in given and fn.results.count(name) == 1:
+                buffers.append(given[name][0])  # written in place
             else:
-                buffers.append(self._pool.take(shape, TORCH_DTYPES[b.dtype]))
+                buffers.append(self._pool.take(shape, dtype))
         try:
             self._run(buffers, sizes, threads or self.threads)
         finally:
-            for b, t in zip(self.plan.buffers, buffers):
-                if b.role == "temp":
+            for (role, _, _), t in zip(self._roles, buffers):
+                if role == "temp":
                     self._pool.give(t)
         outs: list[torch.Tensor] = []
         taken: dict[str, int] = {}
-        for r in fn.results:  # a result never aliases an input or another result
-            t = buffers[self.plan.buffer_index(r)]
+        for r, at in zip(fn.results, self._result_at):  # a result never aliases an input or another result
+            t = buffers[at]
             if out is not None:
                 target = given[r][taken.get(r, 0)]
                 taken[r] = taken.get(r, 0) + 1

@@ -46,13 +46,13 @@ class BufferPool:
         self._lock = threading.Lock()
         try:
             _unshared(torch.empty(1))
-            self.enabled = True
+            self.enabled = not knobs.no_reuse()  # read when the kernel is built, not on every call
         except (AttributeError, RuntimeError):  # a torch without these introspection hooks: no reuse
             self.enabled = False
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """An unshared tensor of this shape and dtype (contents undefined)."""
-        if self.enabled and not knobs.no_reuse():
+        if self.enabled:
             with self._lock:
                 free = self._free.get((shape, dtype), [])
                 for k in range(len(free)):
@@ -62,7 +62,7 @@ class BufferPool:
 
     def give(self, t: torch.Tensor) -> None:
         """Offer ``t`` for reuse once nothing else holds it (the oldest offers are dropped first)."""
-        if not self.enabled or knobs.no_reuse():
+        if not self.enabled:
             return
         with self._lock:
             free = self._free.setdefault((tuple(t.shape), t.dtype), [])
