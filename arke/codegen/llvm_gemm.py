@@ -20,7 +20,7 @@ One dispatch runs ``C[batch.., m, n] = epilogue(sum(A[.., m, k] * B[.., k, n] fo
   the result stored in its dtype.
 * Few rows (M below :data:`GEMV_ROWS`: decode) with both operands contiguous along k, as in
   ``linear``: no packing; each output is a dot product along k with vector accumulators,
-  four columns at a time, folded in a fixed order — this form is bound by reading ``B`` once.
+  eight columns at a time, folded in a fixed order — this form is bound by reading ``B`` once.
 
 Blocking comes from the strategy: ``tile m`` sets ``mr`` (register rows), ``tile n`` the slab
 width ``nc``, ``tile k`` the depth ``kc``, ``vectorize n`` the lanes and ``unroll k`` the

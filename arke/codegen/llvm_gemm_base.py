@@ -174,9 +174,10 @@ class GemmBase(_Function):
 
     # -- few rows: dot products along k
     def dots(self, pa: ir.Load, pb: ir.Load, a0: str, b0: str, n0: str, nc: str, tile: str) -> None:
-        """Rows of C as dot products of A's row and four of B's rows at a time (both contiguous along k)."""
+        """Rows of C as dot products of A's row and eight of B's rows at a time (both contiguous along k):
+        eight streams keep enough loads in flight to run at the memory's speed."""
         c, blk = self.c, self.blk
-        lanes, group = blk.lanes, 4
+        lanes, group = blk.lanes, 8
         vec = f"<{lanes} x float>"
         fma = f"@llvm.fma.v{lanes}f32"
         k_ext = self.dim(self.extent[c.k])
