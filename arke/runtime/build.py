@@ -15,6 +15,7 @@ import torch
 
 from arke.ir import strategy as sir
 from arke.runtime.guards import eval_cond, prepare_args
+from arke.runtime.pool import evict_oldest
 
 if TYPE_CHECKING:
     from arke.api import Module
@@ -82,7 +83,7 @@ class Kernel:
         variant = self.variant(self.choose(dims))
         if key is not None:
             if len(self._calls) >= 64:  # a bounded memo: shapes that keep changing fall back to full checks
-                self._calls.pop(next(iter(self._calls)))
+                evict_oldest(self._calls)
             self._calls[key] = (dims, variant, {n: args[n] for n in self._scalar_params})
         return variant.run_prepared(args, dims, not any_torch, threads, out)
 

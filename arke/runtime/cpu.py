@@ -26,7 +26,7 @@ from arke.codegen.plan import KernelPlan
 from arke.ir import semantic as ir
 from arke.ir.shapes import evaluate, parse_dim
 from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
-from arke.runtime.pool import BufferPool
+from arke.runtime.pool import BufferPool, evict_oldest
 
 
 @cache
@@ -234,7 +234,7 @@ class CPUKernel:
         found = self._sized.get(key)
         if found is None:
             if len(self._sized) >= 64:
-                self._sized.pop(next(iter(self._sized)))
+                evict_oldest(self._sized)
             found = _Sizes(
                 [tuple(evaluate(d, dims) for d in b.shape) for b in self.plan.buffers],
                 [(evaluate(launch.extent, dims) if launch.extent is not None else 1,

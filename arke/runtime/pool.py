@@ -16,8 +16,10 @@ as) is therefore never overwritten. ``ARKE_NO_REUSE=1`` turns reuse off.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
+from typing import Any
 
 import torch
 
@@ -25,6 +27,9 @@ from arke import knobs
 
 #: Tensors kept per (shape, dtype): enough for a result, a temporary and a call in flight.
 KEEP = 4
+#: (shape, dtype) keys kept: shapes that keep changing (prefill at many lengths) must not pin
+#: memory for as long as the kernel lives; the least recently offered shapes go first.
+SHAPES = 16
 
 
 def _storage_uses(t: torch.Tensor) -> int:
@@ -38,17 +43,36 @@ def _unshared(t: torch.Tensor) -> bool:
     return _storage_uses(t) <= 2  # the tensor and the temporary wrapper untyped_storage() made
 
 
+def evict_oldest(memo: dict[Any, Any]) -> None:
+    """Drop a memo's oldest entry; calls from several threads may race here, harmlessly."""
+    with contextlib.suppress(RuntimeError, StopIteration):  # resized under us, or emptied by another thread
+        memo.pop(next(iter(memo)), None)
+
+
+def _calibrated() -> bool:
+    """Whether :func:`_unshared` tells a held tensor from a free one on this Python and torch.
+
+    The reference counts it reads are CPython and torch details (a Python that borrows
+    references could report fewer); if they do not behave as expected, reuse is off.
+    """
+    try:
+        held = torch.empty(1)
+        pool = [held]
+        if _unshared(pool[0]):  # `held` still refers to it: must read as shared
+            return False
+        free = [torch.empty(1)]
+        return _unshared(free[0])  # only the list refers to it: must read as unshared
+    except (AttributeError, RuntimeError):  # a torch without these introspection hooks
+        return False
+
+
 class BufferPool:
     """Free tensors by (shape, dtype); ``take`` one (or a new one), ``give`` it back after use."""
 
     def __init__(self) -> None:
         self._free: dict[tuple[tuple[int, ...], torch.dtype], list[torch.Tensor]] = {}
         self._lock = threading.Lock()
-        try:
-            _unshared(torch.empty(1))
-            self.enabled = not knobs.no_reuse()  # read when the kernel is built, not on every call
-        except (AttributeError, RuntimeError):  # a torch without these introspection hooks: no reuse
-            self.enabled = False
+        self.enabled = not knobs.no_reuse() and _calibrated()  # read when the kernel is built
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """An unshared tensor of this shape and dtype (contents undefined)."""
@@ -64,9 +88,12 @@ class BufferPool:
         """Offer ``t`` for reuse once nothing else holds it (the oldest offers are dropped first)."""
         if not self.enabled:
             return
+        key = (tuple(t.shape), t.dtype)
         with self._lock:
-            free = self._free.setdefault((tuple(t.shape), t.dtype), [])
-            if any(x is t for x in free):
-                return
-            free.append(t)
-            del free[:-KEEP]
+            free = self._free.pop(key, [])  # re-inserted last: the dict is in least-recent order
+            self._free[key] = free
+            if not any(x is t for x in free):
+                free.append(t)
+                del free[:-KEEP]
+            while len(self._free) > SHAPES:
+                del self._free[next(iter(self._free))]

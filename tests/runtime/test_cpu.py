@@ -609,3 +609,14 @@ def test_no_reuse_knob_keeps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     for _ in range(3):
         kernel(torch.ones(7))
     assert not any(kernel.variant(-1)._pool._free.values())
+
+
+def test_the_buffer_pool_keeps_a_bounded_number_of_shapes() -> None:
+    """Shapes that keep changing (prefill at many lengths) must not pin memory forever."""
+    from arke.runtime.pool import SHAPES
+
+    src = "kernel grow(x: f32[T, D]) -> f32[T, D] { return x * 2.0 }"
+    kernel = arke.build(arke.loads(src, "<grow>")).grow
+    for t in range(1, 3 * SHAPES):
+        kernel(torch.randn(t, 64))
+    assert len(kernel.variant(-1)._pool._free) <= SHAPES
