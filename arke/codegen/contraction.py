@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arke.codegen.plan import Dispatch, PlanOp, op_exprs, readers
+from arke.codegen.plan import Dispatch, PlanOp, readers
 from arke.ir import semantic as ir
 from arke.ir import strategy as sir
 from arke.ir.dtypes import DType
@@ -168,4 +168,4 @@ def match_contraction(fn: ir.Function, ops: list[PlanOp], start: int,
     return Dispatch(epi, "contraction", c.n, ops=(op, epi), pattern=c, internal=(op.result,))
 
 
-__all__ = ["Contraction", "contraction_of", "match_contraction", "op_exprs"]
+__all__ = ["Contraction", "contraction_of", "match_contraction"]

@@ -301,6 +301,20 @@ class _Function:
         self.emit(f"br label %{head}{self.loop_hints(axis)}")
         self.label(done)
 
+    def branch(self, cond: str, then: Callable[[], None], other: Callable[[], None] | None = None) -> None:
+        """``if cond: then() else: other()`` (the two arms rejoin after)."""
+        self.loops_made += 1
+        tag = self.loops_made
+        self.emit(f"br i1 {cond}, label %then.{tag}, label %else.{tag}")
+        self.label(f"then.{tag}")
+        then()
+        self.emit(f"br label %fi.{tag}")
+        self.label(f"else.{tag}")
+        if other is not None:
+            other()
+        self.emit(f"br label %fi.{tag}")
+        self.label(f"fi.{tag}")
+
     def loop_hints(self, axis: str) -> str:
         """The strategy's ``vectorize``/``unroll`` of ``axis`` as LLVM loop metadata (``""`` if none)."""
         hints = []

@@ -45,11 +45,11 @@ import sympy
 
 from arke.codegen.attention import F32, FEATURE, KEY, QUERY, VALUE
 from arke.codegen.base import LaunchSpec
-from arke.codegen.llvm_attention_tiles import AttentionEmitter, ceil_div
+from arke.codegen.llvm_attention_tiles import AttentionEmitter
 from arke.codegen.llvm_vec import NEG_INF
 from arke.codegen.plan import Dispatch, KernelPlan
 from arke.ir import semantic as ir
-from arke.ir.shapes import Dim, dim_str
+from arke.ir.shapes import Dim, ceil_div, dim_str
 
 DECODE_ROWS = 16  # a group of at most this many rows (R * S) runs split_kv by default
 SPLIT_TILES = 8  # key tiles per split_kv chunk

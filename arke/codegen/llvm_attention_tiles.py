@@ -9,23 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import sympy
-
 from arke.codegen.attention import FEATURE, KEY, QUERY, VALUE, Attention
 from arke.codegen.llvm import _Function
 from arke.codegen.llvm_vec import NEG_INF, Vec, VectorExprMixin
 from arke.codegen.plan import Dispatch, KernelPlan
 from arke.ir import semantic as ir
-from arke.ir.shapes import Dim
+from arke.ir.shapes import Dim, ceil_div, row_major_stride
 
 ROWS = 64  # query rows per task: a packed key tile serves all of them
 MAT_ROWS = 16  # rows per task of `materialized` (each keeps a whole row of scores)
 PREFETCH_TILES = 4  # keys and values are prefetched this many tiles ahead ...
 PREFETCH_ROWS = 16  # ... by tasks of at most this many rows (decode: memory-bound)
-
-
-def ceil_div(a: Dim, b: Dim) -> Dim:
-    return sympy.floor((a + b - 1) / b)
 
 
 class AttentionEmitter(VectorExprMixin, _Function):
@@ -86,18 +80,6 @@ class AttentionEmitter(VectorExprMixin, _Function):
     def put(self, ty: str, value: str, at: str) -> None:
         self.emit(f"store {ty} {value}, ptr {at}")
 
-    def branch(self, cond: str, then: Callable[[], None], other: Callable[[], None]) -> None:
-        self.loops_made += 1
-        tag = self.loops_made
-        self.emit(f"br i1 {cond}, label %then.{tag}, label %else.{tag}")
-        self.label(f"then.{tag}")
-        then()
-        self.emit(f"br label %fi.{tag}")
-        self.label(f"else.{tag}")
-        other()
-        self.emit(f"br label %fi.{tag}")
-        self.label(f"fi.{tag}")
-
     def fexp(self, x: str) -> str:
         """Scalar exp through the vector one (lane 0), so every exp in the kernel is the same function."""
         return self.let(f"extractelement {self.vec.f} {self.vec.exp(self.vec.splat(x))}, i64 0")
@@ -126,10 +108,7 @@ class AttentionEmitter(VectorExprMixin, _Function):
 
     @staticmethod
     def stride(shape: tuple[Dim, ...], k: int) -> Dim:
-        out: Dim = sympy.Integer(1)
-        for d in shape[k + 1:]:
-            out = out * d
-        return out
+        return row_major_stride(shape, k)
 
     # -- state the algorithms set up (see llvm_attention._Attention.task)
     at: dict[str, str]  # scratch arrays: KT, P, O, OM, M, L, A, MM, LM, QR, KS; row tables QP OP RI RH VA KL KH

@@ -17,7 +17,7 @@ from arke.codegen.llvm import STORAGE, _Function
 from arke.codegen.llvm_convert import FLOAT16, widen
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
-from arke.ir.shapes import Dim
+from arke.ir.shapes import Dim, row_major_stride
 
 #: Below this many rows a contraction contiguous along k runs as dot products (no packing).
 GEMV_ROWS = 4
@@ -53,12 +53,8 @@ class GemmBase(_Function):
 
     def stride(self, load: ir.Load, axis: str) -> str:
         """Elements between neighbours along ``axis`` (a plain subscript of ``load``)."""
-        shape = self.buffer(load.src).shape
         pos = next(p for p, s in enumerate(load.indices) if s == ir.Idx(axis))
-        out: Dim = sympy.Integer(1)
-        for extent in shape[pos + 1:]:
-            out = out * extent
-        return self.dim(out)
+        return self.dim(row_major_stride(self.buffer(load.src).shape, pos))
 
     def contiguous_k(self, load: ir.Load) -> bool:
         return load.indices[-1] == ir.Idx(self.c.k)
@@ -88,18 +84,6 @@ class GemmBase(_Function):
         self.emit(f"store i64 {nxt}, ptr {counter}")
         self.emit(f"br label %h.{tag}")
         self.label(f"e.{tag}")
-
-    def branch(self, cond: str, then: Callable[[], None], other: Callable[[], None]) -> None:
-        self.loops_made += 1
-        tag = self.loops_made
-        self.emit(f"br i1 {cond}, label %then.{tag}, label %else.{tag}")
-        self.label(f"then.{tag}")
-        then()
-        self.emit(f"br label %join.{tag}")
-        self.label(f"else.{tag}")
-        other()
-        self.emit(f"br label %join.{tag}")
-        self.label(f"join.{tag}")
 
     def smin(self, a: str, b: str) -> str:
         lt = self.let(f"icmp slt i64 {a}, {b}")

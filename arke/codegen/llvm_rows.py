@@ -26,11 +26,12 @@ import sympy
 
 from arke.codegen.families import subexprs
 from arke.codegen.llvm import STORAGE, _Function, _loads
-from arke.codegen.plan import Buffer, Dispatch, KernelPlan, PlanOp, op_exprs
+from arke.codegen.plan import Buffer, Dispatch, KernelPlan, PlanOp
 from arke.codegen.rows import RowGroup, rename
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, equal
+from arke.passes.rewrite import op_exprs
 
 #: Ops worth computing once and reading back: anything beyond a few adds and multiplies.
 _COSTLY_BINARY = frozenset({"div", "pow", "mod", "floordiv"})

@@ -100,12 +100,6 @@ class Vec:
         self.declare(f"declare {self.f} @{full}({', '.join([self.f] * len(args))})")
         return self.let(f"call {self.f} @{full}({', '.join(f'{self.f} {a}' for a in args)})")
 
-    def hmax(self, v: str) -> str:
-        """The largest lane (NaN if any lane is NaN)."""
-        name = f"llvm.vector.reduce.fmaximum.v{self.w}f32"
-        self.declare(f"declare float @{name}({self.f})")
-        return self.let(f"call float @{name}({self.f} {v})")
-
     def hsum(self, v: str) -> str:
         """The sum of the lanes, as a fixed tree (halves added lane by lane): one order on every run."""
         width = self.w

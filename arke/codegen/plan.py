@@ -28,6 +28,7 @@ from arke.ir import semantic as ir
 from arke.ir import strategy as sir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim
+from arke.passes.rewrite import op_exprs
 
 #: An op a dispatch computes (calls are inlined before plans are made).
 PlanOp = ir.MapOp | ir.ReduceOp | ir.ContractOp
@@ -149,8 +150,3 @@ def readers(ops: list[PlanOp], value: str) -> list[PlanOp]:
     """The ops that load ``value``."""
     return [op for op in ops if any(isinstance(x, ir.Load) and x.src == value for e in op_exprs(op)
                                     for x in ir.walk(e))]
-
-
-def op_exprs(op: PlanOp) -> tuple[ir.SExpr, ...]:
-    """The scalar expressions of an op (a contraction's two loads, else its body)."""
-    return (op.lhs, op.rhs) if isinstance(op, ir.ContractOp) else (op.body,)

@@ -32,10 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
-from arke.codegen.plan import Dispatch, PlanOp, op_exprs, parallel_axis, readers
+from arke.codegen.plan import Dispatch, PlanOp, parallel_axis, readers
 from arke.ir import semantic as ir
 from arke.ir import strategy as sir
 from arke.ir.shapes import Dim, equal
+from arke.passes.rewrite import map_expr, op_exprs
 
 
 @dataclass(frozen=True)
@@ -121,16 +122,4 @@ def _reads_own_rows(op: PlanOp, earlier: set[str], r: int) -> bool:
 
 def rename(e: ir.SExpr, names: dict[str, str]) -> ir.SExpr:
     """``e`` with its axis indices renamed (``Idx(k)`` -> ``Idx(names[k])``); other nodes as they are."""
-    if isinstance(e, ir.Idx):
-        return ir.Idx(names.get(e.name, e.name), e.dtype)
-    if isinstance(e, ir.Load):
-        return ir.Load(e.src, tuple(rename(i, names) for i in e.indices), e.dtype)
-    if isinstance(e, ir.Unary):
-        return ir.Unary(e.op, rename(e.x, names), e.dtype)
-    if isinstance(e, ir.Cast):
-        return ir.Cast(rename(e.x, names), e.dtype)
-    if isinstance(e, ir.Binary):
-        return ir.Binary(e.op, rename(e.a, names), rename(e.b, names), e.dtype)
-    if isinstance(e, ir.Select):
-        return ir.Select(rename(e.cond, names), rename(e.a, names), rename(e.b, names), e.dtype)
-    return e
+    return map_expr(e, lambda x: ir.Idx(names.get(x.name, x.name), x.dtype) if isinstance(x, ir.Idx) else x)

@@ -41,6 +41,19 @@ def mod(a: Dim, b: Dim) -> Dim:
     return sympy.Mod(a, b)
 
 
+def ceil_div(a: Dim, b: Dim) -> Dim:
+    """``ceil(a / b)`` for positive dims."""
+    return sympy.floor((a + b - 1) / b)
+
+
+def row_major_stride(shape: tuple[Dim, ...], k: int) -> Dim:
+    """Elements between neighbours along axis ``k`` of a contiguous row-major tensor of ``shape``."""
+    out: Dim = sympy.Integer(1)
+    for d in shape[k + 1:]:
+        out = out * d
+    return out
+
+
 def dim_str(d: Dim) -> str:
     """Canonical text of a dim: ``M``, ``2*N``, ``H//G``, ``T - S + 1``, ``H % G``."""
     return _Printer().doprint(sympy.sympify(d))
