@@ -33,6 +33,10 @@ class LaunchSpec:
     parallel_extent: str | None
     buffers: tuple[int, ...] = ()  # the plan's buffers the entry takes, in order
     scratch: str | None = None  # 8-byte elements of scratch memory each worker needs (a dim expression)
+    #: GPU targets: the launch grid, one dim expression (over the plan's dims) per grid axis
+    grid: tuple[str, ...] = ()
+    #: GPU targets: compile-time constants and launch options (``BLOCK_N``, ``num_warps``, ``num_stages``)
+    options: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class Renderer:
     name: str = ""
     #: what the target can do natively (e.g. {"bf16", "fma"}), for plans and tests
     capabilities: frozenset[str] = frozenset()
+    #: the fused families (``attention``, ``contraction``, ``rows``) whose dispatches this target
+    #: renders; plans for it group ops only into these (the others stay one dispatch per op)
+    families: frozenset[str] = frozenset({"attention", "contraction", "rows"})
 
     def render(self, plan: KernelPlan) -> Artifact:
         raise NotImplementedError

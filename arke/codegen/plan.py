@@ -97,17 +97,20 @@ class KernelPlan:
 Matcher = Callable[[ir.Function, list[PlanOp], int, "sir.Strategy | None"], "Dispatch | None"]
 
 
-def matchers() -> tuple[Matcher, ...]:
-    """The family matchers, in the order they are tried."""
+def matchers(families: frozenset[str] | None = None) -> tuple[Matcher, ...]:
+    """The family matchers (of ``families``, default all), in the order they are tried."""
     from arke.codegen.attention import match_attention
     from arke.codegen.contraction import match_contraction
     from arke.codegen.rows import match_rows
 
-    return (match_attention, match_contraction, match_rows)
+    found = (("attention", match_attention), ("contraction", match_contraction), ("rows", match_rows))
+    return tuple(m for f, m in found if families is None or f in families)
 
 
-def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None) -> KernelPlan:
-    """The plan of kernel ``name`` (calls inlined, elementwise producers fused, ops grouped)."""
+def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None,
+              families: frozenset[str] | None = None) -> KernelPlan:
+    """The plan of kernel ``name`` (calls inlined, elementwise producers fused, ops grouped into
+    the fused ``families`` a target renders: by default all of them)."""
     from arke.passes import run_passes
 
     fn = run_passes(module, name)
@@ -118,7 +121,7 @@ def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None
         ops.append(op)
     dispatches: list[Dispatch] = []
     k = 0
-    found = matchers()
+    found = matchers(families)
     while k < len(ops):
         d = next((m for m in (match(fn, ops, k, strategy) for match in found) if m is not None), None)
         if d is None:

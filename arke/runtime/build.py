@@ -125,21 +125,9 @@ class Library:
 
 
 def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> CPUKernel:
-    import llvmlite
+    """Compile one variant through the target's runtime (each runtime plans, renders and caches)."""
+    from arke.runtime.cpu import build_kernel
 
-    import arke
-    from arke.codegen.base import renderer
-    from arke.codegen.plan import make_plan
-    from arke.runtime.cache import cache_key, default_cache
-    from arke.runtime.cpu import CPUKernel, compile_object, host_description, host_renderer
-
-    module = library.module.semantic
-    plan = make_plan(module, ir_name, strategy)
-    artifact = (host_renderer() if library.target == "llvm" else renderer(library.target)).render(plan)
-    key = cache_key(kind="object", target=library.target, source=artifact.source, host=host_description(),
-                    arke=arke.__version__, llvmlite=llvmlite.__version__)
-    obj = default_cache().get_or_build(key, lambda: compile_object(artifact.source),
-                                       meta={"kernel": ir_name, "target": library.target})
     chosen = strategy.get("threads") if strategy is not None else None
     threads = int(chosen.value) if chosen is not None and isinstance(chosen.value, int) else library.threads
-    return CPUKernel(plan, artifact, obj, module, threads)
+    return build_kernel(library.module.semantic, ir_name, strategy, threads)

@@ -326,3 +326,22 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def run_threads(threads: int | None) -> int:
     return threads if threads and threads > 0 else default_threads()
+
+
+def build_kernel(module: ir.Module, ir_name: str, strategy: Any, threads: int) -> CPUKernel:
+    """Plan, render (for this machine's vectors), compile (through the on-disk cache) and load a kernel."""
+    import llvmlite
+
+    import arke
+    from arke.codegen.plan import make_plan
+    from arke.runtime.cache import cache_key, default_cache
+
+    renderer = host_renderer()
+    plan = make_plan(module, ir_name, strategy, renderer.families)
+    artifact = renderer.render(plan)
+    key = cache_key(kind="object", target="llvm", source=artifact.source, host=host_description(),
+                    arke=arke.__version__, llvmlite=llvmlite.__version__)
+    obj = default_cache().get_or_build(key, lambda: compile_object(artifact.source),
+                                       meta={"kernel": ir_name, "target": "llvm"})
+    return CPUKernel(plan, artifact, obj, module, threads)
+
