@@ -1,8 +1,12 @@
 """``akc build`` and ``akc run``: compile a file's kernels for a target, and run one on random inputs.
 
     akc build FILE --target llvm [--kernel NAME] [--emit source|asm|obj] [-o PATH]
+    akc build FILE --target triton [--arch sm_90|sm_80] [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
     akc run FILE KERNEL --dims M=128,N=4097 [--threads N] [--repeat R]
 
+``build --target triton`` needs no GPU: ``ptx``/``cubin`` compile through ``triton.compile`` for
+the architecture and print each entry's registers, spills and shared memory; a strategy whose
+tiles need more than the architecture has is error ``AK4012`` at the decision that set them.
 ``run`` makes random inputs from the kernel's signature and the dims, runs the compiled
 kernel and the reference interpreter, and prints the largest difference and the times.
 """
@@ -14,7 +18,8 @@ import sys
 import time
 from typing import Any
 
-EMITS = ("source", "asm", "obj")
+EMITS = ("source", "asm", "obj", "ptx", "cubin")
+GPU_EMITS = ("source", "ptx", "cubin")
 
 
 def add_commands(sub: Any) -> None:
@@ -25,8 +30,11 @@ def add_commands(sub: Any) -> None:
     build.add_argument("--target", default="llvm", help="the target (default: llvm)")
     build.add_argument("--kernel", help="only this kernel (default: every kernel the file defines)")
     build.add_argument("--emit", choices=EMITS, default="source",
-                       help="source: the target's source (LLVM IR); asm: host assembly; obj: object code")
-    build.add_argument("-o", "--output", help="write here instead of standard output (needed for obj)")
+                       help="source: the target's source (LLVM IR, or Triton's Python); asm: host assembly; "
+                            "obj: object code; ptx, cubin: the triton target's compiled kernels")
+    build.add_argument("--arch", default="sm_90", help="triton: the GPU architecture, sm_90 or sm_80 (default sm_90)")
+    build.add_argument("-o", "--output", help="write here instead of standard output (needed for obj; "
+                                              "ptx/cubin: a file for one entry, else a folder)")
     build.set_defaults(handler=cmd_build)
 
     run = sub.add_parser("run", help="run a kernel on random inputs and compare it with the interpreter",
@@ -63,6 +71,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     """``akc build``: render (and, for asm/obj, compile) the kernels of a file."""
     from arke.runtime.cpu import assembly, compile_object
 
+    if args.target == "triton":
+        from arke.cli_triton import cmd_build_triton
+
+        return cmd_build_triton(args)
+    if args.emit not in ("source", "asm", "obj"):
+        raise _usage(f"--emit {args.emit} is for --target triton; the llvm target emits source, asm or obj")
     lib = _library(args.path, args.target)
     if isinstance(lib, int):
         return lib

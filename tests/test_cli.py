@@ -376,3 +376,135 @@ def test_demo_compares_the_interpreter_with_torch(wrong: bool, capsys: pytest.Ca
     assert out.count(" ok ") == (8 if wrong else 12)  # each case on the interpreter and compiled
     assert ("4 of 12 cases disagree" if wrong else "all 12 cases agree with torch") in out
 
+
+
+# ---------------------------------------------------------------- akc build --target triton (no GPU needed)
+
+_TRITON_ADD = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def k_0(b0, b1, b2, d0, BLOCK_N: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m = offs < d0
+    tl.store(b2 + offs, tl.load(b0 + offs, mask=m) + tl.load(b1 + offs, mask=m), mask=m)
+'''
+_TRITON_MM = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def k_0(b0, b1, b2, d0, d1, d2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(d1, BLOCK_K)):
+        kk = k * BLOCK_K + rk
+        a = tl.load(b0 + rm[:, None] * d1 + kk[None, :], mask=(rm[:, None] < d0) & (kk[None, :] < d1), other=0.0)
+        b = tl.load(b1 + kk[:, None] * d2 + rn[None, :], mask=(kk[:, None] < d1) & (rn[None, :] < d2), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(b2 + rm[:, None] * d2 + rn[None, :], acc, mask=(rm[:, None] < d0) & (rn[None, :] < d2))
+'''
+_TRITON_AK = """\
+kernel add2(x: f32[N], y: f32[N]) -> f32[N] {
+  return x[n] + y[n]
+}
+
+kernel mm(a: bf16[M, K], b: bf16[K, N]) -> f32[M, N] {
+  return sum(f32(a[m, k]) * f32(b[k, n]) for k)
+}
+
+@strategy(mm, target = triton) {
+  tile m = 128, n = 128, k = 128
+  stages = 5
+  warps = 8
+}
+"""
+
+
+class _FakeTritonRenderer:
+    """Stands in for arke.codegen.triton: hand-written artifacts that follow the target's contract."""
+
+    name = "triton"
+    families = frozenset({"attention", "contraction", "rows"})
+
+    def render(self, plan: Any) -> Any:
+        from arke.codegen.base import Artifact, LaunchSpec
+
+        if len(plan.dims) == 1:
+            opts: tuple[tuple[str, int], ...] = (("BLOCK_N", 1024), ("num_warps", 4), ("num_stages", 1))
+            launch = LaunchSpec("k_0", None, (0, 1, 2), None, ("cdiv(N, 1024)",), opts)
+            return Artifact("triton", _TRITON_ADD, (launch,))
+        tiles = {d.subject: int(d.value) for d in plan.decisions if d.kind == "tile"}
+        stages = next((int(d.value) for d in plan.decisions if d.kind == "stages"), 3)
+        opts = (("BLOCK_M", tiles.get("m", 64)), ("BLOCK_N", tiles.get("n", 64)), ("BLOCK_K", tiles.get("k", 32)),
+                ("num_warps", 8), ("num_stages", stages))
+        return Artifact("triton", _TRITON_MM, (LaunchSpec("k_0", None, (0, 1, 2), None, ("1",), opts),))
+
+
+@pytest.fixture()
+def fake_triton(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A .ak file with a pointwise kernel and a matmul, and a stand-in Triton renderer."""
+    pytest.importorskip("triton")
+    import arke.codegen
+
+    fake = types.ModuleType("arke.codegen.triton")
+    fake.RENDERER = _FakeTritonRenderer()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "arke.codegen.triton", fake)
+    monkeypatch.setattr(arke.codegen, "triton", fake, raising=False)
+    path = tmp_path / "gpu.ak"
+    path.write_text(_TRITON_AK, encoding="utf-8")
+    return path
+
+
+def test_build_triton_ptx_and_cubin_with_a_resource_table(fake_triton: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "add.ptx"
+    status, stdout, stderr = run(capsys, "build", str(fake_triton), "--target", "triton", "--kernel", "add2",
+                                 "--arch", "sm_80", "--emit", "ptx", "-o", str(out))
+    assert status == 0, stderr
+    assert ".target sm_80" in out.read_text() and ".entry k_0" in out.read_text()
+    header, row = stdout.splitlines()[:2]
+    assert header.split() == ["kernel", "entry", "arch", "warps", "stages", "regs", "spills", "shared"]
+    assert row.split()[:5] == ["add2", "k_0", "sm_80", "4", "1"]
+    folder = tmp_path / "bins"
+    status, stdout, stderr = run(capsys, "build", str(fake_triton), "--target", "triton", "--kernel", "add2",
+                                 "--emit", "cubin", "-o", str(folder) + os.sep)
+    assert status == 0, stderr
+    [cubin] = folder.iterdir()
+    assert cubin.name == "add2.k_0.sm_90.cubin" and cubin.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_build_triton_source(fake_triton: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, stdout, _ = run(capsys, "build", str(fake_triton), "--target", "triton", "--kernel", "add2")
+    assert status == 0 and "@triton.jit" in stdout and "# ---- add2" in stdout
+
+
+def test_build_triton_tiles_too_big_is_AK4012_at_the_decision(fake_triton: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, stderr = run(capsys, "build", str(fake_triton), "--target", "triton", "--kernel", "mm",
+                            "--arch", "sm_80", "--emit", "ptx", "-o", str(tmp_path / "mm.ptx"))
+    code = "AK4012"  # a build-time code: tests/lang/test_errors.py's BUILD_TIME points here
+    assert status == 1
+    assert f"error[{code}]" in stderr and "shared memory" in stderr and "sm_80" in stderr
+    assert f"{fake_triton}:10:" in stderr  # the `tile` line of the strategy
+
+
+def test_build_triton_usage_errors(fake_triton: Path, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from arke.runtime import triton_aot
+
+    status, _, stderr = run(capsys, "build", str(fake_triton), "--target", "triton", "--arch", "sm_70",
+                            "--emit", "ptx")
+    assert status == 2 and "sm_90" in stderr
+    status, _, stderr = run(capsys, "build", str(fake_triton), "--target", "llvm", "--emit", "ptx")
+    assert status == 2 and "--target triton" in stderr
+
+    def missing() -> None:
+        raise triton_aot.TritonMissingError("the triton target needs Triton: pip install triton")
+
+    monkeypatch.setattr(triton_aot, "require_triton", missing)
+    status, _, stderr = run(capsys, "build", str(fake_triton), "--target", "triton", "--emit", "ptx")
+    assert status == 2 and "pip install triton" in stderr

@@ -89,6 +89,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK4009": (Severity.WARNING, "decision has no effect on this target"),
     "AK4010": (Severity.ERROR, "two strategies for the same kernel, target and condition"),
     "AK4011": (Severity.ERROR, "split of an index that is not reduced"),
+    "AK4012": (Severity.ERROR, "strategy needs more shared memory or registers than the GPU has"),
 }
 
 

@@ -21,7 +21,17 @@ if TYPE_CHECKING:
     from arke.api import Module
     from arke.runtime.cpu import CPUKernel
 
-TARGETS_RUNNABLE = ("llvm",)
+
+def runnable_targets() -> tuple[str, ...]:
+    """The targets that can run on this machine now: ``llvm`` always; ``triton`` with the triton
+    package and a CUDA GPU, or with ``TRITON_INTERPRET=1`` (Triton's interpreter, on the CPU)."""
+    from arke.runtime.gpu import runnable
+
+    return ("llvm", "triton") if runnable() else ("llvm",)
+
+
+#: The runnable targets, as found when this module was imported (see :func:`runnable_targets`).
+TARGETS_RUNNABLE = runnable_targets()
 
 
 class Kernel:
@@ -109,8 +119,16 @@ class Library:
     def __init__(self, module: Module, target: str, threads: int | None):
         from arke.runtime.cpu import run_threads
 
-        if target not in TARGETS_RUNNABLE:
-            raise ValueError(f"target {target!r} cannot run here yet; runnable targets: {', '.join(TARGETS_RUNNABLE)}")
+        if target == "triton":
+            from arke.runtime.gpu import _require_triton
+
+            try:
+                _require_triton()
+            except RuntimeError as err:
+                raise ValueError(str(err)) from None
+        elif target not in runnable_targets():
+            raise ValueError(f"target {target!r} cannot run here yet; runnable targets: "
+                             f"{', '.join(runnable_targets())}")
         self.module, self.target, self.threads = module, target, run_threads(threads)
         self.kernels = {name: Kernel(self, name, ir_name) for name, ir_name in module.kernel_map.items()}
 
@@ -128,6 +146,10 @@ def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> C
     """Compile one variant through the target's runtime (each runtime plans, renders and caches)."""
     from arke.runtime.cpu import build_kernel
 
+    if library.target == "triton":
+        from arke.runtime.gpu import build_kernel as build_triton
+
+        return build_triton(library.module.semantic, ir_name, strategy, library.threads)  # type: ignore[return-value]
     chosen = strategy.get("threads") if strategy is not None else None
     threads = int(chosen.value) if chosen is not None and isinstance(chosen.value, int) else library.threads
     return build_kernel(library.module.semantic, ir_name, strategy, threads)

@@ -82,7 +82,7 @@ CASES: list[Case] = [
     Case(NN, "linear", {"M": 1, "K": 129, "N": 33}),  # decode: one row
     *cases(NN, "linear_bias linear_int8", MATMUL),
     *cases(NN, "linear_bf16", MATMUL, tol=BF16_TOL),
-    Case(NN, "linear_int8", {"M": 1, "K": 129, "N": 33}),
+    Case(NN, "linear_int8", {"M": 1, "K": 129, "N": 33}, tol=LONG),  # int8 weights up to 100: sums cancel
     *cases(NN, "bmm", [{"B": 1, "M": 1, "K": 1, "N": 1}, {"B": 3, "M": 5, "K": 17, "N": 33}]),
     *cases(NN, "swiglu geglu", [{"T": 1, "D": 1, "F": 1}, {"T": 3, "D": 17, "F": 33}, {"T": 17, "D": 33, "F": 5}]),
     *cases(NN, "embedding", [{"T": 1, "V": 1, "D": 1}, {"T": 17, "V": 33, "D": 5}, {"T": 3, "V": 5, "D": 4097}],

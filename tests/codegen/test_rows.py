@@ -281,6 +281,10 @@ def check(label: str, name: str, dims: dict[str, int], target: str, *, tol: floa
 @pytest.mark.parametrize(("label", "name"), [(a, b) for a, b, _ in GROUPED] + [("std.nn", "cross_entropy_mean")],
                          ids=lambda v: str(v))
 def test_grouped_kernels_match_the_interpreter(label: str, name: str, shape: tuple[int, int], target: str) -> None:
+    if target == "triton" and name == "topk_routing" and shape[1] > 1000:
+        # 4097 experts rank each other (E x E terms): minutes in Triton's CPU interpreter; the
+        # rows form is the same at 17 experts, and the LLVM target runs the wide case
+        pytest.skip("E = 4097 top-k routing is too slow for Triton's interpreter")
     mod = module(label)
     check(label, name, dims_for(mod.kernels[name], *shape), target)
 

@@ -1,0 +1,169 @@
+"""The Triton runtime: write a rendered module into the on-disk cache, import it, launch its kernels.
+
+Triton's JIT reads a kernel's source from its file, so the module text goes to
+``<cache>/triton/<hash>.py`` (written atomically) and is imported from there. A call is checked
+exactly as on the CPU (:func:`~arke.runtime.guards.prepare_args`) before anything launches;
+tensors go to the device (CUDA, or the CPU under ``TRITON_INTERPRET=1``, Triton's interpreter),
+each dispatch launches over its grid, and a raised error word makes the reference interpreter
+report the exact problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from arke.codegen.base import Artifact
+from arke.codegen.plan import KernelPlan
+from arke.ir import semantic as ir
+from arke.ir.shapes import evaluate, parse_dim
+from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
+
+
+def interpreting() -> bool:
+    """Whether Triton runs in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def runnable() -> bool:
+    """Whether Triton kernels can run here: triton installed, and a CUDA device or the interpreter."""
+    if not triton_available():
+        return False
+    return interpreting() or torch.cuda.is_available()
+
+
+def device() -> torch.device:
+    return torch.device("cpu") if interpreting() or not torch.cuda.is_available() else torch.device("cuda")
+
+
+def _require_triton() -> None:
+    if not triton_available():
+        raise RuntimeError("the triton target needs the triton package: pip install triton")
+    if not runnable():
+        raise RuntimeError("the triton target needs an NVIDIA GPU (CUDA), or TRITON_INTERPRET=1 to run "
+                           "its kernels in Triton's interpreter on the CPU")
+
+
+def _directory() -> Path:
+    from arke.runtime.cache import default_cache
+
+    path = Path(default_cache().directory) / "triton"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def load_source(source: str) -> ModuleType:
+    """Import a rendered Triton module (written under a hashed name, atomically, into the cache)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:32]
+    name = f"arke_triton_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = _directory() / f"{name}.py"
+    if not path.exists() or path.read_text() != source:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot import the generated module {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class TritonKernel:
+    """A kernel built for Triton: call it with torch tensors (or NumPy arrays) and scalars."""
+
+    def __init__(self, plan: KernelPlan, artifact: Artifact, module: ir.Module, threads: int = 1):
+        self.plan, self.artifact, self.module, self.threads = plan, artifact, module, threads
+        self.name = plan.name
+        self._code = load_source(artifact.source)
+        self._launches = [(getattr(self._code, spec.entry), spec, [parse_dim(g) for g in spec.grid],
+                           parse_dim(spec.scratch) if spec.scratch else None) for spec in artifact.launches]
+        self._result_at = [plan.buffer_index(r) for r in plan.function.results]
+
+    def __repr__(self) -> str:
+        return f"<arke kernel {self.name} on triton, {len(self._launches)} dispatches>"
+
+    def __call__(self, *arrays: Any, threads: int | None = None, out: Any = None, **scalars: Any) -> Any:
+        args, dims, any_torch = prepare_args(self.plan.function, arrays, scalars)
+        return self.run_prepared(args, dims, not any_torch, threads, out)
+
+    def run_prepared(self, args: dict[str, torch.Tensor], dims: dict[str, int], as_numpy: bool,
+                     threads: int | None = None, out: Any = None) -> Any:
+        """Run on checked arguments; results on the arguments' device (NumPy when ``as_numpy``)."""
+        fn = self.plan.function
+        dev = next((v.device for v in args.values() if v.dim()), device())
+        if dev.type == "cpu" and not interpreting():
+            dev = device()
+        home = next((v.device for v in args.values()), torch.device("cpu"))
+        buffers: list[torch.Tensor] = []
+        for b in self.plan.buffers:
+            if b.role == "param":
+                buffers.append(args[b.name].to(dev).contiguous())
+            else:
+                shape = tuple(evaluate(d, dims) for d in b.shape)
+                buffers.append(torch.empty(shape, dtype=TORCH_DTYPES[b.dtype], device=dev))
+        values = [dims[d] for d in self.plan.dims]
+        for kernel, spec, grid, scratch in self._launches:
+            size = tuple(evaluate(g, dims) for g in grid)
+            if 0 in size:
+                continue
+            call: list[Any] = [buffers[i] for i in spec.buffers]
+            ws = torch.zeros(max(1, evaluate(scratch, dims)), dtype=torch.int64, device=dev) \
+                if scratch is not None else None
+            if ws is not None:
+                call.append(ws)
+            options = dict(spec.options)
+            kernel[size](*call, *values, **options)
+            if ws is not None and int(ws[0]) != 0:
+                self._explain(buffers)
+        outs: list[torch.Tensor] = []
+        for r, at in zip(fn.results, self._result_at):
+            t = buffers[at]
+            outs.append(t.clone() if r in args or any(t is o for o in outs) else t)
+        if home.type != dev.type:
+            outs = [o.to(home) for o in outs]
+        if out is not None:
+            from arke.runtime.cpu import check_out
+
+            given = check_out(fn, out, dims, args)
+            users = tuple(out) if isinstance(out, tuple | list) else (out,)
+            for r, o in zip(fn.results, outs):
+                given[r][0].copy_(o)
+            return users[0] if len(users) == 1 else users
+        results = [o.cpu().numpy() if as_numpy and o.dtype != torch.bfloat16 else o for o in outs]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _explain(self, buffers: list[torch.Tensor]) -> None:
+        """A dispatch raised its error word: the reference interpreter says exactly what was wrong."""
+        from arke.runtime.interp import run_function
+
+        fn = self.plan.function
+        inputs = {p.name: buffers[self.plan.buffer_index(p.name)].cpu() for p in fn.params}
+        run_function(fn, ir.Module((fn,)), inputs)
+        raise GuardError(fn.name, "an index or an integer division was out of range", rule="index")
+
+
+def build_kernel(module: ir.Module, ir_name: str, strategy: Any, threads: int = 1) -> TritonKernel:
+    """Plan, render and load a kernel for Triton (same surface as the CPU runtime's ``build_kernel``)."""
+    _require_triton()
+    from arke.codegen.plan import make_plan
+    from arke.codegen.triton import RENDERER
+
+    plan = make_plan(module, ir_name, strategy, RENDERER.families)
+    return TritonKernel(plan, RENDERER.render(plan), module, threads)

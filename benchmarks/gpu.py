@@ -1,0 +1,341 @@
+"""GPU kernels side by side: arke's triton target against torch, on one NVIDIA GPU, in one command.
+
+    python benchmarks/gpu.py [--no-compile] [--only NAME] [--skip-check]
+
+1. **Check**: every stdlib kernel, built with ``target="triton"``, on small ragged shapes,
+   against the reference interpreter (the oracle, itself run with torch on the CPU). A kernel
+   the renderer cannot express yet is listed as ``unsupported`` with the reason.
+2. **Benchmark** (``triton.testing.do_bench``: warmed, median of many runs), bf16 storage with
+   f32 accumulation: matmul 4096³ and 8192³ vs ``torch.matmul``; rmsnorm, softmax, fused
+   linear+bias+gelu and swiglu vs torch eager and ``torch.compile``; causal GQA attention
+   forward (B=4, H=32, G=8, S=4096, D=128) and split-KV decode (T=32768) vs
+   ``scaled_dot_product_attention``. Each row shows TFLOP/s (compute-bound) or TB/s
+   (memory-bound) and the % of the device's peak: the datasheet's dense bf16 and HBM numbers
+   for H100/H200/A100, else measured (a bf16 matmul and a device copy).
+
+The run stops starting new rows after ``--budget`` seconds (default 270) so it finishes in
+under 5 minutes. Without a CUDA device it says so and exits 0. The check is also a function,
+:func:`check_stdlib`, that runs on CPU tensors under ``TRITON_INTERPRET=1`` (the tests do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import arke
+from arke.cli_build import random_inputs
+from arke.lang.checker import stdlib_path
+
+STDLIB = ("std.nn", "std.attention", "std.moe")
+#: Small, ragged dims for the check; they satisfy every stdlib `where` (H % G, T >= S, D even).
+CHECK_DIMS = {"B": 2, "H": 4, "G": 2, "S": 3, "T": 9, "D": 16, "M": 5, "N": 37, "K": 19, "F": 24, "V": 33, "E": 8}
+
+#: Datasheet peaks: (name fragment, dense bf16 FLOP/s, HBM bytes/s); the first fragment found wins.
+PEAKS = (
+    ("H200", 989e12, 4.8e12),
+    ("H100 NVL", 835e12, 3.9e12),
+    ("H100 PCIe", 756e12, 2.0e12),
+    ("H100", 989e12, 3.35e12),  # SXM5 (HBM3)
+    ("A100-SXM4-80GB", 312e12, 2.039e12),
+    ("A100 80GB PCIe", 312e12, 1.935e12),
+    ("A100", 312e12, 1.555e12),
+)
+
+BENCH_AK = """
+kernel matmul_bf16(a: bf16[M, K], b: bf16[K, N]) -> bf16[M, N] {
+  return bf16(sum(f32(a[m, k]) * f32(b[k, n]) for k))
+}
+
+kernel rmsnorm_bf16(x: bf16[M, N], w: bf16[N], eps: f32 = 1e-6) -> bf16[M, N] {
+  inv[m] = rsqrt(mean(f32(x[m, n]) * f32(x[m, n]) for n) + eps)
+  return bf16(f32(x[m, n]) * inv[m] * f32(w[n]))
+}
+
+kernel softmax_bf16(x: bf16[M, N]) -> bf16[M, N] {
+  mx[m] = max(f32(x[m, n]) for n)
+  e[m, n] = exp(f32(x[m, n]) - mx[m])
+  return bf16(e[m, n] / sum(e[m, k] for k))
+}
+
+kernel linear_bias_gelu(x: bf16[M, K], w: bf16[N, K], b: bf16[N]) -> bf16[M, N] {
+  y[m, n] = sum(f32(x[m, k]) * f32(w[n, k]) for k) + f32(b[n])
+  return bf16(gelu(y))
+}
+
+kernel swiglu_bf16(x: bf16[T, D], wg: bf16[F, D], wu: bf16[F, D]) -> bf16[T, F] {
+  g[t, f] = sum(f32(x[t, d]) * f32(wg[f, d]) for d)
+  u[t, f] = sum(f32(x[t, d]) * f32(wu[f, d]) for d)
+  return bf16(silu(g) * u)
+}
+
+kernel attention_bf16(q: bf16[B, H, S, D], k: bf16[B, G, T, D], v: bf16[B, G, T, D]) -> bf16[B, H, S, D]
+  where H % G == 0
+{
+  let R = H / G
+  s[b, h, i, j] = sum(f32(q[b, h, i, d]) * f32(k[b, h / R, j, d]) for d) / sqrt(f32(D))
+  mx[b, h, i] = max(s[b, h, i, j] for j)
+  p[b, h, i, j] = exp(s[b, h, i, j] - mx[b, h, i])
+  return bf16(sum(p[b, h, i, j] * f32(v[b, h / R, j, d]) for j) / sum(p[b, h, i, j] for j))
+}
+
+kernel causal_attention_bf16(q: bf16[B, H, S, D], k: bf16[B, G, T, D], v: bf16[B, G, T, D]) -> bf16[B, H, S, D]
+  where H % G == 0, T >= S
+{
+  let R = H / G
+  s[b, h, i, j] = sum(f32(q[b, h, i, d]) * f32(k[b, h / R, j, d]) for d) / sqrt(f32(D))
+  c[b, h, i, j] = s[b, h, i, j] if j <= i + T - S else -inf
+  mx[b, h, i] = max(c[b, h, i, j] for j)
+  p[b, h, i, j] = exp(c[b, h, i, j] - mx[b, h, i])
+  return bf16(sum(p[b, h, i, j] * f32(v[b, h / R, j, d]) for j) / sum(p[b, h, i, j] for j))
+}
+"""
+
+
+# ---------------------------------------------------------------- the check (also runs under TRITON_INTERPRET=1)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One stdlib kernel's check: ``status`` is ``ok``, ``mismatch``, ``unsupported`` or ``error``."""
+
+    name: str
+    status: str
+    error: float = 0.0  # max |triton - interpreter| / max(1, max |interpreter|)
+    note: str = ""
+
+
+def scaled_error(got: Any, want: Any) -> float:
+    """max |got - want| / max(1, max |want|) over every result (NaNs where both have them agree)."""
+    worst = 0.0
+    for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        a, b = a.detach().cpu().double(), b.detach().cpu().double()
+        if not a.numel():
+            continue
+        both_nan = torch.isnan(a) & torch.isnan(b)
+        diff = torch.where(both_nan | (a == b), torch.zeros_like(a), (a - b).abs())
+        finite = b[torch.isfinite(b)].abs()
+        scale = max(1.0, float(finite.max())) if finite.numel() else 1.0
+        worst = max(worst, float(diff.max()) / scale)
+    return worst
+
+
+def tolerance(dtypes: Iterable[str], device: torch.device) -> float:
+    """Half-precision results round once (bf16: 8 bits); f32 on CUDA may use tf32 dot products."""
+    if any(d in ("bf16", "f16") for d in dtypes):
+        return 2e-2
+    return 5e-3 if device.type == "cuda" else 1e-4
+
+
+def check_stdlib(device: torch.device, only: Iterable[str] | None = None, dims: dict[str, int] | None = None,
+                 seed: int = 0) -> list[Check]:
+    """Each stdlib kernel (``only``: names as ``std.nn.rmsnorm`` or ``rmsnorm``) built for triton, on
+    ``device``, against the reference interpreter on the CPU."""
+    from arke.codegen.base import UnsupportedError
+
+    wanted = set(only) if only is not None else None
+    out = []
+    for module in STDLIB:
+        mod = arke.load(stdlib_path(module))
+        lib = arke.build(mod, target="triton")
+        for name in mod.names:
+            full = f"{module}.{name}"
+            if wanted is not None and not ({full, name} & wanted):
+                continue
+            fn = mod.semantic.get(mod.kernel_map[name])
+            inputs = random_inputs(fn, dims or CHECK_DIMS, seed)
+            want = mod.kernels[name](*inputs)
+            moved = [t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs]
+            try:
+                got = lib.kernels[name](*moved)
+            except UnsupportedError as err:
+                out.append(Check(full, "unsupported", note=str(err)))
+                continue
+            except Exception as err:  # a report: one kernel's failure must not stop the others
+                out.append(Check(full, "error", note=f"{type(err).__name__}: {err}"[:300]))
+                continue
+            err_ = scaled_error(got, want)
+            tol = tolerance([str(r.dtype) for r in fn.result_types], device)
+            out.append(Check(full, "ok" if err_ <= tol else "mismatch", err_, f"tolerance {tol:g}"))
+    return out
+
+
+def print_checks(checks: list[Check]) -> None:
+    for c in checks:
+        print(f"  {c.status:<11} {c.name:<34} {c.error:9.2e}  {c.note}")
+    counts = {s: sum(c.status == s for c in checks) for s in ("ok", "mismatch", "unsupported", "error")}
+    print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+
+
+# ---------------------------------------------------------------- the benchmarks (CUDA only)
+
+
+@dataclass
+class Bench:
+    """One kernel on one shape: inputs, torch's version, and its work (FLOPs or bytes)."""
+
+    name: str
+    kernel: str  # in BENCH_AK
+    make: Callable[[], tuple[torch.Tensor, ...]]
+    torch_fn: Callable[..., torch.Tensor]
+    flops: float = 0.0
+    nbytes: float = 0.0
+    compile: bool = False  # also time torch.compile(torch_fn)
+    ref: str = "torch"
+
+
+def _bf16(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+
+
+def _rmsnorm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).bfloat16()
+
+
+def _softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, -1, dtype=torch.float32).bfloat16()
+
+
+def _lbg(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.gelu(F.linear(x, w, b))
+
+
+def _swiglu(x: torch.Tensor, wg: torch.Tensor, wu: torch.Tensor) -> torch.Tensor:
+    return F.silu(F.linear(x, wg)) * F.linear(x, wu)
+
+
+def _sdpa(causal: bool) -> Callable[..., torch.Tensor]:
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    return run
+
+
+def _square_pair(n: int) -> Callable[[], tuple[torch.Tensor, ...]]:
+    return lambda: (_bf16(n, n), _bf16(n, n))
+
+
+def benches() -> list[Bench]:
+    b, h, g, s, d, t = 4, 32, 8, 4096, 128, 32768
+    out = [Bench(f"matmul bf16 {n}³", "matmul_bf16", _square_pair(n), torch.matmul, flops=2.0 * n ** 3,
+                 ref="torch.matmul") for n in (4096, 8192)]
+    out += [
+        Bench("rmsnorm bf16 8192×8192", "rmsnorm_bf16", lambda: (_bf16(8192, 8192), _bf16(8192)), _rmsnorm,
+              nbytes=2.0 * 2 * 8192 * 8192, compile=True),
+        Bench("softmax bf16 8192×8192", "softmax_bf16", lambda: (_bf16(8192, 8192),), _softmax,
+              nbytes=2.0 * 2 * 8192 * 8192, compile=True),
+        Bench("linear+bias+gelu 8192×4096×14336", "linear_bias_gelu",
+              lambda: (_bf16(8192, 4096), _bf16(14336, 4096) / 64, _bf16(14336)), _lbg,
+              flops=2.0 * 8192 * 4096 * 14336, compile=True),
+        Bench("swiglu 8192×4096×14336", "swiglu_bf16",
+              lambda: (_bf16(8192, 4096), _bf16(14336, 4096) / 64, _bf16(14336, 4096) / 64), _swiglu,
+              flops=2 * 2.0 * 8192 * 4096 * 14336, compile=True),
+        Bench(f"causal attention B{b} H{h} G{g} S{s} D{d}", "causal_attention_bf16",
+              lambda: (_bf16(b, h, s, d), _bf16(b, g, s, d), _bf16(b, g, s, d)), _sdpa(True),
+              flops=2.0 * b * h * s * s * d, ref="sdpa"),  # 4·B·H·S²·D halved by the causal mask
+        Bench(f"decode (split-KV) B{b} H{h} G{g} T{t} D{d}", "attention_bf16",
+              lambda: (_bf16(b, h, 1, d), _bf16(b, g, t, d), _bf16(b, g, t, d)), _sdpa(False),
+              nbytes=2.0 * 2 * b * g * t * d, ref="sdpa"),
+    ]
+    return out
+
+
+def peaks(name: str) -> tuple[float, float, str]:
+    """(bf16 FLOP/s, bytes/s, where from) for the device: the datasheet, else measured here."""
+    import triton.testing
+
+    for fragment, flops, nbytes in PEAKS:
+        if fragment in name:
+            return flops, nbytes, f"datasheet ({fragment})"
+    a = _bf16(8192, 8192)
+    mm = triton.testing.do_bench(lambda: a @ a) * 1e-3
+    big = torch.empty(1 << 29, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(big)
+    cp = triton.testing.do_bench(lambda: dst.copy_(big)) * 1e-3
+    return 2.0 * 8192 ** 3 / mm, 2.0 * big.numel() / cp, "measured (torch bf16 matmul, device copy)"
+
+
+def rate(bench: Bench, seconds: float, limits: tuple[float, float, str]) -> str:
+    if bench.flops:
+        return f"{bench.flops / seconds / 1e12:7.1f} TFLOP/s {100 * bench.flops / seconds / limits[0]:5.1f}%"
+    return f"{bench.nbytes / seconds / 1e12:7.2f} TB/s    {100 * bench.nbytes / seconds / limits[1]:5.1f}%"
+
+
+def bench_row(bench: Bench, kernel: Any, compile_too: bool, limits: tuple[float, float, str]) -> str:
+    """Time one benchmark (arke, torch eager, torch.compile) and format its row."""
+    import triton.testing
+
+    torch.manual_seed(0)
+    inputs = bench.make()
+    try:
+        got = kernel(*inputs)
+    except Exception as err:  # a report: show why and go on
+        return f"  {bench.name:<44} arke failed: {type(err).__name__}: {str(err)[:200]}"
+    err_ = scaled_error(got, bench.torch_fn(*inputs))
+    t_arke = triton.testing.do_bench(lambda: kernel(*inputs)) * 1e-3
+    t_torch = triton.testing.do_bench(lambda: bench.torch_fn(*inputs)) * 1e-3
+    comp = f"{'-':>10}"
+    if bench.compile and compile_too:
+        compiled = torch.compile(bench.torch_fn)
+        compiled(*inputs)
+        comp = f"{triton.testing.do_bench(lambda: compiled(*inputs)):8.3f}ms"
+    return (f"  {bench.name:<44}{t_arke * 1e3:8.3f}ms{t_torch * 1e3:8.3f}ms{comp}  {t_torch / t_arke:9.2f}x  "
+            f"{rate(bench, t_arke, limits):<28}{err_:.1e}")
+
+
+def run_benches(selected: list[Bench], compile_too: bool, deadline: float,
+                limits: tuple[float, float, str]) -> None:
+    """Print one row per benchmark (rows that would start after ``deadline`` are skipped)."""
+    mod = arke.loads(BENCH_AK, "<benchmarks/gpu.py>")
+    lib = arke.build(mod, target="triton")
+    print(f"  {'kernel':<44}{'arke':>10}{'torch':>10}{'compile':>10}  {'torch/arke':>10}  "
+          f"{'arke rate, % of peak':<28}err")
+    for bench in selected:
+        if time.perf_counter() > deadline:
+            print(f"  {bench.name:<44} skipped: the time budget is spent")
+            continue
+        print(bench_row(bench, lib.kernels[bench.kernel], compile_too, limits), flush=True)
+        torch.cuda.empty_cache()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--only", action="append", help="only benchmarks whose name contains this")
+    parser.add_argument("--skip-check", action="store_true", help="skip the stdlib check")
+    parser.add_argument("--budget", type=float, default=270.0, help="seconds after which no new row starts")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    if not torch.cuda.is_available():
+        print("no CUDA device: benchmarks/gpu.py needs an NVIDIA GPU (the check runs on the CPU with "
+              "TRITON_INTERPRET=1 in the tests: tests/runtime/test_gpu_bench.py)")
+        return 0
+    try:
+        import triton
+    except ImportError:
+        print("the triton target needs Triton: pip install triton")
+        return 0
+    name = torch.cuda.get_device_name()
+    print(f"device: {name}; torch {torch.__version__}, triton {triton.__version__}")
+    if not args.skip_check:
+        print("check: stdlib kernels built for triton vs the reference interpreter")
+        print_checks(check_stdlib(torch.device("cuda")))
+    limits = peaks(name)
+    print(f"peaks: {limits[0] / 1e12:.0f} TFLOP/s bf16 dense, {limits[1] / 1e12:.2f} TB/s ({limits[2]})")
+    selected = [b for b in benches() if not args.only or any(o in b.name for o in args.only)]
+    run_benches(selected, not args.no_compile, start + args.budget, limits)
+    print(f"total {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    sys.exit(main())
