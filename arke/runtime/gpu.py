@@ -27,6 +27,10 @@ from arke.ir import semantic as ir
 from arke.ir.shapes import evaluate, parse_dim
 from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
 
+# Triton 3.9 warns on every import unless this is set; "1" keeps its current behaviour (fused
+# multiply-adds), and a user's own setting wins.
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
 
 def interpreting() -> bool:
     """Whether Triton runs in its CPU interpreter (``TRITON_INTERPRET=1``)."""

@@ -31,6 +31,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+# Triton 3.9 warns on every import unless this is set; "1" keeps its current behaviour (fused
+# multiply-adds), and a user's own setting wins.
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
 if TYPE_CHECKING:
     from arke.codegen.base import Artifact, LaunchSpec
     from arke.codegen.plan import KernelPlan
