@@ -89,7 +89,8 @@ class Kernel:
                 args = dict(zip(self._tensor_params, arrays))
                 args.update(defaults)
                 return variant.run_prepared(args, dims, False, threads, out)
-        args, dims, any_torch = prepare_args(self.function, arrays, scalars)
+        args, dims, any_torch = prepare_args(self.function, arrays, scalars,
+                                             keep_device=self.library.target != "llvm")
         variant = self.variant(self.choose(dims))
         if key is not None:
             if len(self._calls) >= 64:  # a bounded memo: shapes that keep changing fall back to full checks
@@ -98,15 +99,23 @@ class Kernel:
         return variant.run_prepared(args, dims, not any_torch, threads, out)
 
     def _signature(self, arrays: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        """The shapes and dtypes of a call that fills exactly the tensor parameters with plain CPU tensors."""
+        """The shapes, dtypes and device of a call that fills exactly the tensor parameters with plain tensors
+        on one device (the CPU for the llvm target)."""
         if len(arrays) != len(self._tensor_params):
             return None
         key = []
+        where = None
         for a in arrays:
-            if type(a) is not torch.Tensor or a.device.type != "cpu" or a.requires_grad:
+            if type(a) is not torch.Tensor or a.requires_grad:
+                return None
+            if where is None:
+                where = a.device
+                if where.type != "cpu" and self.library.target == "llvm":
+                    return None
+            elif a.device != where:
                 return None
             key.append((a.shape, a.dtype))
-        return tuple(key)
+        return (where, *key)
 
     def source(self) -> str:
         """The target source of the kernel's default variant (``akc build --emit source``)."""

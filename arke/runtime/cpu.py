@@ -278,9 +278,13 @@ class CPUKernel:
         raise GuardError(fn.name, "an index or an integer division was out of range", rule="index")
 
 
-def check_out(fn: ir.Function, out: Any, dims: dict[str, int], args: dict[str, torch.Tensor]
-              ) -> dict[str, list[torch.Tensor]]:
-    """The ``out=`` tensors by result name, after checking kind, shape, dtype, layout and overlap."""
+def check_out(fn: ir.Function, out: Any, dims: dict[str, int], args: dict[str, torch.Tensor],
+              device: torch.device | None = None) -> dict[str, list[torch.Tensor]]:
+    """The ``out=`` tensors by result name, after checking kind, shape, dtype, device, layout and overlap.
+
+    ``device`` is where the kernel runs (the CPU unless a GPU runtime says otherwise).
+    """
+    where = device if device is not None else torch.device("cpu")
     import numpy as np
 
     outs = tuple(out) if isinstance(out, tuple | list) else (out,)
@@ -305,8 +309,11 @@ def check_out(fn: ir.Function, out: Any, dims: dict[str, int], args: dict[str, t
         if tuple(o.shape) != shape:
             raise GuardError(fn.name, f"{what} has shape {list(o.shape)}, but the result has {list(shape)}",
                              rule="dim", param="out")
-        if o.device.type != "cpu" or not o.is_contiguous():
-            raise GuardError(fn.name, f"{what} must be a contiguous CPU tensor (write into a fresh one, then copy)",
+        if o.device != where:
+            raise GuardError(fn.name, f"{what} is on {o.device}, but the kernel runs on {where}", rule="device",
+                             param="out")
+        if not o.is_contiguous():
+            raise GuardError(fn.name, f"{what} must be a contiguous tensor (write into a fresh one, then copy)",
                              rule="dim", param="out")
         for other in [*args.values(), *(t for ts in given.values() for t in ts)]:
             if _overlap(o, other):

@@ -13,7 +13,8 @@ class GuardError(ValueError):
 
     ``rule`` says which check failed (tools match on it): ``kernel`` (no such kernel),
     ``arity``, ``missing``, ``type`` (not a tensor / not a number), ``rank``, ``dtype``,
-    ``scalar`` (a scalar value that does not fit), ``dim``, ``where`` (a guard), and, while
+    ``scalar`` (a scalar value that does not fit), ``dim``, ``where`` (a guard), ``device``
+    (tensors on different devices, or an ``out=`` on the wrong one), and, while
     running, ``index`` (a subscript out of range) and ``arith`` (integer division by zero,
     integer to a negative power). ``param`` is the parameter concerned, if any.
     """

@@ -104,17 +104,24 @@ class TritonKernel:
         return f"<arke kernel {self.name} on triton, {len(self._launches)} dispatches>"
 
     def __call__(self, *arrays: Any, threads: int | None = None, out: Any = None, **scalars: Any) -> Any:
-        args, dims, any_torch = prepare_args(self.plan.function, arrays, scalars)
+        args, dims, any_torch = prepare_args(self.plan.function, arrays, scalars, keep_device=True)
         return self.run_prepared(args, dims, not any_torch, threads, out)
 
     def run_prepared(self, args: dict[str, torch.Tensor], dims: dict[str, int], as_numpy: bool,
                      threads: int | None = None, out: Any = None) -> Any:
-        """Run on checked arguments; results on the arguments' device (NumPy when ``as_numpy``)."""
+        """Run on checked arguments; results on the arguments' device (NumPy when ``as_numpy``).
+
+        CUDA tensors stay where they are. CPU tensors (and NumPy arrays) run in the interpreter
+        under ``TRITON_INTERPRET=1``, or are copied to the GPU and their results copied back.
+        """
         fn = self.plan.function
-        dev = next((v.device for v in args.values() if v.dim()), device())
-        if dev.type == "cpu" and not interpreting():
-            dev = device()
-        home = next((v.device for v in args.values()), torch.device("cpu"))
+        home = next((v.device for v in args.values() if v.dim()), torch.device("cpu"))
+        dev = home if home.type == "cuda" else device()
+        given = None
+        if out is not None:
+            from arke.runtime.cpu import check_out
+
+            given = check_out(fn, out, dims, args, home)
         buffers: list[torch.Tensor] = []
         for b in self.plan.buffers:
             if b.role == "param":
@@ -123,29 +130,28 @@ class TritonKernel:
                 shape = tuple(evaluate(d, dims) for d in b.shape)
                 buffers.append(torch.empty(shape, dtype=TORCH_DTYPES[b.dtype], device=dev))
         values = [dims[d] for d in self.plan.dims]
+        words: list[torch.Tensor] = []
         for kernel, spec, grid, scratch in self._launches:
             size = tuple(evaluate(g, dims) for g in grid)
             if 0 in size:
                 continue
             call: list[Any] = [buffers[i] for i in spec.buffers]
-            ws = torch.zeros(max(1, evaluate(scratch, dims)), dtype=torch.int64, device=dev) \
-                if scratch is not None else None
-            if ws is not None:
+            if scratch is not None:
+                # word 0 is the dispatch's error word, the rest its scratch (split-KV partials)
+                ws = torch.zeros(max(1, evaluate(scratch, dims)), dtype=torch.int64, device=dev)
                 call.append(ws)
-            options = dict(spec.options)
-            kernel[size](*call, *values, **options)
-            if ws is not None and int(ws[0]) != 0:
-                self._explain(buffers)
+                words.append(ws[:1])
+            kernel[size](*call, *values, **dict(spec.options))
+        # One look at the error words after every dispatch has been queued (one sync, not one per launch).
+        if words and bool(torch.cat(words).any()):
+            self._explain(buffers)
         outs: list[torch.Tensor] = []
         for r, at in zip(fn.results, self._result_at):
             t = buffers[at]
             outs.append(t.clone() if r in args or any(t is o for o in outs) else t)
         if home.type != dev.type:
             outs = [o.to(home) for o in outs]
-        if out is not None:
-            from arke.runtime.cpu import check_out
-
-            given = check_out(fn, out, dims, args)
+        if given is not None:
             users = tuple(out) if isinstance(out, tuple | list) else (out,)
             for r, o in zip(fn.results, outs):
                 given[r][0].copy_(o)

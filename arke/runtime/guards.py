@@ -319,12 +319,27 @@ def _shape_and_dtype(fn: S.Function, p: S.Param, value: Any) -> tuple[tuple[int,
                      f"given {type(value).__name__}", rule="type", param=p.name)
 
 
-def prepare_args(fn: S.Function, arrays: Sequence[Any], scalars: Mapping[str, Any]
+def _check_one_device(fn: S.Function, tensors: Mapping[str, Any]) -> None:
+    """A kernel runs on one device: torch tensors on two different ones are an error (NumPy arrays go anywhere)."""
+    first: tuple[str, torch.device] | None = None
+    for name, value in tensors.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        if first is None:
+            first = (name, value.device)
+        elif value.device != first[1]:
+            raise GuardError(fn.name, f"parameter `{name}` is on {value.device}, but `{first[0]}` is on "
+                             f"{first[1]}; move them to one device (tensor.to(device))", rule="device", param=name)
+
+
+def prepare_args(fn: S.Function, arrays: Sequence[Any], scalars: Mapping[str, Any], keep_device: bool = False
                  ) -> tuple[dict[str, torch.Tensor], dict[str, int], bool]:
     """Check a user's call and convert its arguments: ``(tensors by name, dims, any torch input)``.
 
     Positional arguments fill the parameters in declaration order, whatever their kind;
     keyword arguments fill any parameter by name; scalars left out take their defaults.
+    Tensors come back on the CPU, or, with ``keep_device`` (the GPU runtimes), where they
+    are, after checking that they are all on one device.
     """
     names = [p.name for p in fn.params]
     if len(arrays) > len(names):
@@ -356,7 +371,10 @@ def prepare_args(fn: S.Function, arrays: Sequence[Any], scalars: Mapping[str, An
         if p.type.rank == 0:
             args[p.name] = scalar_tensor(fn, p, given.get(p.name, p.default))
     dims = check_call(fn, shapes, dtypes)
+    if keep_device:
+        _check_one_device(fn, {p.name: given[p.name] for p in fn.params if p.type.rank})
     for p in fn.params:
         if p.type.rank:
-            args[p.name] = to_cpu_tensor(given[p.name])
+            value = given[p.name]
+            args[p.name] = value.detach() if keep_device and isinstance(value, torch.Tensor) else to_cpu_tensor(value)
     return {p.name: args[p.name] for p in fn.params}, dims, any_torch

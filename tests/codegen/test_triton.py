@@ -150,3 +150,34 @@ def test_missing_triton_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(gpu, "triton_available", lambda: False)
     with pytest.raises(ValueError, match="pip install triton"):
         arke.build(text_module(SOURCE), target="triton")
+
+
+def test_tensors_on_two_devices_are_refused_before_launch() -> None:
+    # A meta tensor stands in for a second device: the guard fires before anything is copied or launched.
+    x, w = torch.randn(3, 4), torch.empty(4, device="meta")
+    with pytest.raises(GuardError, match="`w` is on meta, but `x` is on cpu") as err:
+        _lib().scale(x, w)
+    assert err.value.rule == "device" and err.value.param == "w"
+
+
+def test_out_on_another_device_is_refused() -> None:
+    x, w = torch.randn(3, 4), torch.randn(4)
+    with pytest.raises(GuardError, match="out is on meta, but the kernel runs on cpu") as err:
+        _lib().scale(x, w, out=torch.empty(3, 4, device="meta"))
+    assert err.value.rule == "device"
+    out = torch.empty(3, 4)
+    assert _lib().scale(x, w, out=out) is out
+    assert torch.allclose(out, x * w + 1.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or gpu.interpreting(), reason="needs a CUDA GPU")
+def test_cuda_tensors_stay_on_the_gpu() -> None:
+    x, w = torch.randn(33, 130, device="cuda"), torch.randn(130, device="cuda")
+    lib = _lib()
+    for _ in range(2):  # the second call takes the signature fast path
+        out = lib.scale(x, w)
+        assert out.device == x.device
+        torch.testing.assert_close(out, x * w + 1.0)
+    host = lib.scale(x.cpu(), w.cpu())  # CPU tensors go to the GPU and come back
+    assert host.device.type == "cpu"
+    torch.testing.assert_close(host, (x * w + 1.0).cpu())
