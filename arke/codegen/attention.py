@@ -15,7 +15,12 @@ fusion a kernel's ops contain, in order,
 * ``p = exp(f - mx)``, as a map of its own or already folded into its two readers;
 * ``o[a.., i, e] = sum(p * v[.., j, e] for j)`` (a reduction or a contraction of ``p`` and
   ``v``) and ``l[a.., i] = sum(p for j)``, in either order;
-* the result ``o / l`` (or ``o * (1 / l)``).
+* the result ``o / l`` (or ``o * (1 / l)``), stored as f32 or rounded to a 16-bit float
+  (``bf16(o / l)``).
+
+``q``, ``k`` and ``v`` may be 16-bit loads widened to f32 (``f32(k[..])``): the sums stay
+f32, as the interpreter computes them; a renderer may feed the 16-bit blocks to its matrix
+units (exact products, f32 accumulation).
 
 Maps between the scores and the result are inlined into their readers before matching, so
 the match is on the math, never on names or the way the source split it into statements.
@@ -43,6 +48,7 @@ from arke.passes.rewrite import map_expr
 
 QUERY, KEY, FEATURE, VALUE = "I", "J", "D", "E"
 F32 = DType.F32
+HALF = (DType.BF16, DType.F16)
 #: The longest run of ops an attention core can span (scores, maps, three reductions, result).
 MAX_OPS = 12
 
@@ -87,6 +93,14 @@ class Attention:
     out_axes: tuple[str, ...]
     recip: bool
     key_index: str  # the kernel's name of the key index (a `split j = n` decision names it)
+    out_dtype: DType = F32  # the result's storage: f32, or bf16/f16 (rounded from the f32 ``o / l``)
+    q_half: ir.Load | None = None  # q is ``f32(q_half)``, a directly addressed 16-bit load
+    k_half: ir.Load | None = None  # k likewise (D innermost)
+
+    @property
+    def v_dtype(self) -> DType:
+        """The storage dtype of ``v`` (f32, bf16 or f16; widened to f32 as it is read)."""
+        return self.v.dtype
 
     def extent(self, role: str) -> Dim:
         return dict(self.extents)[role]
@@ -139,7 +153,7 @@ def _match_window(fn: ir.Function, ops: list[PlanOp], start: int, end: int) -> A
     inside = {op.result for op in window[:-1]}
     _need(not inside & set(fn.results))
     _need(all(not _reads(op, inside) for op in ops[end:]))
-    _need(all(op.dtype == F32 for op in window))
+    _need(all(op.dtype == F32 for op in window[:-1]) and window[-1].dtype in (F32, *HALF))
     score_op = window[0]
     parts = _score_parts(score_op)
     _need(parts is not None)
@@ -186,6 +200,8 @@ def _match_window(fn: ir.Function, ops: list[PlanOp], start: int, end: int) -> A
     _factor(k, inside)
     q_direct = _direct(fn, q, {QUERY, FEATURE}, extents)
     k_direct = _direct(fn, k, {KEY, FEATURE}, extents, last=FEATURE)
+    q_half = _widened(q) if _direct(fn, _widened(q), {QUERY, FEATURE}, extents) else None
+    k_half = _widened(k) if _direct(fn, _widened(k), {KEY, FEATURE}, extents, last=FEATURE) else None
 
     mmap = _map_from(mx, score_op.result, [*roles])
     _need(mmap.get(mx.reduce_axes[0].name) == KEY and sorted(mmap.values()) == sorted(roles))
@@ -219,18 +235,20 @@ def _match_window(fn: ir.Function, ops: list[PlanOp], start: int, end: int) -> A
             l_op = (op, xmap)
         elif free and isinstance(body, ir.Binary) and body.op == "mul" and p in (body.a, body.b):
             v = body.b if body.a == p else body.a
+            if _widened(v) is not None:
+                v = _widened(v)
             _need(isinstance(v, ir.Load))
             o_op = (op, xmap)
     _need(o_op is not None and l_op is not None and v is not None)
     assert o_op is not None and l_op is not None and isinstance(v, ir.Load)
     _need(v.src not in inside and _direct(fn, v, {KEY, VALUE}, extents, last=VALUE))
-    out_axes, recip = _result(out_op, o_op, l_op)
+    out_axes, recip, out_dtype = _result(out_op, o_op, l_op)
     _need(out_axes[-1] == VALUE and out_op.result not in inside)
     _same_extents(out_op, {a.name: r for a, r in zip(out_op.axes, out_axes)}, extents)
     group, size = _group(fn, batch, k, v, extents)
     bounds = _bounds(score, score_op.result) if _skippable(fn, k, extents) else ()
     return Attention(batch, roles, tuple(extents.items()), q, k, v, q_direct, k_direct, score_op.result, score,
-                     group, size, bounds, out_op.result, out_axes, recip, j_name)
+                     group, size, bounds, out_op.result, out_axes, recip, j_name, out_dtype, q_half, k_half)
 
 
 # ---------------------------------------------------------------- pieces
@@ -303,10 +321,19 @@ def _factor(e: ir.SExpr, inside: set[str]) -> None:
     _need(all(x.src not in inside for x in ir.walk(e) if isinstance(x, ir.Load)))
 
 
-def _direct(fn: ir.Function, e: ir.SExpr, plain: set[str], extents: dict[str, Dim], last: str | None = None) -> bool:
-    """Whether ``e`` is one f32 load addressed directly: each role of ``plain`` a whole subscript, in
-    range (``last`` the innermost), the other subscripts using batch roles only (checked as they run)."""
-    if not isinstance(e, ir.Load) or e.dtype != F32:
+def _widened(e: ir.SExpr) -> ir.Load | None:
+    """The 16-bit load ``x`` when ``e`` is ``f32(x)``."""
+    if isinstance(e, ir.Cast) and e.dtype == F32 and isinstance(e.x, ir.Load) and e.x.dtype in HALF:
+        return e.x
+    return None
+
+
+def _direct(fn: ir.Function, e: ir.SExpr | None, plain: set[str], extents: dict[str, Dim],
+            last: str | None = None) -> bool:
+    """Whether ``e`` is one load addressed directly (f32, or 16-bit when it is the operand of a
+    widening): each role of ``plain`` a whole subscript, in range (``last`` the innermost), the
+    other subscripts using batch roles only (checked as they run)."""
+    if not isinstance(e, ir.Load) or e.dtype not in (F32, *HALF):
         return False
     shape = fn.value_types()[e.src].shape
     if len(shape) != len(e.indices) or (last is not None and e.indices[-1] != ir.Idx(last)):
@@ -339,11 +366,16 @@ def _skippable(fn: ir.Function, k: ir.SExpr, extents: dict[str, Dim]) -> bool:
 
 
 def _result(out: ir.MapOp, o: tuple[ir.ReduceOp, dict[str, str]], l_: tuple[ir.ReduceOp, dict[str, str]]
-            ) -> tuple[tuple[str, ...], bool]:
-    """The roles of the result's axes, and whether it is written ``o * (1 / l)`` rather than ``o / l``."""
+            ) -> tuple[tuple[str, ...], bool, DType]:
+    """The roles of the result's axes, whether it is written ``o * (1 / l)`` rather than ``o / l``,
+    and its storage dtype (f32, or a 16-bit float the f32 quotient is rounded to)."""
     o_op, omap = o
     l_op, lmap = l_
     body = out.body
+    if out.dtype in HALF:
+        _need(isinstance(body, ir.Cast) and body.dtype == out.dtype and body.x.dtype == F32)
+        assert isinstance(body, ir.Cast)
+        body = body.x
     _need(isinstance(body, ir.Binary) and body.op in ("div", "mul"))
     assert isinstance(body, ir.Binary)
     recip = body.op == "mul"
@@ -363,7 +395,7 @@ def _result(out: ir.MapOp, o: tuple[ir.ReduceOp, dict[str, str]], l_: tuple[ir.R
     want = tuple(ir.Idx(lmap[a.name]) for a in l_op.axes)
     renamed = _rename(l_load, names)
     _need(isinstance(renamed, ir.Load) and renamed.indices == want)
-    return tuple(names[a.name] for a in out.axes), recip
+    return tuple(names[a.name] for a in out.axes), recip, out.dtype
 
 
 def _group(fn: ir.Function, batch: tuple[str, ...], k: ir.SExpr, v: ir.Load, extents: dict[str, Dim]

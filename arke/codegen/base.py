@@ -37,6 +37,10 @@ class LaunchSpec:
     grid: tuple[str, ...] = ()
     #: GPU targets: compile-time constants and launch options (``BLOCK_N``, ``num_warps``, ``num_stages``)
     options: tuple[tuple[str, int], ...] = ()
+    #: GPU targets: constants set at each launch to the power of two (at least 16) that covers a dim
+    #: expression (a head dim), so one block spans it; ``options`` holds the value ahead-of-time
+    #: compiles use. The JIT compiles once per value.
+    covers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

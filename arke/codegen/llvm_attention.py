@@ -45,6 +45,7 @@ import sympy
 
 from arke.codegen.attention import F32, FEATURE, KEY, QUERY, VALUE
 from arke.codegen.base import LaunchSpec
+from arke.codegen.llvm import STORAGE
 from arke.codegen.llvm_attention_tiles import AttentionEmitter
 from arke.codegen.llvm_vec import NEG_INF
 from arke.codegen.plan import Dispatch, KernelPlan
@@ -135,7 +136,8 @@ class _Attention(AttentionEmitter):
         if p.k_direct and isinstance(p.k, ir.Load):
             self.kbase = self.gep(self.ptr[p.k.src], self.offset(p.k, {KEY: "0", FEATURE: "0"}))
             self.kstride = self.dim(self.stride(self.buffer(p.k.src).shape, list(p.k.indices).index(ir.Idx(KEY))))
-        self.vbase = self.gep(self.ptr[p.v.src], self.offset(p.v, {KEY: "0", VALUE: "0"}))
+        self.vty = STORAGE[p.v_dtype]  # float, or i16 bits of a bf16/f16 v (widened as each row is read)
+        self.vbase = self.gep(self.ptr[p.v.src], self.offset(p.v, {KEY: "0", VALUE: "0"}), self.vty)
         self.vstride = self.dim(self.stride(self.buffer(p.v.src).shape, list(p.v.indices).index(ir.Idx(KEY))))
         self.row_setup(r)
         if self.algorithm == "materialized":
@@ -163,7 +165,7 @@ class _Attention(AttentionEmitter):
                 self.current[p.group] = self.let(f"select i1 {inside}, i64 {h}, i64 {self.h0}")
             qrow = self.query_row(rl, i)
             out = ir.Load(p.out, tuple(ir.Idx(x) for x in p.out_axes), F32)
-            orow = self.gep(self.ptr[p.out], self.offset(out, {QUERY: i, VALUE: "0"}))
+            orow = self.gep(self.ptr[p.out], self.offset(out, {QUERY: i, VALUE: "0"}), STORAGE[p.out_dtype])
             self.put("ptr", qrow, self.gep(self.at["QP"], rl, "ptr"))
             self.put("ptr", orow, self.gep(self.at["OP"], rl, "ptr"))
             self.put("i64", i, self.gep(self.at["RI"], rl, "i64"))

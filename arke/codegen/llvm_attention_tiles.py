@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from arke.codegen.attention import FEATURE, KEY, QUERY, VALUE, Attention
-from arke.codegen.llvm import _Function
+from arke.codegen.llvm import STORAGE, _Function
 from arke.codegen.llvm_vec import NEG_INF, Vec, VectorExprMixin
 from arke.codegen.plan import Dispatch, KernelPlan
 from arke.ir import semantic as ir
@@ -120,6 +120,7 @@ class AttentionEmitter(VectorExprMixin, _Function):
     h0: str  # the group's first head
     kbase: str
     vbase: str
+    vty: str  # v's storage type: float, or i16 (bf16/f16 bits)
     kstride: str
     vstride: str
 
@@ -179,7 +180,7 @@ class AttentionEmitter(VectorExprMixin, _Function):
             j = self.i64("add", j0, self.current["pf"])
             if self.pat.k_direct:
                 lines_of(self.gep(self.kbase, self.i64("mul", j, self.kstride)), lines["k"])
-            lines_of(self.gep(self.vbase, self.i64("mul", j, self.vstride)), lines["v"])
+            lines_of(self.gep(self.vbase, self.i64("mul", j, self.vstride), self.vty), lines["v"])
 
         self.loop("pf", "0", n, key)
 
@@ -343,9 +344,10 @@ class AttentionEmitter(VectorExprMixin, _Function):
 
             def key() -> None:
                 k = self.current["kk"]
-                vrow = self.gep(self.vbase, self.i64("add", self.i64("mul", self.i64("add", j0, k), self.vstride), e0))
-                vs = [vec.masked_load(self.gep(vrow, str(u * w)), masks[u]) if masked
-                      else vec.load(self.gep(vrow, str(u * w))) for u in range(self.ne)]
+                vrow = self.gep(self.vbase, self.i64("add", self.i64("mul", self.i64("add", j0, k), self.vstride), e0),
+                                self.vty)
+                vs = [vec.load_as_float(self.gep(vrow, str(u * w), self.vty), self.pat.v_dtype,
+                                        masks[u] if masked else None) for u in range(self.ne)]
                 for r in range(self.mrp):
                     pv = vec.splat(self.get("float", self.gep(prows[r], k)))
                     for u in range(self.ne):
@@ -387,7 +389,8 @@ class AttentionEmitter(VectorExprMixin, _Function):
                                 f"{vec.ty('i1')} zeroinitializer")
                 x = vec.load(self.gep(orow, e0))
                 y = self.let(f"{'fmul' if self.pat.recip else 'fdiv'} {f} {x}, {lv}")
-                self.emit(vec.masked_store(y, self.gep(dst, e0), mask))
+                self.emit(vec.masked_store_as(y, self.gep(dst, e0, STORAGE[self.pat.out_dtype]), mask,
+                                              self.pat.out_dtype))
 
             self.loop("fe", "0", self.dim(ceil_div(self.pat.extent(VALUE), w)), lanes)
 

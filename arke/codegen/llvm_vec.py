@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from arke.codegen.llvm import COMPUTE, FLOAT_BINARY, FLOAT_COMPARE, INT_BINARY, INT_COMPARE
+from arke.codegen.llvm_convert import FLOAT16, narrow, widen
 from arke.codegen.llvm_lib import INT_BITS, float_const
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
@@ -59,6 +60,34 @@ class Vec:
         name = f"llvm.masked.store.v{self.w}f32.p0"
         self.declare(f"declare void @{name}({self.f}, ptr, {self.ty('i1')})")
         return f"call void @{name}({self.f} {value}, ptr align 4 {ptr}, {self.ty('i1')} {mask})"
+
+    def load_as_float(self, ptr: str, dtype: DType, mask: str | None = None) -> str:
+        """``w`` stored values of ``dtype`` (f32, or bf16/f16 bits widened exactly) as a float vector;
+        with ``mask``, lanes where it is false read nothing and give 0."""
+        if dtype is DType.F32:
+            return self.masked_load(ptr, mask) if mask is not None else self.load(ptr)
+        t = self.ty("i16")
+        if mask is None:
+            raw = self.let(f"load {t}, ptr {ptr}, align 2")
+        else:
+            name = f"llvm.masked.load.v{self.w}i16.p0"
+            self.declare(f"declare {t} @{name}(ptr, {self.ty('i1')}, {t})")
+            raw = self.let(f"call {t} @{name}(ptr align 2 {ptr}, {self.ty('i1')} {mask}, {t} zeroinitializer)")
+        name, definition = widen(FLOAT16[dtype], self.w)
+        self.declare(definition)
+        return self.let(f"call {self.f} {name}({t} {raw})")
+
+    def masked_store_as(self, value: str, ptr: str, mask: str, dtype: DType) -> str:
+        """Store a float vector as ``dtype`` (bf16/f16 rounded to nearest even) where ``mask`` holds."""
+        if dtype is DType.F32:
+            return self.masked_store(value, ptr, mask)
+        t = self.ty("i16")
+        name, definition = narrow(FLOAT16[dtype], self.w)
+        self.declare(definition)
+        bits = self.let(f"call {t} {name}({self.f} {value})")
+        store = f"llvm.masked.store.v{self.w}i16.p0"
+        self.declare(f"declare void @{store}({t}, ptr, {self.ty('i1')})")
+        return f"call void @{store}({t} {bits}, ptr align 2 {ptr}, {self.ty('i1')} {mask})"
 
     def lanes_below(self, start: str, limit: str) -> str:
         """The mask of lanes ``k`` with ``start + k < limit`` (i64 scalars; compared in i32 lanes)."""

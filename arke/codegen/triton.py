@@ -325,7 +325,8 @@ class TritonRenderer(Renderer):
     families = frozenset({"rows", "contraction", "attention"})
 
     def render(self, plan: KernelPlan) -> Artifact:
-        functions, launches = [], []
+        functions: list[str] = []
+        launches: list[LaunchSpec] = []
         ordinal = 0
         for k, d in enumerate(plan.dispatches):
             entry = f"k{ordinal}_d{k}"
@@ -333,16 +334,16 @@ class TritonRenderer(Renderer):
             # it, even where this renderer's ``families`` do not ask plans for it yet)
             special = _special(d.family) if d.pattern is not None else None
             if special is not None:
-                text, launch = special(plan, d, entry, Source)
-            elif d.family != "rows" and len(d.members) > 1:
+                text, made = special(plan, d, entry, Source)
+                functions.append(text)
+                launches.extend(made if isinstance(made, list) else [made])
+                continue
+            if d.family != "rows" and len(d.members) > 1:
                 raise UnsupportedError(f"{plan.name}: the triton target cannot render a fused {d.family} "
                                        "dispatch yet")
-            else:
-                fn = _Dispatch(plan, d, entry)
-                text = fn.render()
-                launch = fn.launch()
-            functions.append(text)
-            launches.append(launch)
+            fn = _Dispatch(plan, d, entry)
+            functions.append(fn.render())
+            launches.append(fn.launch())
         source = "\n\n".join(["import triton\nimport triton.language as tl\n", HELPERS.strip() + "\n", *functions])
         return Artifact("triton", source, tuple(launches), {})
 

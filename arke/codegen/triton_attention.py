@@ -8,7 +8,9 @@ copied: ``k`` and ``v`` are read through their own subscripts (``k[b, h / R, j, 
 group's first head, every other role from the program's position.
 
 Per key block of ``BLOCK_N`` keys the program computes the scores ``q kᵀ`` (``tl.dot`` in
-IEEE f32, the feature axis in ``BLOCK_D`` chunks), the score expression ``f`` (scale, masks,
+IEEE f32, the feature axis in ``BLOCK_D`` chunks; with 16-bit ``q``, ``k`` and ``v``, on the
+stored blocks — tensor cores, exact products, f32 sums — with ``BLOCK_D``/``BLOCK_E`` sized at
+each launch to cover the head dim, so the query rows stay in registers), the score expression ``f`` (scale, masks,
 softcaps, bias tensors ... through :class:`~arke.codegen.triton_expr.Emitter`), then the online
 softmax: running max ``m``, ``p = exp(f - m)``, the exact rescale ``alpha`` of the running sum
 and output, ``o += p v`` (the value axis in ``BLOCK_E`` chunks, each a pass of its own over the
@@ -23,20 +25,23 @@ Algorithms (the strategy's ``algorithm``):
   output) to the workspace; the last program of the rows to finish (an atomic counter per row
   block, in the workspace the runtime zeroes for each launch) merges the chunks *in chunk
   order*, so the result does not depend on which program finished last;
-* default: ``split_kv`` when a group has at most :data:`DECODE_ROWS` rows (``R * S``: decode),
-  else ``flash``, decided from the dims when the kernel runs (``C`` is 1 for flash);
+* default: both kernels are rendered and launched, each over a grid that is empty unless the
+  dims choose it: ``split_kv`` (``BLOCK_M`` = :data:`DECODE_ROWS`) when a group has at most
+  :data:`DECODE_ROWS` rows (``R * S``: decode), else ``flash``;
 * ``materialized`` keeps no row of scores in memory on this target: it runs as ``flash``
   (the same result up to rounding; the choice only matters on the CPU).
 
 Workspace (``ws``, 8-byte words): word 0 is the error word of checked subscripts, words
 16.. the counters (one per row block), then the f32 partials, one slot per (row block,
-chunk): ``BLOCK_M`` maxima, ``BLOCK_M`` sums, ``BLOCK_M × E`` (padded) outputs.
+chunk): ``BLOCK_M`` maxima, ``BLOCK_M`` sums, ``BLOCK_M × E`` outputs.
 A fully masked row gives NaN (``0 / 0``), as the reference does.
 
 Strategy: ``tile`` on the query, key, feature and value indices sets ``BLOCK_M``, ``BLOCK_N``,
 ``BLOCK_D`` and ``BLOCK_E`` (powers of two, at least 16 for ``tl.dot``; a feature or value axis
 wider than its block is walked in chunks, the value chunks each a pass over the keys), ``split
-j = n`` the chunks of split_kv, ``warps``/``stages`` the launch options (4 and 2 by default).
+j = n`` the chunks of split_kv, ``warps``/``stages`` the launch options (4 and 2 by default; 8
+and 3 for 16-bit inputs, whose blocks are :data:`HALF_BLOCKS`). With 16-bit inputs ``p`` is
+rounded to ``v``'s type for ``p·v`` on the GPU, as flash attention does (spec/codegen.md §7).
 """
 
 from __future__ import annotations
@@ -46,8 +51,10 @@ import sympy
 from arke.codegen.attention import FEATURE, KEY, QUERY, VALUE, Attention
 from arke.codegen.base import LaunchSpec, UnsupportedError
 from arke.codegen.plan import Dispatch, KernelPlan
-from arke.codegen.triton_expr import Source
+from arke.codegen.triton_expr import STORAGE, Source
 from arke.codegen.triton_gemm import (
+    WIDE_DOT,
+    WIDE_DOT_LINE,
     Direct,
     ValueEmitter,
     decided,
@@ -64,6 +71,9 @@ from arke.ir.shapes import Dim, ceil_div, dim_str, floordiv
 #: Default blocks: query rows, keys, feature chunk, value chunk (all in IEEE f32: the largest
 #: that compile for sm_90 and sm_80 with at most a few spilled registers).
 BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_E = 32, 32, 64, 64
+#: Default blocks, warps and stages when q, k and v are 16-bit (tensor cores): one pass over the
+#: keys for head dims up to 128 (the feature and value blocks cover them; wider ones are chunked).
+HALF_BLOCKS, HALF_WARPS, HALF_STAGES = (128, 64, 128, 128), 8, 3
 #: A group of at most this many rows (R * S) runs split_kv by default.
 DECODE_ROWS = 16
 #: Key blocks per split_kv chunk (without a `split j = n`).
@@ -75,17 +85,26 @@ NEG_INF = 'float("-inf")'
 
 
 def render_attention(plan: KernelPlan, dispatch: Dispatch, entry: str,
-                     source: type[Source] = Source) -> tuple[str, LaunchSpec]:
-    """The ``@triton.jit`` function of one attention dispatch and how to launch it."""
+                     source: type[Source] = Source) -> tuple[str, list[LaunchSpec]]:
+    """The ``@triton.jit`` functions of one attention dispatch and how to launch them: one kernel for
+    ``flash`` or ``split_kv``; by default both, each launched over a grid that is empty unless
+    the dims choose it (split_kv when a group has at most :data:`DECODE_ROWS` rows), so each is
+    compiled for its own case (a kernel holding both would need the registers of both)."""
     if not isinstance(dispatch.pattern, Attention):
         raise UnsupportedError(f"{entry}: an attention dispatch needs its Attention pattern")
-    return _Flash(plan, dispatch, entry, source(plan)).render()
+    choice = plan.decision("algorithm")
+    chunks = decided(plan, "split", dispatch.pattern.key_index)
+    algorithm = str(choice.value) if choice is not None else "split_kv" if chunks else "auto"
+    modes = {"auto": ["flash", "split_kv"], "split_kv": ["split_kv"]}.get(algorithm, ["flash"])  # materialized: flash
+    parts = [_Flash(plan, dispatch, entry + ("s" if mode == "split_kv" and len(modes) > 1 else ""), source(plan),
+                    mode, auto=len(modes) > 1).render() for mode in modes]
+    return "\n\n".join(text for text, _ in parts), [launch for _, launch in parts]
 
 
 class _Flash:
     """Emits one attention dispatch (see the module doc)."""
 
-    def __init__(self, plan: KernelPlan, d: Dispatch, entry: str, src: Source):
+    def __init__(self, plan: KernelPlan, d: Dispatch, entry: str, src: Source, mode: str, auto: bool):
         assert isinstance(d.pattern, Attention)
         self.plan, self.d, self.entry, self.src = plan, d, entry, src
         p = self.p = d.pattern
@@ -96,12 +115,31 @@ class _Flash:
         def block(name: str | None, default: int) -> int:
             return pow2((decided(plan, "tile", name) if name is not None else None) or default, MIN_DOT)
 
-        self.blocks = {"BLOCK_M": block(names.get(QUERY), BLOCK_M), "BLOCK_N": block(p.key_index, BLOCK_N),
-                       "BLOCK_D": block(d_name, BLOCK_D), "BLOCK_E": block(names.get(VALUE), BLOCK_E)}
-        choice = plan.decision("algorithm")
+        # 16-bit q, k (read as stored) and v: tl.dot on tensor cores with f32 sums; p is rounded to
+        # v's type for p·v, as flash attention does (spec/codegen.md §7). Else IEEE f32 throughout.
+        dt = {x.dtype for x in (p.q_half, p.k_half) if x is not None}
+        self.half: DType | None = dt.pop() if p.q_half is not None and p.k_half is not None and len(dt) == 1 \
+            and p.v_dtype == p.q_half.dtype else None
+        bm0, bn0, bd0, be0 = HALF_BLOCKS if self.half else (BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_E)
+        if mode == "split_kv" and auto:
+            bm0 = DECODE_ROWS  # the rows of a decode group fill one block
+        bd0, be0 = (self.fit(p.extent(FEATURE), bd0), self.fit(p.extent(VALUE), be0))
+        self.blocks = {"BLOCK_M": block(names.get(QUERY), bm0), "BLOCK_N": block(p.key_index, bn0),
+                       "BLOCK_D": block(d_name, bd0), "BLOCK_E": block(names.get(VALUE), be0)}
+        # Whether one block spans the feature (value) axis: a known extent that fits, or, for 16-bit
+        # inputs without a tile decision, a block sized at each launch to cover it (no chunk loop:
+        # the rows of q stay in registers across the keys, one pass over the keys per row block).
+        self.covers: list[tuple[str, str]] = []
+        self.whole: dict[str, bool] = {}
+        for role, blk, name in ((FEATURE, "BLOCK_D", d_name), (VALUE, "BLOCK_E", names.get(VALUE))):
+            known = sympy.sympify(p.extent(role))
+            fits = bool(known.is_Integer and int(known) <= self.blocks[blk])
+            if not fits and self.half and (name is None or decided(plan, "tile", name) is None):
+                self.covers.append((blk, dim_str(p.extent(role))))
+                fits = True
+            self.whole[role] = fits
         self.chunks = decided(plan, "split", p.key_index)
-        algorithm = str(choice.value) if choice is not None else "split_kv" if self.chunks else "auto"
-        self.algorithm = "flash" if algorithm == "materialized" else algorithm
+        self.algorithm = mode
         self.R: Dim = p.group_size if p.group is not None and p.group_size is not None else sympy.Integer(1)
         self.outer = [r for r in p.batch if r != p.group]
         self.n_groups: Dim = ceil_div(p.extent(p.group), self.R) if p.group is not None else sympy.Integer(1)
@@ -115,12 +153,18 @@ class _Flash:
         c_split = ceil_div(t, self.chunk_keys)
         # 1 when R * S <= DECODE_ROWS, else 0 (as dim arithmetic, defined for R * S = 0 too)
         small = floordiv(floordiv(DECODE_ROWS + 1, self.rs + 1) + DECODE_ROWS, DECODE_ROWS + 1)
-        self.split_on: Dim = sympy.Integer(0 if self.algorithm == "flash" else 1) if self.algorithm != "auto" \
-            else small
-        self.C: Dim = 1 + self.split_on * (c_split - 1)
-        self.ep: Dim = ceil_div(p.extent(VALUE), self.blocks["BLOCK_E"]) * self.blocks["BLOCK_E"]
+        # the grid is empty unless the dims choose this kernel
+        self.gate: Dim = (small if mode == "split_kv" else 1 - small) if auto else sympy.Integer(1)
+        self.C: Dim = c_split if mode == "split_kv" else sympy.Integer(1)
+        self.ep: Dim = p.extent(VALUE)  # a partial output row in the workspace (stored masked to E)
         self.slot_size: Dim = 2 * bm + bm * self.ep
         self.extent = dict(p.extents)
+
+    @staticmethod
+    def fit(extent: Dim, default: int) -> int:
+        """A known extent's block (a power of two covering it, up to 256), else ``default``."""
+        value = sympy.sympify(extent)
+        return pow2(int(value), MIN_DOT) if value.is_Integer and 0 < int(value) <= 256 else default
 
     # -- the function
     def render(self) -> tuple[str, LaunchSpec]:
@@ -156,8 +200,8 @@ class _Flash:
         self.rows2 = {k: (v if k in self.scalars else f"{v}[:, None]") for k, v in self.rows1.items()}
         klo, khi = self.key_range()
         # k and v read in place: their other subscripts (GQA's h / R) computed and checked once, here
-        self.k_direct = Direct(src, p.k, self.kv, [KEY, FEATURE], self.extent) \
-            if p.k_direct and isinstance(p.k, ir.Load) else None
+        k_load = p.k_half if self.half else p.k if p.k_direct and isinstance(p.k, ir.Load) else None
+        self.k_direct = Direct(src, k_load, self.kv, [KEY, FEATURE], self.extent) if k_load is not None else None
         self.v_direct = Direct(src, p.v, self.kv, [KEY, VALUE], self.extent)
         lo, hi = src.fresh(), src.fresh()
         if split:
@@ -174,24 +218,25 @@ class _Flash:
             src.line(f"{self.wsf} = ws.to(tl.pointer_type(tl.float32))", 1)
             src.line(f"{self.base} = 2 * ({HEADER_WORDS} + {src.dim(self.tasks)})", 1)
         e0, re = src.fresh(), src.fresh()
-        src.line(f"for {e0} in range(0, {src.dim(p.extent(VALUE))}, BLOCK_E):", 1)
+        src.line(f"for {e0} in {self.value_blocks()}:", 1)
         src.line(f"{re} = {e0} + tl.arange(0, BLOCK_E).to(tl.int64)", 2)
         m, l_, acc = self.keys(start, hi, re)
-        if split:
-            src.line(f"if {C} == 1:", 2)
-            self.store(acc, l_, re, 3)
-            src.line("else:", 2)
-            self.partial(pid, m, l_, acc, re, 3)
+        if split:  # one chunk (C = 1) goes through the merge too: the same result, exactly
+            self.partial(pid, m, l_, acc, re, 2)
             self.merge(task, C)
         else:
             self.store(acc, l_, re, 2)
         text = function_text(src, self.entry, self.buffers(), list(self.blocks))
+        if self.half:
+            text = f"{WIDE_DOT_LINE}\n\n\n{text}"
         scratch: str | None = "1" if src.err is not None else None
         if split:
-            words = HEADER_WORDS + self.split_on * (self.tasks + ceil_div(self.tasks * self.C * self.slot_size, 2))
+            words = HEADER_WORDS + self.gate * (self.tasks + ceil_div(self.tasks * self.C * self.slot_size, 2))
             scratch = dim_str(words)
-        launch = LaunchSpec(self.entry, None, tuple(self.buffers()), scratch, (dim_str(self.tasks * self.C),),
-                            launch_options(self.plan, self.blocks, stages=2))
+        launch = LaunchSpec(self.entry, None, tuple(self.buffers()), scratch,
+                            (dim_str(self.tasks * self.C * self.gate),),
+                            launch_options(self.plan, self.blocks, warps=HALF_WARPS if self.half else 4,
+                                           stages=HALF_STAGES if self.half else 2), tuple(self.covers))
         return text, launch
 
     def key_range(self) -> tuple[str, str]:
@@ -220,23 +265,48 @@ class _Flash:
             src.line(f"{klo} = 0", 1)
         return klo, khi
 
-    def feature_blocks(self, rd: str, depth: int) -> tuple[str, str]:
-        """The query block ``[BLOCK_M, BLOCK_D]`` and key block ``[BLOCK_D, BLOCK_N]`` at features ``rd``."""
+    def q_block(self, rd: str, depth: int) -> str:
+        """The query block ``[BLOCK_M, BLOCK_D]`` at features ``rd`` (as stored when 16-bit)."""
         src, p = self.src, self.p
-        d_ext = src.dim(p.extent(FEATURE))
         mq = src.fresh()
-        src.line(f"{mq} = {self.ok}[:, None] & ({rd}[None, :] < {d_ext})", depth)
+        src.line(f"{mq} = {self.ok}[:, None] & ({rd}[None, :] < {src.dim(p.extent(FEATURE))})", depth)
         eq = ValueEmitter(src, "[BLOCK_M, BLOCK_D]", self.rows2 | {FEATURE: f"{rd}[None, :]"}, mq, depth, {},
                           self.extent)
         q = eq.let(f"tl.where({mq}, {eq.expr(p.q)}, 0.0)")
+        return self.narrowed(q, depth)
+
+    def k_block(self, rd: str, depth: int) -> str:
+        """The key block ``[BLOCK_D, BLOCK_N]`` at features ``rd`` (as stored when 16-bit)."""
+        src, p = self.src, self.p
         mk = src.fresh()
-        src.line(f"{mk} = ({rd}[:, None] < {d_ext}) & ({self.rj}[None, :] < {src.dim(p.extent(KEY))})", depth)
+        src.line(f"{mk} = ({rd}[:, None] < {src.dim(p.extent(FEATURE))}) & ({self.rj}[None, :] < "
+                 f"{src.dim(p.extent(KEY))})", depth)
         at = {FEATURE: f"{rd}[:, None]", KEY: f"{self.rj}[None, :]"}
         if self.k_direct is not None:
-            return q, self.k_direct.f32(at, mk, depth)
+            return self.widened(self.k_direct.block(at, mk, depth), depth) if self.half \
+                else self.k_direct.f32(at, mk, depth)
         ek = ValueEmitter(src, "[BLOCK_D, BLOCK_N]", self.kv | at, mk, depth, {}, self.extent)
-        k = ek.let(f"tl.where({mk}, {ek.expr(p.k)}, 0.0)")
-        return q, k
+        return ek.let(f"tl.where({mk}, {ek.expr(p.k)}, 0.0)")
+
+    def narrowed(self, block: str, depth: int) -> str:
+        """An f32 block of 16-bit values back in their type for ``tl.dot`` (exact), but f32 in the
+        interpreter (whose ``tl.dot`` gets 16-bit blocks wrong)."""
+        if not self.half:
+            return block
+        self.src.line(f"if not {WIDE_DOT}:", depth)
+        self.src.line(f"{block} = {block}.to({STORAGE[self.half]})", depth + 1)
+        return block
+
+    def widened(self, raw: str, depth: int) -> str:
+        """A stored 16-bit block, widened to f32 in the interpreter only."""
+        self.src.line(f"if {WIDE_DOT}:", depth)
+        self.src.line(f"{raw} = {raw}.to(tl.float32)", depth + 1)
+        return raw
+
+    def dot(self, a: str, b: str, acc: str | None = None) -> str:
+        """``tl.dot`` of two blocks: IEEE f32, or 16-bit blocks on tensor cores with f32 sums."""
+        precision = "" if self.half else ', input_precision="ieee"'
+        return f"tl.dot({a}, {b}{', ' + acc if acc else ''}{precision})"
 
     def keys(self, start: str, hi: str, re: str) -> tuple[str, str, str]:
         """The online softmax over keys ``[start, hi)`` for value chunk ``re``: (max, sum, output) blocks."""
@@ -247,17 +317,19 @@ class _Flash:
         src.line(f"{acc} = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)", 2)
         j0, rj, rd = src.fresh(), src.fresh(), src.fresh()
         self.rj = rj
+        src.line(f"{rd} = tl.arange(0, BLOCK_D).to(tl.int64)", 2)
+        q = self.q_block(rd, 2)  # the first feature chunk of the rows, read once
         src.line(f"for {j0} in range({start}, {hi}, BLOCK_N):", 2)
         src.line(f"{rj} = {j0} + tl.arange(0, BLOCK_N).to(tl.int64)", 3)
-        src.line(f"{rd} = tl.arange(0, BLOCK_D).to(tl.int64)", 3)
-        q, k = self.feature_blocks(rd, 3)
+        k = self.k_block(rd, 3)
         s = src.fresh()
-        src.line(f'{s} = tl.dot({q}, {k}, input_precision="ieee")', 3)
-        d0, rdd = src.fresh(), src.fresh()
-        src.line(f"for {d0} in range(BLOCK_D, {src.dim(p.extent(FEATURE))}, BLOCK_D):", 3)
-        src.line(f"{rdd} = {d0} + tl.arange(0, BLOCK_D).to(tl.int64)", 4)
-        q2, k2 = self.feature_blocks(rdd, 4)
-        src.line(f'{s} = tl.dot({q2}, {k2}, {s}, input_precision="ieee")', 4)
+        src.line(f"{s} = {self.dot(q, k)}", 3)
+        if not self.whole[FEATURE]:
+            d0, rdd = src.fresh(), src.fresh()
+            src.line(f"for {d0} in range(BLOCK_D, {src.dim(p.extent(FEATURE))}, BLOCK_D):", 3)
+            src.line(f"{rdd} = {d0} + tl.arange(0, BLOCK_D).to(tl.int64)", 4)
+            q2, k2 = self.q_block(rdd, 4), self.k_block(rdd, 4)
+            src.line(f"{s} = {self.dot(q2, k2, s)}", 4)
         t = src.dim(p.extent(KEY))
         mf = src.fresh()
         src.line(f"{mf} = {self.ok}[:, None] & ({rj}[None, :] < {t})", 3)
@@ -273,8 +345,15 @@ class _Flash:
         src.line(f"{l_} = {l_} * {alpha} + tl.sum({pr}, 1)", 3)
         mv = src.fresh()
         src.line(f"{mv} = ({rj}[:, None] < {t}) & ({re}[None, :] < {src.dim(p.extent(VALUE))})", 3)
-        v = self.v_direct.f32({KEY: f"{rj}[:, None]", VALUE: f"{re}[None, :]"}, mv, 3)
-        src.line(f'{acc} = {acc} * {alpha}[:, None] + tl.dot({pr}, {v}, input_precision="ieee")', 3)
+        at = {KEY: f"{rj}[:, None]", VALUE: f"{re}[None, :]"}
+        if self.half:
+            v = self.widened(self.v_direct.block(at, mv, 3), 3)
+            pv = src.fresh()
+            src.line(f"{pv} = {pr}", 3)
+            pv = self.narrowed(pv, 3)
+        else:
+            v, pv = self.v_direct.f32(at, mv, 3), pr
+        src.line(f"{acc} = {acc} * {alpha}[:, None] + {self.dot(pv, v)}", 3)
         src.line(f"{m} = {mn}", 3)
         return m, l_, acc
 
@@ -286,13 +365,19 @@ class _Flash:
         em = ValueEmitter(src, "[BLOCK_M, BLOCK_E]", self.rows2 | {VALUE: f"{re}[None, :]"}, mo, depth, {},
                           self.extent)
         out = em.let(f"{acc} * (1.0 / {l_})[:, None]" if p.recip else f"{acc} / {l_}[:, None]")
-        em.store(src.buffer(p.out), [ir.Idx(r) for r in p.out_axes], out, DType.F32)
+        em.store(src.buffer(p.out), [ir.Idx(r) for r in p.out_axes], out, p.out_dtype)
 
     def slot_at(self, index: str, depth: int) -> str:
         """The f32 offset of partial slot ``index`` in the workspace."""
         at = self.src.fresh()
         self.src.line(f"{at} = {self.base} + {index} * {self.src.dim(self.slot_size)}", depth)
         return at
+
+    def value_blocks(self) -> str:
+        """The iterable of value-chunk starts: one block when it spans ``E``, else steps of ``BLOCK_E``."""
+        if self.whole[VALUE]:
+            return "tl.static_range(1)"
+        return f"range(0, {self.src.dim(self.p.extent(VALUE))}, BLOCK_E)"
 
     def partial(self, pid: str, m: str, l_: str, acc: str, re: str, depth: int) -> None:
         """This chunk's (max, sum, output) of value chunk ``re`` into its workspace slot."""
@@ -301,45 +386,46 @@ class _Flash:
         ep = src.dim(self.ep)
         src.line(f"tl.store({w} + {at} + {ar}, {m})", depth)
         src.line(f"tl.store({w} + {at} + BLOCK_M + {ar}, {l_})", depth)
-        src.line(f"tl.store({w} + {at} + 2 * BLOCK_M + {ar}[:, None] * {ep} + {re}[None, :], {acc})", depth)
+        src.line(f"tl.store({w} + {at} + 2 * BLOCK_M + {ar}[:, None] * {ep} + {re}[None, :], {acc}, "
+                 f"mask={re}[None, :] < {ep})", depth)
 
     def merge(self, task: str, C: str) -> None:
         """The last chunk program of a row block to finish merges every chunk's slot, in chunk order."""
         src, ar, w = self.src, self.ar, self.wsf
         cnt = src.fresh()
-        src.line(f"if {C} > 1:", 1)
-        src.line("tl.debug_barrier()", 2)  # every lane's partial stores before the release
-        src.line(f"{cnt} = tl.atomic_add(ws + {HEADER_WORDS} + {task}, 1)", 2)
-        src.line(f"if {cnt} == {C} - 1:", 2)
-        src.line("tl.debug_barrier()", 3)
+        src.line("tl.debug_barrier()", 1)  # every lane's partial stores before the release
+        src.line(f"{cnt} = tl.atomic_add(ws + {HEADER_WORDS} + {task}, 1)", 1)
+        src.line(f"if {cnt} == {C} - 1:", 1)
+        src.line("tl.debug_barrier()", 2)
         e0, re = src.fresh(), src.fresh()
-        src.line(f"for {e0} in range(0, {src.dim(self.p.extent(VALUE))}, BLOCK_E):", 3)
-        src.line(f"{re} = {e0} + tl.arange(0, BLOCK_E).to(tl.int64)", 4)
+        src.line(f"for {e0} in {self.value_blocks()}:", 2)
+        src.line(f"{re} = {e0} + tl.arange(0, BLOCK_E).to(tl.int64)", 3)
         mm, lm, om = src.fresh(), src.fresh(), src.fresh()
-        src.line(f"{mm} = tl.full([BLOCK_M], {NEG_INF}, tl.float32)", 4)
-        src.line(f"{lm} = tl.zeros([BLOCK_M], tl.float32)", 4)
-        src.line(f"{om} = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)", 4)
+        src.line(f"{mm} = tl.full([BLOCK_M], {NEG_INF}, tl.float32)", 3)
+        src.line(f"{lm} = tl.zeros([BLOCK_M], tl.float32)", 3)
+        src.line(f"{om} = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)", 3)
         cc = src.fresh()
-        src.line(f"for {cc} in range(0, {C}):", 4)
-        at = self.slot_at(f"({task} * {C} + {cc})", 5)
+        src.line(f"for {cc} in range(0, {C}):", 3)
+        at = self.slot_at(f"({task} * {C} + {cc})", 4)
         ep = src.dim(self.ep)
         mc, lc, oc, mn, ms, a, b = (src.fresh() for _ in range(7))
         load = 'cache_modifier=".cg"'
-        src.line(f"{mc} = tl.load({w} + {at} + {ar}, {load})", 5)
-        src.line(f"{lc} = tl.load({w} + {at} + BLOCK_M + {ar}, {load})", 5)
-        src.line(f"{oc} = tl.load({w} + {at} + 2 * BLOCK_M + {ar}[:, None] * {ep} + {re}[None, :], {load})", 5)
-        src.line(f"{mn} = tl.maximum({mm}, {mc})", 5)
-        src.line(f"{ms} = tl.where({mn} == {NEG_INF}, 0.0, {mn})", 5)
-        src.line(f"{a} = tl.exp({mm} - {ms})", 5)
-        src.line(f"{b} = tl.exp({mc} - {ms})", 5)
-        src.line(f"{lm} = {lm} * {a} + {lc} * {b}", 5)
-        src.line(f"{om} = {om} * {a}[:, None] + {oc} * {b}[:, None]", 5)
-        src.line(f"{mm} = {mn}", 5)
-        self.store(om, lm, re, 4)
+        src.line(f"{mc} = tl.load({w} + {at} + {ar}, {load})", 4)
+        src.line(f"{lc} = tl.load({w} + {at} + BLOCK_M + {ar}, {load})", 4)
+        src.line(f"{oc} = tl.load({w} + {at} + 2 * BLOCK_M + {ar}[:, None] * {ep} + {re}[None, :], "
+                 f"mask={re}[None, :] < {ep}, other=0.0, {load})", 4)
+        src.line(f"{mn} = tl.maximum({mm}, {mc})", 4)
+        src.line(f"{ms} = tl.where({mn} == {NEG_INF}, 0.0, {mn})", 4)
+        src.line(f"{a} = tl.exp({mm} - {ms})", 4)
+        src.line(f"{b} = tl.exp({mc} - {ms})", 4)
+        src.line(f"{lm} = {lm} * {a} + {lc} * {b}", 4)
+        src.line(f"{om} = {om} * {a}[:, None] + {oc} * {b}[:, None]", 4)
+        src.line(f"{mm} = {mn}", 4)
+        self.store(om, lm, re, 3)
 
     def buffers(self) -> list[int]:
         p = self.p
-        exprs: list[ir.SExpr] = [p.q, p.k, p.v, p.score, *(b.limit for b in p.bounds)]
+        exprs: list[ir.SExpr] = [p.q, p.k, p.v, p.score, *(b.limit for b in p.bounds)]  # q_half/k_half are in q/k
         names = {x.src for e in exprs for x in ir.walk(e) if isinstance(x, ir.Load)} - {p.scores}
         names.add(p.out)
         return sorted(self.plan.buffer_index(n) for n in names)

@@ -97,7 +97,8 @@ class TritonKernel:
         self.name = plan.name
         self._code = load_source(artifact.source)
         self._launches = [(getattr(self._code, spec.entry), spec, [parse_dim(g) for g in spec.grid],
-                           parse_dim(spec.scratch) if spec.scratch else None) for spec in artifact.launches]
+                           parse_dim(spec.scratch) if spec.scratch else None,
+                           [(name, parse_dim(e)) for name, e in spec.covers]) for spec in artifact.launches]
         self._result_at = [plan.buffer_index(r) for r in plan.function.results]
 
     def __repr__(self) -> str:
@@ -131,7 +132,7 @@ class TritonKernel:
                 buffers.append(torch.empty(shape, dtype=TORCH_DTYPES[b.dtype], device=dev))
         values = [dims[d] for d in self.plan.dims]
         words: list[torch.Tensor] = []
-        for kernel, spec, grid, scratch in self._launches:
+        for kernel, spec, grid, scratch, covers in self._launches:
             size = tuple(evaluate(g, dims) for g in grid)
             if 0 in size:
                 continue
@@ -141,7 +142,10 @@ class TritonKernel:
                 ws = torch.zeros(max(1, evaluate(scratch, dims)), dtype=torch.int64, device=dev)
                 call.append(ws)
                 words.append(ws[:1])
-            kernel[size](*call, *values, **dict(spec.options))
+            options = dict(spec.options)
+            for name, extent in covers:
+                options[name] = max(16, 1 << max(0, evaluate(extent, dims) - 1).bit_length())
+            kernel[size](*call, *values, **options)
         # One look at the error words after every dispatch has been queued (one sync, not one per launch).
         if words and bool(torch.cat(words).any()):
             self._explain(buffers)

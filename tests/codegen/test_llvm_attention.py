@@ -389,3 +389,44 @@ def test_a_contraction_op_as_scores() -> None:
                                                           seeded("contract")))
     (want,) = run_function(fn, semantic, {"q": q, "k": k, "v": v})
     assert_matches(kernel(q, k, v), want, what="contract scores")
+
+
+HALF_IO = """
+kernel half_io(q: bf16[B, H, S, D], k: bf16[B, G, T, D], v: bf16[B, G, T, D]) -> bf16[B, H, S, D]
+  where H % G == 0, T >= S
+{
+  let R = H / G
+  s[b, h, i, j] = sum(f32(q[b, h, i, d]) * f32(k[b, h / R, j, d]) for d) / sqrt(f32(D))
+  c[b, h, i, j] = s[b, h, i, j] if j <= i + T - S else -inf
+  mx[b, h, i] = max(c[b, h, i, j] for j)
+  p[b, h, i, j] = exp(c[b, h, i, j] - mx[b, h, i])
+  return bf16(sum(p[b, h, i, j] * f32(v[b, h / R, j, d]) for j) / sum(p[b, h, i, j] for j))
+}
+
+kernel f16_values(q: f32[H, S, D], k: f32[H, T, D], v: f16[H, T, E]) -> f16[H, S, E] {
+  s[h, i, j] = sum(q[h, i, d] * k[h, j, d] for d)
+  mx[h, i] = max(s[h, i, j] for j)
+  p[h, i, j] = exp(s[h, i, j] - mx[h, i])
+  return f16(sum(p[h, i, j] * f32(v[h, j, e]) for j) / sum(p[h, i, j] for j))
+}
+"""
+
+
+@pytest.mark.parametrize("algorithm", ["flash", "split_kv", "materialized", None])
+@pytest.mark.parametrize(("name", "size"), [
+    ("half_io", {"B": 1, "H": 4, "G": 2, "S": 5, "T": 37, "D": 24}),
+    ("half_io", {"B": 2, "H": 8, "G": 2, "S": 1, "T": 700, "D": 64}),
+    ("f16_values", {"H": 3, "S": 4, "T": 19, "D": 8, "E": 21}),
+])
+def test_16_bit_values_and_results(name: str, size: dict[str, int], algorithm: str | None) -> None:
+    """bf16/f16 v is widened as it is read and the result rounded once from the f32 ``o / l``."""
+    text = HALF_IO + (f"\n@strategy({name}) {{ algorithm = {algorithm} }}\n" if algorithm else "")
+    mod = text_module(text)
+    plan = make_plan(mod.semantic, mod.kernel_map[name], mod.strategies.for_kernel(mod.kernel_map[name], "llvm")[0]
+                     if algorithm else None)
+    (pattern,) = attention_patterns(plan)
+    assert pattern.v.dtype.name in ("BF16", "F16") and pattern.out_dtype == pattern.v.dtype
+    args = random_inputs(mod.kernels[name], size, seeded(name, size))
+    # one rounding to 16 bits of an f32 that may differ in its last bits: one 16-bit ulp at most
+    assert_matches(build(mod, "llvm").kernels[name](*args), mod.kernels[name](*args), rtol=8e-3, atol=1e-3,
+                   what=str(size))

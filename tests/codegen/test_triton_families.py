@@ -285,3 +285,34 @@ def test_no_source_name_reaches_the_text() -> None:
         source = compiled(module, name).artifact.source
         for word in ("bias", "qknorm", "wq", "mx", "bshd"):
             assert word not in source
+
+
+HALF_ATT = """
+kernel half_io(q: bf16[B, H, S, D], k: bf16[B, G, T, D], v: bf16[B, G, T, D]) -> bf16[B, H, S, D]
+  where H % G == 0, T >= S
+{
+  let R = H / G
+  s[b, h, i, j] = sum(f32(q[b, h, i, d]) * f32(k[b, h / R, j, d]) for d) / sqrt(f32(D))
+  c[b, h, i, j] = s[b, h, i, j] if j <= i + T - S else -inf
+  mx[b, h, i] = max(c[b, h, i, j] for j)
+  p[b, h, i, j] = exp(c[b, h, i, j] - mx[b, h, i])
+  return bf16(sum(p[b, h, i, j] * f32(v[b, h / R, j, d]) for j) / sum(p[b, h, i, j] for j))
+}
+"""
+
+
+@pytest.mark.parametrize("dims", [{"B": 1, "H": 4, "G": 2, "S": 5, "T": 37, "D": 24},  # split_kv (R * S <= 16)
+                                  {"B": 1, "H": 2, "G": 1, "S": 20, "T": 40, "D": 40},  # flash
+                                  {"B": 2, "H": 8, "G": 2, "S": 1, "T": 300, "D": 16}])  # decode, chunks
+def test_16_bit_attention_on_the_matrix_units(dims: dict[str, int]) -> None:
+    """bf16 q, k, v: tl.dot on the stored blocks (f32 in the interpreter), head dims covered by one
+    block sized at launch, flash and split_kv as separate kernels (each grid empty unless chosen)."""
+    module = text_module(HALF_ATT)
+    kernel = compiled(module, "half_io", -1)
+    assert [d.family for d in kernel.plan.dispatches] == ["attention"]
+    flash, split = kernel.artifact.launches
+    assert dict(flash.covers) == {"BLOCK_D": "D", "BLOCK_E": "D"} and split.entry == flash.entry + "s"
+    assert dict(flash.options)["BLOCK_M"] == 128 and dict(split.options)["BLOCK_M"] == 16
+    source = kernel.artifact.source
+    assert "tl.dot(" in source and 'input_precision="ieee"' not in source and ".to(tl.bfloat16)" in source
+    check(module, "half_io", dims, -1, rtol=8e-3, atol=1e-3)
