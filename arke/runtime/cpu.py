@@ -181,12 +181,20 @@ class CPUKernel:
         args, dims, any_torch = prepare_args(self.plan.function, arrays, scalars)
         return self.run_prepared(args, dims, not any_torch, threads, out)
 
+    def temp_buffers(self, dims: dict[str, int]) -> dict[int, tuple[tuple[int, ...], torch.dtype]]:
+        """The shape and dtype of each temporary buffer (by plan buffer index) of a call with these dims."""
+        shapes = self._sizes(dims).shapes
+        return {i: (shapes[i], dtype) for i, (role, _, dtype) in enumerate(self._roles) if role == "temp"}
+
     def run_prepared(self, args: dict[str, torch.Tensor], dims: dict[str, int], as_numpy: bool,
-                     threads: int | None = None, out: Any = None) -> Any:
+                     threads: int | None = None, out: Any = None,
+                     temps: dict[int, torch.Tensor] | None = None) -> Any:
         """Run on arguments already checked and converted by :func:`~arke.runtime.guards.prepare_args`.
 
         ``out``: a tensor (or a tuple, one per result) to write the results into; checked like
         the arguments, and it may not overlap them. The results are then ``out`` itself.
+        ``temps``: tensors for temporary buffers (plan buffer index -> a contiguous tensor of the
+        shape and dtype :meth:`temp_buffers` gives), for a caller that plans memory itself.
         """
         fn = self.plan.function
         for k, v in args.items():
@@ -195,18 +203,21 @@ class CPUKernel:
         given = check_out(fn, out, dims, args) if out is not None else {}
         sizes = self._sizes(dims)
         buffers: list[torch.Tensor] = []
-        for (role, name, dtype), shape in zip(self._roles, sizes.shapes):
+        lent = temps or {}
+        for i, ((role, name, dtype), shape) in enumerate(zip(self._roles, sizes.shapes)):
             if role == "param":
                 buffers.append(args[name])
             elif name in given and fn.results.count(name) == 1:
                 buffers.append(given[name][0])  # written in place
+            elif role == "temp" and i in lent:
+                buffers.append(lent[i])
             else:
                 buffers.append(self._pool.take(shape, dtype))
         try:
             self._run(buffers, sizes, threads or self.threads)
         finally:
-            for (role, _, _), t in zip(self._roles, buffers):
-                if role == "temp":
+            for i, ((role, _, _), t) in enumerate(zip(self._roles, buffers)):
+                if role == "temp" and i not in lent:
                     self._pool.give(t)
         outs: list[torch.Tensor] = []
         taken: dict[str, int] = {}

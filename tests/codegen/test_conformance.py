@@ -55,7 +55,11 @@ def cases(module: str, kernels: str, shapes: list[dict[str, int]], **options: An
     return [Case(module, k, dict(s), **options) for k in kernels.split() for s in shapes]
 
 
-NN, ATTN, MOE = "std.nn", "std.attention", "std.moe"
+NN, ATTN, MOE, DEC = "std.nn", "std.attention", "std.moe", "std.decoder"
+HEADS = [{"N": 1, "D": 1, "H": 1, "G": 1, "E": 2, "R": 1, "C": 6},
+         {"N": 3, "D": 17, "H": 4, "G": 2, "E": 8, "R": 4, "C": 64}]
+# int8 weights span ±100: sums of ~1e3 that cancel to ~1 keep only f32's relative precision of the terms
+INT8 = 2e-4  # (and ~1e8 when two int8 projections are chained, as in an expert: 5 × this)
 ROWS = [{"M": 1, "N": 1}, {"M": 3, "N": 17}, {"M": 33, "N": 33}]
 # A row of 4097: the codegen reduces in one sequence, the interpreter with torch's vectorised
 # sums. Over 4097 terms of size ~1 the two orders differ by ~sqrt(4097) ulps of the total
@@ -104,6 +108,22 @@ CASES: list[Case] = [
     Case(MOE, "topk_routing", {"T": 5, "E": 8}, scalars={"k": 1}),
     Case(MOE, "topk_routing", {"T": 5, "E": 8}, scalars={"k": 8}),
     Case(MOE, "topk_routing", {"T": 17, "E": 8}, ties=True),  # ties go to the lower expert
+    # decoder layers: QKV heads with GQA (H / G = 2), a ragged hidden size, one-token decode
+    *cases(DEC, "attn_in attn_in_bf16 heads", HEADS, ids={"pos": 300}),
+    *cases(DEC, "attn_in_int8", HEADS, ids={"pos": 300}, tol=INT8),
+    *cases(DEC, "attn_cached", [{"B": 1, "T": 1, "H": 1, "G": 1, "M": 1, "E": 1}], scalars={"n": 1}),
+    *cases(DEC, "attn_cached", [{"B": 2, "T": 5, "H": 8, "G": 2, "M": 33, "E": 16}], scalars={"n": 20}),
+    *cases(DEC, "attn_cached", [{"B": 1, "T": 1, "H": 4, "G": 1, "M": 70, "E": 8}], scalars={"n": 70}),  # decode
+    *cases(DEC, "attn_window", [{"B": 1, "T": 6, "H": 4, "G": 2, "M": 40, "E": 8}],
+           scalars={"n": 30, "window": 7}),
+    *cases(DEC, "attn_out attn_out_bf16", [{"N": 1, "C": 1, "D": 1}, {"N": 3, "C": 33, "D": 17}]),
+    *cases(DEC, "attn_out_int8", [{"N": 1, "C": 1, "D": 1}, {"N": 3, "C": 33, "D": 17}], tol=INT8),
+    *cases(DEC, "mlp mlp_bf16", [{"N": 1, "D": 1, "F": 1}, {"N": 3, "D": 17, "F": 33}]),
+    *cases(DEC, "mlp_int8", [{"N": 1, "D": 1, "F": 1}, {"N": 3, "D": 17, "F": 33}], tol=INT8),
+    *cases(DEC, "moe_route", [{"N": 1, "D": 1, "E": 1}, {"N": 5, "D": 17, "E": 8}]),
+    *cases(DEC, "expert expert_bf16", [{"N": 7, "D": 17, "M": 5, "F": 33}], ids={"rows": "N"}),
+    *cases(DEC, "expert_int8", [{"N": 7, "D": 17, "M": 5, "F": 33}], ids={"rows": "N"}, tol=5 * INT8),
+    *cases(DEC, "moe_combine", [{"N": 5, "M": 10, "D": 17, "K": 2}], ids={"slot": "M"}),
 ]
 
 

@@ -1,0 +1,198 @@
+"""Hugging Face transformers' decoder layers as compiled arke layers.
+
+:func:`from_transformers` reads a ``LlamaDecoderLayer``, ``Qwen2DecoderLayer``,
+``MistralDecoderLayer`` or ``MixtralDecoderLayer`` (its weights and its config);
+:func:`from_pretrained` reads one layer of a model folder (``config.json`` and
+``*.safetensors``) with the ``safetensors`` library, without building the model. Rotary
+frequencies come from transformers' own rotary embedding for the config, so every rope type
+it knows (default, llama3, linear, dynamic at its base length, yarn ...) is reproduced.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from arke.runtime.plan import CompiledLayer, LayerConfig
+
+#: model_type -> the transformers class prefix of its modules.
+SUPPORTED = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "mixtral": "Mixtral"}
+
+
+def _transformers() -> Any:
+    try:
+        return importlib.import_module("transformers")
+    except ImportError:
+        raise ImportError("arke.models needs transformers (and safetensors): pip install 'arke[models]'") from None
+
+
+def _model_type(config: Any) -> str:
+    kind = getattr(config, "model_type", None)
+    if kind not in SUPPORTED:
+        raise ValueError(f"unsupported model type {kind!r}; arke.models knows {', '.join(SUPPORTED)}")
+    return str(kind)
+
+
+def _rotary(config: Any) -> tuple[tuple[float, ...], float]:
+    """The inverse frequencies and attention scaling transformers' rotary embedding uses for ``config``."""
+    kind = _model_type(config)
+    module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
+    rotary = getattr(module, f"{SUPPORTED[kind]}RotaryEmbedding")(config)
+    inv = rotary.inv_freq.detach().to(torch.float32).cpu()
+    return tuple(float(f) for f in inv), float(getattr(rotary, "attention_scaling", 1.0))
+
+
+def layer_config(config: Any, layer_index: int = 0) -> LayerConfig:
+    """The :class:`LayerConfig` of layer ``layer_index`` of a transformers config."""
+    kind = _model_type(config)
+    act = getattr(config, "hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise ValueError(f"unsupported MLP activation {act!r}: the decoder layers are SwiGLU (silu)")
+    heads = int(config.num_attention_heads)
+    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    window = None
+    if kind in ("mistral", "mixtral"):
+        window = getattr(config, "sliding_window", None)
+    elif kind == "qwen2":
+        types = getattr(config, "layer_types", None)
+        if types is not None and types[layer_index] == "sliding_attention":
+            window = getattr(config, "sliding_window", None)
+    inv_freq, scale = _rotary(config)
+    experts = int(getattr(config, "num_local_experts", 0) or 0) if kind == "mixtral" else 0
+    return LayerConfig(hidden=int(config.hidden_size), heads=heads, kv_heads=kv, head_dim=head_dim,
+                       intermediate=int(config.intermediate_size), eps=float(config.rms_norm_eps),
+                       inv_freq=inv_freq, rope_scale=scale, window=int(window) if window else None,
+                       experts=experts, top_k=int(getattr(config, "num_experts_per_tok", 2) or 2))
+
+
+def _linear(module: Any, into: dict[str, torch.Tensor], name: str) -> None:
+    into[name] = module.weight
+    if getattr(module, "bias", None) is not None:
+        into[name + "_bias"] = module.bias
+
+
+def _layer_weights(layer: Any, config: LayerConfig) -> dict[str, torch.Tensor]:
+    attn = layer.self_attn
+    raw: dict[str, torch.Tensor] = {"input_norm": layer.input_layernorm.weight,
+                                    "post_norm": layer.post_attention_layernorm.weight}
+    for part in ("q", "k", "v", "o"):
+        _linear(getattr(attn, f"{part}_proj"), raw, part)
+    if "o_bias" in raw:
+        raise ValueError("an output projection with a bias is not supported")
+    if config.experts:
+        moe = getattr(layer, "block_sparse_moe", None) or layer.mlp
+        raw["router"] = moe.gate.weight
+        experts = moe.experts
+        if hasattr(experts, "gate_up_proj"):  # transformers 5: experts as 3-d tensors
+            raw["experts_gate_up"], raw["experts_down"] = experts.gate_up_proj, experts.down_proj
+        else:  # transformers 4: one module per expert (w1 gate, w3 up, w2 down)
+            raw["experts_gate_up"] = torch.stack([torch.cat([e.w1.weight, e.w3.weight]) for e in experts])
+            raw["experts_down"] = torch.stack([e.w2.weight for e in experts])
+    else:
+        for part in ("gate", "up", "down"):
+            raw[part] = getattr(layer.mlp, f"{part}_proj").weight
+    return raw
+
+
+def from_transformers(layer: Any, config: Any, target: str = "llvm", max_seq: int = 4096,
+                      weights: str = "f32", threads: int | None = None) -> CompiledLayer:
+    """Compile a transformers decoder layer (Llama, Qwen2, Mistral, Mixtral) for ``target``.
+
+    ``weights``: ``"f32"``, ``"bf16"`` or ``"int8"`` (weight-only, one scale per output channel).
+    The layer's own module is only read. Returns a :class:`~arke.runtime.plan.CompiledLayer`::
+
+        cache = compiled.new_cache(batch=1)
+        y = compiled(x, positions, cache)   # x: [B, T, D]; positions: int64 [B, T]
+    """
+    kind = _model_type(config)
+    cls = type(layer).__name__
+    if not cls.endswith("DecoderLayer"):
+        raise ValueError(f"expected a transformers decoder layer, not {cls}")
+    index = int(getattr(layer.self_attn, "layer_idx", 0) or 0)
+    spec = layer_config(config, index)
+    scaling = getattr(layer.self_attn, "scaling", spec.head_dim ** -0.5)
+    if abs(float(scaling) - spec.head_dim ** -0.5) > 1e-12:
+        raise ValueError(f"attention scaling {scaling} is not 1/sqrt(head_dim): unsupported")
+    with torch.no_grad():
+        raw = {k: v.detach() for k, v in _layer_weights(layer, spec).items()}
+    return CompiledLayer(spec, raw, target=target, max_seq=max_seq, weights_dtype=weights,
+                         name=f"{SUPPORTED[kind]}DecoderLayer", threads=threads)
+
+
+# ---------------------------------------------------------------- model folders
+
+
+def _tensors(folder: Path, prefix: str) -> dict[str, torch.Tensor]:
+    """Every tensor whose name starts with ``prefix``, from the folder's safetensors files."""
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise ImportError("from_pretrained needs safetensors: pip install 'arke[models]'") from None
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        mapping = json.loads(index.read_text())["weight_map"]
+        files = sorted({folder / f for name, f in mapping.items() if name.startswith(prefix)})
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no safetensors file in {folder} holds {prefix!r}")
+    out: dict[str, torch.Tensor] = {}
+    for path in files:
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 (a safe_open handle, not a dict)
+                if name.startswith(prefix):
+                    out[name[len(prefix):]] = f.get_tensor(name)
+    return out
+
+
+def from_pretrained(folder: str | os.PathLike[str], layer_index: int = 0, target: str = "llvm",
+                    max_seq: int = 4096, weights: str = "f32", threads: int | None = None) -> CompiledLayer:
+    """Compile layer ``layer_index`` of a Hugging Face model folder (``config.json`` + ``*.safetensors``).
+
+    Only that layer's tensors are read (through the index file when there is one); nothing is
+    downloaded. Checkpoint names of both transformers 4 (``block_sparse_moe.experts.N.w1``) and
+    5 (``mlp.experts.gate_up_proj``) are understood.
+    """
+    transformers = _transformers()
+    path = Path(folder)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} has no config.json")
+    config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
+    config = getattr(config, "text_config", None) or config
+    kind = _model_type(config)
+    if not 0 <= layer_index < int(config.num_hidden_layers):
+        raise ValueError(f"layer {layer_index} does not exist: the model has {config.num_hidden_layers} layers")
+    spec = layer_config(config, layer_index)
+    t = _tensors(path, f"model.layers.{layer_index}.")
+    raw: dict[str, torch.Tensor] = {}
+    names = {"input_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight"}
+    for part in ("q", "k", "v", "o"):
+        names[part] = f"self_attn.{part}_proj.weight"
+        if f"self_attn.{part}_proj.bias" in t:
+            names[part + "_bias"] = f"self_attn.{part}_proj.bias"
+    if spec.experts:
+        moe = "block_sparse_moe" if "block_sparse_moe.gate.weight" in t else "mlp"
+        names["router"] = f"{moe}.gate.weight"
+        if f"{moe}.experts.gate_up_proj" in t:
+            names["experts_gate_up"], names["experts_down"] = (f"{moe}.experts.gate_up_proj",
+                                                               f"{moe}.experts.down_proj")
+        else:
+            e = range(spec.experts)
+            raw["experts_gate_up"] = torch.stack([torch.cat([t[f"{moe}.experts.{x}.w1.weight"],
+                                                             t[f"{moe}.experts.{x}.w3.weight"]]) for x in e])
+            raw["experts_down"] = torch.stack([t[f"{moe}.experts.{x}.w2.weight"] for x in e])
+    else:
+        for part in ("gate", "up", "down"):
+            names[part] = f"mlp.{part}_proj.weight"
+    missing = [v for v in names.values() if v not in t]
+    if missing:
+        raise ValueError(f"layer {layer_index} of {path} lacks {', '.join(missing)}")
+    raw.update({k: t[v] for k, v in names.items()})
+    return CompiledLayer(spec, raw, target=target, max_seq=max_seq, weights_dtype=weights,
+                         name=f"{SUPPORTED[kind]}DecoderLayer", threads=threads)
