@@ -4,7 +4,7 @@
 
     akc check PATH... [--format text|json]     check files, folders (every *.ak below) or - (stdin)
     akc ir PATH --stage semantic|strategy [--format text|json]
-    akc demo                                   check, interpret and compare the examples with torch
+    akc demo [--kernels]                       the examples and a compiled decoder layer, next to torch
     akc --version
 
 Exit status: 0 clean (warnings allowed), 1 the program has errors, 2 a usage or I/O
@@ -74,9 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the canonical text form (default) or versioned JSON")
     ir.set_defaults(handler=cmd_ir)
 
-    demo = sub.add_parser("demo", help="check and interpret the examples, compared with torch",
+    demo = sub.add_parser("demo", help="the examples and a compiled decoder layer, compared with torch",
                           description="Load examples/rmsnorm.ak and examples/attention.ak, run them on the "
-                                      "reference interpreter and compare with an independent torch computation.")
+                                      "reference interpreter and compiled, and compare with torch; then compile a "
+                                      "Llama-3.2-1B-shaped decoder layer, run prefill and decode, check it against "
+                                      "the reference interpreter and transformers, and time it next to torch eager.")
+    demo.add_argument("--kernels", action="store_true", help="only the example kernels (no decoder layer)")
     demo.set_defaults(handler=cmd_demo)
 
     from arke.cli_build import add_commands
@@ -263,9 +266,9 @@ def cmd_ir(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``akc demo``: the same as ``make demo`` (``examples/demo.py``)."""
-    from arke.demo import run_demo
+    from arke.demo import run_all
 
-    return run_demo()
+    return run_all(layer=not args.kernels)
 
 
 if __name__ == "__main__":

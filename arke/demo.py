@@ -197,11 +197,23 @@ def run_demo(examples: Path = EXAMPLES, seed: int = 0) -> int:
     return 1 if failed else 0
 
 
+def run_all(examples: Path = EXAMPLES, layer: bool = True) -> int:
+    """The example kernels (:func:`run_demo`), then the decoder layer (:mod:`arke.demo_layer`)."""
+    status = run_demo(examples)
+    if layer:
+        from arke.demo_layer import run_layer_demo
+
+        status = max(status, run_layer_demo())
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``examples/demo.py``: optional argument, the examples folder."""
+    """Entry point of ``examples/demo.py``: ``[--kernels] [EXAMPLES_FOLDER]``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    return run_demo(Path(args[0]) if args else EXAMPLES)
+    kernels_only = "--kernels" in args
+    args = [a for a in args if a != "--kernels"]
+    return run_all(Path(args[0]) if args else EXAMPLES, layer=not kernels_only)
 
 
-__all__ = ["Case", "Outcome", "cases", "main", "run_case", "run_demo", "torch_attention", "torch_rmsnorm",
+__all__ = ["Case", "Outcome", "cases", "main", "run_all", "run_case", "run_demo", "torch_attention", "torch_rmsnorm",
            "torch_softmax"]

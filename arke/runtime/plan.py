@@ -131,6 +131,24 @@ class _Call:
         return variant.run_prepared(args, dims, False, None, out)
 
 
+class _Reference:
+    """One kernel run on the reference interpreter (the oracle), its results copied into the planned outputs."""
+
+    def __init__(self, kernel: Any):
+        self.kernel = kernel
+        self._tensors = [p.name for p in kernel.function.params if p.type.rank]
+
+    def resolve(self, tensors: list[torch.Tensor], scalars: dict[str, Any]) -> tuple[dict[str, int], Any]:
+        raise NotImplementedError("the reference interpreter has no compiled variants")
+
+    def __call__(self, tensors: list[torch.Tensor], scalars: dict[str, Any], out: Any,
+                 temps: dict[int, torch.Tensor] | None = None) -> Any:
+        got = self.kernel(*tensors, **scalars)
+        for o, g in zip(out if isinstance(out, tuple) else (out,), got if isinstance(got, tuple) else (got,)):
+            o.copy_(g)
+        return out
+
+
 @dataclass
 class _Shape:
     """What one call shape (batch, tokens) needs: its memory plan and arena."""
@@ -147,6 +165,9 @@ class CompiledLayer:
     ``x``: float ``[B, T, hidden]``; ``positions``: int64 ``[B, T]`` (the rotary positions);
     ``cache``: from :meth:`new_cache` with the same ``B``. The call appends its T tokens to the
     cache and returns ``y`` like ``x`` (its dtype, its device).
+
+    ``target="reference"`` runs the same plan with every kernel on the reference interpreter:
+    the oracle a compiled layer is checked against.
     """
 
     def __init__(self, config: LayerConfig, weights: dict[str, torch.Tensor], *, target: str = "llvm",
@@ -160,23 +181,35 @@ class CompiledLayer:
             raise ValueError(f"max_seq must be at least 1, not {max_seq}")
         self.config, self.target, self.max_seq, self.kind, self.name = config, target, max_seq, weights_dtype, name
         self.device = torch.device("cpu")
-        if target != "llvm":
+        if target == "reference":
+            self.device = torch.device("cpu")
+        elif target != "llvm":
             from arke.runtime import gpu
 
             self.device = gpu.device()
-        self.library = arke.build(arke.loads(LAYER_SOURCE, "<decoder layer>"), target=target, threads=threads)
-        self.weights = self._pack(weights)
-        keep = target != "llvm"
-        s = SUFFIX[weights_dtype]
-        self._attn_in = _Call(self.library.kernels["attn_in" + s], keep)
-        self._attn = _Call(self.library.kernels["attn_window" if config.window else "attn_cached"], keep)
-        self._attn_out = _Call(self.library.kernels["attn_out" + s], keep)
-        if config.experts:
-            self._route = _Call(self.library.kernels["moe_route"], keep)
-            self._expert = _Call(self.library.kernels["expert" + s], keep)
-            self._combine = _Call(self.library.kernels["moe_combine"], keep)
+        module = arke.loads(LAYER_SOURCE, "<decoder layer>")
+        if target == "reference":
+            kernels = module.kernels
+
+            def call(name: str) -> _Call | _Reference:
+                return _Reference(kernels[name])
         else:
-            self._mlp = _Call(self.library.kernels["mlp" + s], keep)
+            built = arke.build(module, target=target, threads=threads)
+            kernels = built.kernels
+
+            def call(name: str) -> _Call | _Reference:
+                return _Call(kernels[name], target != "llvm")
+        self.weights = self._pack(weights)
+        s = SUFFIX[weights_dtype]
+        self._attn_in = call("attn_in" + s)
+        self._attn = call("attn_window" if config.window else "attn_cached")
+        self._attn_out = call("attn_out" + s)
+        if config.experts:
+            self._route = call("moe_route")
+            self._expert = call("expert" + s)
+            self._combine = call("moe_combine")
+        else:
+            self._mlp = call("mlp" + s)
         self._shapes: dict[tuple[int, int], _Shape] = {}
         self._lock = threading.Lock()
 
@@ -388,14 +421,14 @@ class CompiledLayer:
     def _temp_steps(self, b: int, t: int) -> list[tuple[str, dict[int, tuple[tuple[int, ...], torch.dtype]]]]:
         """Per step, the temporaries of its kernel (CPU kernels lend theirs to the plan; others keep their own)."""
         c, w, n = self.config, self.weights, b * t
-        if self.target != "llvm":
+        if self.target != "llvm":  # the other runtimes keep their kernels' temporaries themselves
             return []
         probe = self._probe
         xf, pos = probe(n, c.hidden), probe(n, dtype=torch.int64)
         q, kc = probe(b, t, c.heads, c.head_dim), probe(b, c.kv_heads, self.max_seq, c.head_dim)
         o = probe(n, c.heads * c.head_dim)
 
-        def temps(call: _Call, tensors: list[torch.Tensor], scalars: dict[str, Any]) -> Any:
+        def temps(call: _Call | _Reference, tensors: list[torch.Tensor], scalars: dict[str, Any]) -> Any:
             dims, variant = call.resolve(tensors, scalars)
             return variant.temp_buffers(dims)
 
@@ -426,7 +459,9 @@ class CompiledLayer:
         xf, q = probe(n, c.hidden), probe(batch, t, c.heads, c.head_dim)
         kc = probe(batch, c.kv_heads, self.max_seq, c.head_dim)
         pos = probe(n, dtype=torch.int64)
-        calls: list[tuple[_Call, list[torch.Tensor], dict[str, Any]]] = [
+        if self.target == "reference":
+            return ["every kernel on the reference interpreter"]
+        calls: list[tuple[_Call | _Reference, list[torch.Tensor], dict[str, Any]]] = [
             (self._attn_in, [xf, w["wn1"], *self._scaled("qkv"), w["bq"], w["bk"], w["bv"], w["inv_freq"], pos], {}),
             (self._attn, [q, kc, kc], {"n": t} | ({"window": c.window} if c.window else {})),
             (self._attn_out, [probe(n, c.heads * c.head_dim), *self._scaled("o"), xf], {})]

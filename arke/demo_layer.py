@@ -1,0 +1,162 @@
+"""The main demo: a Llama-3.2-1B-shaped decoder layer compiled for the CPU, next to torch.
+
+It builds transformers' ``LlamaDecoderLayer`` with random weights (hidden 2048, MLP 8192, 32
+heads, 8 KV heads, head dim 64, llama3 rotary scaling), compiles it with
+:func:`arke.models.from_transformers` (LLVM, f32), runs a 128-token prefill and 32 decode
+steps, and checks every output against the same plan run on the reference interpreter (the
+oracle) and against transformers itself (torch eager, with its own KV cache). It prints both
+errors and the times side by side; the exit status is 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+#: The layer's shape (Llama 3.2 1B) and the run: prefill tokens, decode steps.
+HIDDEN, MLP, HEADS, KV_HEADS, HEAD_DIM = 2048, 8192, 32, 8, 64
+PREFILL, STEPS = 128, 32
+#: Largest accepted max |difference| / max |reference| (f32 everywhere).
+TOLERANCE = 1e-4
+
+
+@dataclass
+class Run:
+    """One way of running the layer: its outputs (prefill, then each decode step) and times."""
+
+    outputs: list[Any]
+    prefill_s: float
+    step_s: list[float]
+
+
+def _config() -> Any:
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(hidden_size=HIDDEN, intermediate_size=MLP, num_attention_heads=HEADS,
+                         num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, rms_norm_eps=1e-5, rope_theta=500000.0,
+                         max_position_embeddings=131072,
+                         rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+    config._attn_implementation = "sdpa"
+    return config
+
+
+def _run_arke(layer: Any, x: Any, positions: Any) -> Run:
+    cache = layer.new_cache(batch=1)
+    start = time.perf_counter()
+    outs = [layer(x[:, :PREFILL], positions[:, :PREFILL], cache)]
+    prefill = time.perf_counter() - start
+    steps = []
+    for s in range(PREFILL, PREFILL + STEPS):
+        start = time.perf_counter()
+        outs.append(layer(x[:, s:s + 1], positions[:, s:s + 1], cache))
+        steps.append(time.perf_counter() - start)
+    return Run(outs, prefill, steps)
+
+
+def _run_torch(layer: Any, rotary: Any, x: Any, positions: Any) -> Run:
+    import torch
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+
+    def call(a: int, b: int) -> Any:
+        emb = rotary(x[:, a:b], positions[:, a:b])
+        y = layer(x[:, a:b], cache=cache, use_cache=True, position_embeddings=emb)
+        return y[0] if isinstance(y, tuple) else y
+
+    with torch.no_grad():
+        start = time.perf_counter()
+        outs = [call(0, PREFILL)]
+        prefill = time.perf_counter() - start
+        steps = []
+        for s in range(PREFILL, PREFILL + STEPS):
+            start = time.perf_counter()
+            outs.append(call(s, s + 1))
+            steps.append(time.perf_counter() - start)
+    return Run(outs, prefill, steps)
+
+
+def _error(got: list[Any], want: list[Any]) -> float:
+    import torch
+
+    a, b = torch.cat([g.float() for g in got], 1), torch.cat([w.float() for w in want], 1)
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def run_layer_demo(console: Any = None) -> int:
+    """Build, run, check and time the layer; print the results. Returns the exit status."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch's spinning workers would take our cores
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    console = console or Console(highlight=False)
+    if not console.is_terminal:
+        console.width = 120
+    import torch
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    import arke.models
+
+    torch.manual_seed(0)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=False) as progress:
+        task = progress.add_task("transformers: a Llama-3.2-1B-shaped decoder layer, random weights", total=None)
+        config = _config()
+        hf = LlamaDecoderLayer(config, layer_idx=0).eval()
+        with torch.no_grad():
+            for p in hf.parameters():
+                p.normal_(0.0, 0.02)
+            for norm in (hf.input_layernorm, hf.post_attention_layernorm):
+                norm.weight.uniform_(0.5, 1.5)
+        rotary = LlamaRotaryEmbedding(config)
+        progress.update(task, completed=1, total=1)
+        task = progress.add_task("arke: compiling std.decoder for this CPU (LLVM), prefill and decode plans", total=None)
+        start = time.perf_counter()
+        layer = arke.models.from_transformers(hf, config, target="llvm", max_seq=PREFILL + STEPS)
+        plans = {"prefill": layer.dispatches(1, PREFILL), "decode": layer.dispatches(1, 1)}
+        built = time.perf_counter() - start
+        progress.update(task, completed=1, total=1)
+        task = progress.add_task("the reference interpreter: the same plan, every kernel interpreted", total=None)
+        reference = arke.models.from_transformers(hf, config, target="reference", max_seq=PREFILL + STEPS)
+        progress.update(task, completed=1, total=1)
+
+    x = torch.randn(1, PREFILL + STEPS, HIDDEN)
+    positions = torch.arange(PREFILL + STEPS)[None]
+    _run_arke(layer, x, positions)  # warm: pages of the arena and caches, the signature memos
+    ours = _run_arke(layer, x, positions)
+    oracle = _run_arke(reference, x, positions)
+    _run_torch(hf, rotary, x, positions)  # warm, as ours was
+    theirs = _run_torch(hf, rotary, x, positions)
+    errors = {"reference interpreter": _error(ours.outputs, oracle.outputs),
+              "transformers (torch eager)": _error(ours.outputs, theirs.outputs)}
+
+    console.print(f"\n[bold]{layer}[/bold]  (compiled in {built:.1f} s; cached on disk for the next run)")
+    for phase, lines in plans.items():
+        console.print(f"  {phase}: " + "; ".join(lines))
+    memory = layer.memory(1, PREFILL)
+    console.print(f"  memory plan, prefill: arena {memory.arena_bytes / 2**20:.1f} MiB for a peak of "
+                  f"{memory.peak_live_bytes() / 2**20:.1f} MiB live; KV cache {layer.new_cache(1).nbytes / 2**20:.1f} MiB")
+
+    table = Table(title=f"prefill {PREFILL} tokens, then {STEPS} decode steps (batch 1, f32, this CPU)")
+    table.add_column("")
+    table.add_column("arke (llvm)", justify="right")
+    table.add_column("torch eager (transformers)", justify="right")
+    table.add_column("speedup", justify="right")
+    step_ours, step_theirs = sorted(ours.step_s)[STEPS // 2], sorted(theirs.step_s)[STEPS // 2]
+    table.add_row(f"prefill {PREFILL}", f"{ours.prefill_s * 1e3:.1f} ms", f"{theirs.prefill_s * 1e3:.1f} ms",
+                  f"{theirs.prefill_s / ours.prefill_s:.2f}×")
+    table.add_row("decode step (median)", f"{step_ours * 1e3:.2f} ms", f"{step_theirs * 1e3:.2f} ms",
+                  f"{step_theirs / step_ours:.2f}×")
+    console.print(table)
+    failed = False
+    for against, err in errors.items():
+        ok = err <= TOLERANCE
+        failed |= not ok
+        mark = "[green]agrees[/green]" if ok else "[red]DISAGREES[/red]"
+        console.print(f"  against the {against}: max |difference| / max |output| = {err:.1e} {mark} "
+                      f"(tolerance {TOLERANCE:.0e})")
+    return 1 if failed else 0
