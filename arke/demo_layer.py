@@ -114,7 +114,8 @@ def run_layer_demo(console: Any = None) -> int:
                 norm.weight.uniform_(0.5, 1.5)
         rotary = LlamaRotaryEmbedding(config)
         progress.update(task, completed=1, total=1)
-        task = progress.add_task("arke: compiling std.decoder for this CPU (LLVM), prefill and decode plans", total=None)
+        task = progress.add_task("arke: compiling std.decoder for this CPU (LLVM), prefill and decode plans",
+                                 total=None)
         start = time.perf_counter()
         layer = arke.models.from_transformers(hf, config, target="llvm", max_seq=PREFILL + STEPS)
         plans = {"prefill": layer.dispatches(1, PREFILL), "decode": layer.dispatches(1, 1)}
@@ -138,8 +139,9 @@ def run_layer_demo(console: Any = None) -> int:
     for phase, lines in plans.items():
         console.print(f"  {phase}: " + "; ".join(lines))
     memory = layer.memory(1, PREFILL)
+    kv = layer.new_cache(1).nbytes / 2**20
     console.print(f"  memory plan, prefill: arena {memory.arena_bytes / 2**20:.1f} MiB for a peak of "
-                  f"{memory.peak_live_bytes() / 2**20:.1f} MiB live; KV cache {layer.new_cache(1).nbytes / 2**20:.1f} MiB")
+                  f"{memory.peak_live_bytes() / 2**20:.1f} MiB live; KV cache {kv:.1f} MiB")
 
     table = Table(title=f"prefill {PREFILL} tokens, then {STEPS} decode steps (batch 1, f32, this CPU)")
     table.add_column("")
