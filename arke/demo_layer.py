@@ -34,11 +34,13 @@ class Run:
 def _config() -> Any:
     from transformers import LlamaConfig
 
+    rope = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}
+    # transformers 5 takes rope_parameters (theta included); 4 reads rope_theta and rope_scaling
+    options: dict[str, Any] = {"rope_theta": 500000.0, "rope_scaling": rope}
     config = LlamaConfig(hidden_size=HIDDEN, intermediate_size=MLP, num_attention_heads=HEADS,
-                         num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, rms_norm_eps=1e-5, rope_theta=500000.0,
-                         max_position_embeddings=131072,
-                         rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+                         num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, rms_norm_eps=1e-5,
+                         max_position_embeddings=131072, **options)
     config._attn_implementation = "sdpa"
     return config
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shlex
 import sys
 import time
@@ -147,7 +148,7 @@ class Subject:
 
 
 def make_subject(kind: str, sizes: Sizes, kinds: tuple[str, ...], compiling: CompileState) -> Subject:
-    """A ``LlamaDecoderLayer`` (kind "llama") or ``MixtralDecoderLayer`` ("moe"), weights N(0, 0.02), compiled."""
+    """A ``LlamaDecoderLayer`` (kind "llama") or ``MixtralDecoderLayer`` ("moe"), matrices N(0, 0.02), compiled."""
     import arke.models
 
     if kind == "llama":
@@ -167,7 +168,8 @@ def make_subject(kind: str, sizes: Sizes, kinds: tuple[str, ...], compiling: Com
     layer = layer_cls(config, 0).eval()
     with torch.no_grad():
         for p in layer.parameters():
-            p.normal_(0, 0.02)
+            if p.dim() > 1:  # projections, experts, router; the norms keep their ones
+                p.normal_(0, 0.02)
     subject = Subject(name, config, layer, rotary_cls(config))
     for weights in kinds:
         start = time.perf_counter()
@@ -265,7 +267,7 @@ def step_weight_bytes(compiled: Any) -> float:
     if not c.experts:
         return float(compiled.weight_bytes)
     expert = sum(t.numel() * t.element_size() for name, t in compiled.weights.items()
-                 if name.rstrip("_s").lstrip("gudown").isdigit() and name.startswith(("gu", "down")))
+                 if re.fullmatch(r"(gu|down)\d+(_s)?", name))
     return compiled.weight_bytes - expert * (1 - c.top_k / c.experts)
 
 
