@@ -269,12 +269,58 @@ class _Gemm(GemmBase):
                 self.counted("whole", "0", full, whole)
             self.counted("prow", "0", kc, row)
             self.pack_columns(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, full, panels, packed)
+        elif self.contiguous_k(self.plain_b) and blk.nr % blk.lanes == 0 and blk.lanes >= 4:
+            full = self.let(f"udiv i64 {nc}, {blk.nr}")
+            deep = self.let(f"and i64 {kc}, {-blk.lanes}")
+            self.pack_transposed(b0, b_ty, n0, pc, deep, kc, sb_n, full, packed)
+            self.pack_columns(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, full, panels, packed)  # the last, partial panel
+            self.pack_columns(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, "0", full, packed, k_from=deep)  # k tail
         else:
             self.pack_columns(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, "0", panels, packed)
 
+    def pack_transposed(self, b0: str, b_ty: str, n0: str, pc: str, deep: str, kc: str, sb_n: str, full: str,
+                        packed: str) -> None:
+        """Whole panels of a B stored along k (``w[n, k]``, as ``linear`` reads it), for k below ``deep``
+        (a multiple of the lanes): ``lanes × lanes`` blocks loaded as vectors along k, one per
+        column, and transposed in registers into rows of the panel (vector stores along n)."""
+        from arke.codegen.llvm_vec import Vec
+
+        assert self.plain_b is not None
+        blk, b_dtype = self.blk, self.buffer(self.plain_b.src).dtype
+        w = blk.lanes
+        vec = Vec(w, self.let, self.declare)
+        raw = f"<{w} x {b_ty}>"
+
+        def panel(p: str) -> None:
+            col0 = self.let(f"mul i64 {p}, {blk.nr}")
+            col0 = self.let(f"add i64 {n0}, {col0}")
+            dst0 = self.let(f"mul i64 {p}, {kc}")
+
+            def block(kb: str) -> None:
+                k = self.let(f"add i64 {pc}, {kb}")
+                for half in range(blk.nr // w):
+                    rows = []
+                    for lane in range(w):
+                        n = self.let(f"add i64 {col0}, {half * w + lane}")
+                        at = self.let(f"mul i64 {n}, {sb_n}")
+                        at = self.let(f"add i64 {at}, {k}")
+                        ptr = self.let(f"getelementptr inbounds {b_ty}, ptr {b0}, i64 {at}")
+                        rows.append(self.to_f32(self.let(f"load {raw}, ptr {ptr}, align 1"), b_dtype, vec.f))
+                    for j, row in enumerate(vec.transpose(rows)):
+                        o = self.let(f"add i64 {dst0}, {kb}")
+                        o = self.let(f"add i64 {o}, {j}")
+                        o = self.let(f"mul i64 {o}, {blk.nr}")
+                        o = self.let(f"add i64 {o}, {half * w}")
+                        q = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {o}")
+                        self.emit(f"store {vec.f} {row}, ptr {q}, align 4")
+
+            self.counted("tk", "0", deep, block, step=w)
+
+        self.counted("tpanel", "0", full, panel)
+
     def pack_columns(self, b0: str, b_ty: str, n0: str, nc: str, pc: str, kc: str, sb_k: str, sb_n: str,
-                     first: str, panels: str, packed: str) -> None:
-        """Panels ``first`` to ``panels`` packed a column at a time (reading down k)."""
+                     first: str, panels: str, packed: str, k_from: str = "0") -> None:
+        """Panels ``first`` to ``panels`` packed a column at a time (reading down k, from ``k_from``)."""
         assert self.plain_b is not None
         blk, b_dtype = self.blk, self.buffer(self.plain_b.src).dtype
 
@@ -304,7 +350,7 @@ class _Gemm(GemmBase):
                     q = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {o}")
                     self.emit(f"store float {v}, ptr {q}")
 
-                self.counted("kk", "0", kc, step)
+                self.counted("kk", k_from, kc, step)
 
             self.counted("lane", "0", str(blk.nr), column)
 
