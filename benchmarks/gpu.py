@@ -12,6 +12,10 @@
    ``scaled_dot_product_attention``. Each row shows TFLOP/s (compute-bound) or TB/s
    (memory-bound) and the % of the device's peak: the datasheet's dense bf16 and HBM numbers
    for H100/H200/A100, else measured (a bf16 matmul and a device copy).
+3. **Decoder layer**: a Llama-3.2-1B-shaped layer (:func:`layer_rows`) with bf16 weights and
+   inputs, ``arke.models.from_transformers(..., target="triton", weights="bf16")`` against the
+   transformers layer in bf16 under torch eager and ``torch.compile``: prefill 512 tokens and
+   a decode step at context 2048, checked first.
 
 The run stops starting new rows after ``--budget`` seconds (default 270) so it finishes in
 under 5 minutes. Without a CUDA device it says so and exits 0. The check is also a function,
@@ -35,9 +39,11 @@ import arke
 from arke.cli_build import random_inputs
 from arke.lang.checker import stdlib_path
 
-STDLIB = ("std.nn", "std.attention", "std.moe")
-#: Small, ragged dims for the check; they satisfy every stdlib `where` (H % G, T >= S, D even).
-CHECK_DIMS = {"B": 2, "H": 4, "G": 2, "S": 3, "T": 9, "D": 16, "M": 5, "N": 37, "K": 19, "F": 24, "V": 33, "E": 8}
+STDLIB = ("std.nn", "std.attention", "std.moe", "std.decoder")
+#: Small, ragged dims for the check; they satisfy every stdlib `where` (H % G, T >= S, D even,
+#: C == (H + 2 G) E and E == 2 R for the decoder's fused QKV).
+CHECK_DIMS = {"B": 2, "H": 4, "G": 2, "S": 3, "T": 9, "D": 16, "M": 5, "N": 37, "K": 19, "F": 24, "V": 33, "E": 8,
+              "C": 64, "R": 4}
 
 #: Datasheet peaks: (name fragment, dense bf16 FLOP/s, HBM bytes/s); the first fragment found wins.
 PEAKS = (
@@ -306,6 +312,119 @@ def run_benches(selected: list[Bench], compile_too: bool, deadline: float,
         torch.cuda.empty_cache()
 
 
+# ---------------------------------------------------------------- a whole decoder layer
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """A Llama-style layer and the run: prefill tokens, the context of the decode step."""
+
+    hidden: int = 2048
+    intermediate: int = 8192
+    heads: int = 32
+    kv_heads: int = 8
+    head_dim: int = 64
+    prefill: int = 512
+    context: int = 2048
+
+
+def _timer(device: torch.device) -> Callable[[Callable[[], object]], float]:
+    """Seconds per call: ``triton.testing.do_bench`` on CUDA, a median of a few calls elsewhere."""
+    if device.type == "cuda":
+        import triton.testing
+
+        return lambda fn: triton.testing.do_bench(fn) * 1e-3
+
+    def median(fn: Callable[[], object]) -> float:
+        fn()
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return sorted(times)[1]
+
+    return median
+
+
+def layer_rows(device: torch.device, shape: LayerShape = LayerShape(), compile_too: bool = True) -> list[str]:
+    """The layer in bf16 (arke: bf16 weights, f32 sums) vs transformers in bf16: eager and compiled.
+
+    Returns the table's rows; the first says how far arke's outputs are from transformers'.
+    Runs anywhere Triton does (the tests run it tiny under ``TRITON_INTERPRET=1``).
+    """
+    from transformers import DynamicCache, LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    import arke.models
+
+    options: dict[str, Any] = {"rope_theta": 500000.0}
+    config = LlamaConfig(hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                         num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim,
+                         rms_norm_eps=1e-5, max_position_embeddings=shape.context + shape.prefill, **options)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    hf = LlamaDecoderLayer(config, layer_idx=0).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.02)
+    hf = hf.to(device=device, dtype=torch.bfloat16)
+    rotary = LlamaRotaryEmbedding(config).to(device)
+    layer = arke.models.from_transformers(hf, config, target="triton", max_seq=shape.context + 1, weights="bf16")
+    timer = _timer(device)
+    x = torch.randn(1, shape.prefill, shape.hidden, device=device, dtype=torch.bfloat16)
+    pos = torch.arange(shape.prefill, device=device)[None]
+    emb = rotary(x, pos)
+    cache = layer.new_cache(1)
+
+    def ours_prefill() -> object:
+        cache.length = 0
+        return layer(x, pos, cache)
+
+    def eager_prefill() -> object:
+        with torch.no_grad():
+            return hf(x, position_embeddings=emb)
+
+    got, want = ours_prefill(), eager_prefill()
+    rows = [f"  layer check: prefill max |arke - transformers| / max |transformers| = "
+            f"{scaled_error(got, want[0] if isinstance(want, tuple) else want):.1e} (bf16 weights, both)"]
+    times = {"arke": timer(ours_prefill), "eager": timer(eager_prefill)}
+    if compile_too:
+        compiled = torch.compile(hf)
+        with torch.no_grad():
+            compiled(x, position_embeddings=emb)
+            times["compile"] = timer(lambda: compiled(x, position_embeddings=emb))
+    rows.append(_layer_row(f"prefill {shape.prefill} (batch 1, bf16)", times))
+    # one decode step at the context: arke's cache refilled to that length, transformers' own cache likewise
+    x1 = torch.randn(1, 1, shape.hidden, device=device, dtype=torch.bfloat16)
+    p1 = torch.full((1, 1), shape.context - 1, device=device)
+    past = DynamicCache()
+    kv = torch.randn(1, shape.kv_heads, shape.context - 1, shape.head_dim, device=device, dtype=torch.bfloat16)
+    past.update(kv, kv.clone(), 0)
+    emb1 = rotary(x1, p1)
+
+    def ours_decode() -> object:
+        cache.length = shape.context - 1
+        return layer(x1, p1, cache)
+
+    def eager_decode() -> object:
+        with torch.no_grad():
+            out = hf(x1, cache=past, use_cache=True, position_embeddings=emb1)
+        past.crop(-1)  # drop the step's token: every timed step sees the same context
+        return out
+
+    rows.append(_layer_row(f"decode step at {shape.context} (batch 1, bf16)",
+                           {"arke": timer(ours_decode), "eager": timer(eager_decode)}))
+    return rows
+
+
+def _layer_row(name: str, times: dict[str, float]) -> str:
+    arke_s = times["arke"]
+    cells = [f"{times[k] * 1e3:9.3f}ms" if k in times else f"{'-':>11}" for k in ("arke", "eager", "compile")]
+    ratios = [f"{times[k] / arke_s:6.2f}x" if k in times else f"{'-':>7}" for k in ("eager", "compile")]
+    return f"  {name:<40}{''.join(cells)}   {' '.join(ratios)}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
@@ -332,6 +451,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"peaks: {limits[0] / 1e12:.0f} TFLOP/s bf16 dense, {limits[1] / 1e12:.2f} TB/s ({limits[2]})")
     selected = [b for b in benches() if not args.only or any(o in b.name for o in args.only)]
     run_benches(selected, not args.no_compile, start + args.budget, limits)
+    if not args.only or any("layer" in o for o in args.only):
+        print(f"  {'decoder layer (Llama-3.2-1B-shaped)':<40}{'arke':>11}{'eager':>11}{'compile':>11}   "
+              f"{'eager/arke compile/arke'}")
+        try:
+            for row in layer_rows(torch.device("cuda"), compile_too=not args.no_compile):
+                print(row, flush=True)
+        except Exception as err:  # a report: show why
+            print(f"  decoder layer failed: {type(err).__name__}: {str(err)[:300]}")
     print(f"total {time.perf_counter() - start:.0f} s")
     return 0
 

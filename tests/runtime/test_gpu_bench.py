@@ -76,3 +76,16 @@ def test_without_cuda_it_says_so_and_exits_0() -> None:
                           cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "no CUDA device" in proc.stdout
+
+
+def test_decoder_layer_rows_under_the_interpreter() -> None:
+    """The GPU script's decoder-layer section, tiny, on CPU tensors in Triton's interpreter."""
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        pytest.skip("needs TRITON_INTERPRET=1 (tests/conftest.py sets it)")
+    pytest.importorskip("transformers")
+    bench = gpu_script()
+    shape = bench.LayerShape(hidden=32, intermediate=48, heads=4, kv_heads=2, head_dim=8, prefill=5, context=12)
+    rows = bench.layer_rows(torch.device("cpu"), shape, compile_too=False)
+    assert len(rows) == 3 and "prefill 5" in rows[1] and "decode step at 12" in rows[2]
+    error = float(rows[0].split("=")[1].split()[0])
+    assert error < 2e-2, rows[0]  # bf16 on both sides: transformers rounds every activation, arke only weights
