@@ -142,6 +142,9 @@ def _tensors(folder: Path, prefix: str) -> dict[str, torch.Tensor]:
         files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no safetensors file in {folder} holds {prefix!r}")
+    missing = [f for f in files if not f.exists()]
+    if missing:
+        raise FileNotFoundError(f"{folder}: the index names {missing[0].name}, which is not there")
     out: dict[str, torch.Tensor] = {}
     for path in files:
         with safe_open(str(path), framework="pt") as f:
@@ -149,6 +152,25 @@ def _tensors(folder: Path, prefix: str) -> dict[str, torch.Tensor]:
                 if name.startswith(prefix):
                     out[name[len(prefix):]] = f.get_tensor(name)
     return out
+
+
+#: Where a checkpoint keeps its layers: a causal-LM model (``model.layers.N``), a base model
+#: (``layers.N``), a multimodal model's language part.
+PREFIXES = ("model.layers.{}.", "layers.{}.", "model.language_model.layers.{}.", "language_model.model.layers.{}.")
+
+
+def _layer_tensors(folder: Path, layer_index: int) -> dict[str, torch.Tensor]:
+    """Layer ``layer_index``'s tensors, by name within the layer, under whichever prefix the checkpoint uses."""
+    for prefix in PREFIXES:
+        try:
+            found = _tensors(folder, prefix.format(layer_index))
+        except FileNotFoundError:
+            continue
+        if found:
+            return found
+    shown = ", ".join(p.format(layer_index) for p in PREFIXES)
+    raise FileNotFoundError(f"no safetensors file in {folder} holds tensors of layer {layer_index} "
+                            f"(looked for {shown})")
 
 
 def from_pretrained(folder: str | os.PathLike[str], layer_index: int = 0, target: str = "llvm",
@@ -169,7 +191,7 @@ def from_pretrained(folder: str | os.PathLike[str], layer_index: int = 0, target
     if not 0 <= layer_index < int(config.num_hidden_layers):
         raise ValueError(f"layer {layer_index} does not exist: the model has {config.num_hidden_layers} layers")
     spec = layer_config(config, layer_index)
-    t = _tensors(path, f"model.layers.{layer_index}.")
+    t = _layer_tensors(path, layer_index)
     raw: dict[str, torch.Tensor] = {}
     names = {"input_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight"}
     for part in ("q", "k", "v", "o"):
@@ -184,6 +206,10 @@ def from_pretrained(folder: str | os.PathLike[str], layer_index: int = 0, target
                                                                f"{moe}.experts.down_proj")
         else:
             e = range(spec.experts)
+            each = [f"{moe}.experts.{x}.{w}.weight" for x in e for w in ("w1", "w2", "w3")]
+            lacking = [n for n in each if n not in t]
+            if lacking:
+                raise ValueError(f"layer {layer_index} of {path} lacks {', '.join(lacking)}")
             raw["experts_gate_up"] = torch.stack([torch.cat([t[f"{moe}.experts.{x}.w1.weight"],
                                                              t[f"{moe}.experts.{x}.w3.weight"]]) for x in e])
             raw["experts_down"] = torch.stack([t[f"{moe}.experts.{x}.w2.weight"] for x in e])

@@ -168,6 +168,8 @@ class CompiledLayer:
 
     ``target="reference"`` runs the same plan with every kernel on the reference interpreter:
     the oracle a compiled layer is checked against.
+
+    Calls from several threads are serialised: each call shape has one arena.
     """
 
     def __init__(self, config: LayerConfig, weights: dict[str, torch.Tensor], *, target: str = "llvm",
@@ -212,6 +214,7 @@ class CompiledLayer:
             self._mlp = call("mlp" + s)
         self._shapes: dict[tuple[int, int], _Shape] = {}
         self._lock = threading.Lock()
+        self._calling = threading.Lock()
 
     def __repr__(self) -> str:
         c = self.config
@@ -331,6 +334,10 @@ class CompiledLayer:
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
         b, t = self._check(x, positions, cache)
+        with self._calling:  # the shape's arena is shared by every call of that shape
+            return self._run(x, positions, cache, b, t)
+
+    def _run(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, b: int, t: int) -> torch.Tensor:
         c, w = self.config, self.weights
         n = b * t
         shape = self._shape(b, t)
