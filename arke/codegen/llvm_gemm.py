@@ -83,10 +83,16 @@ class _Gemm(GemmBase):
         self.c, self.blk = d.pattern, blk
         self.contract = d.members[0]
         self.accumulated: str | None = None  # the finished sum while the epilogue is rendered
+        self.a_once: str | None = None  # decode: where the evaluated rows of A are (see rows_once)
         self.plain_a, self.plain_b = self.c.plain_a(), self.c.plain_b()
         # A is packed when it has a prologue (evaluated once per element) or the strategy says
         # `pack a` (rows whose stride is a multiple of 4 KiB collide in L1 when read in place)
         self.packs_a = self.plain_a is None or plan.decision("pack", self.plain_a.src) is not None
+        # decode with a prologue on A (a norm, an activation): A's few rows are evaluated once per
+        # worker into contiguous f32 rows, and the dot products read them (B is read once, as stored)
+        pa, pb = self.plain_a, self.plain_b
+        self.rows_once = (pb is not None and pb.indices[-1] == ir.Idx(self.c.k) and not self.c.batch
+                          and self.c.m is not None and (pa is None or pa.indices[-1] != ir.Idx(self.c.k)))
         super().__init__(plan, d, name, declare, vector_bits)
         for op in d.members:
             self.extent.update({a.name: a.extent for a in op.axes})
@@ -113,8 +119,11 @@ class _Gemm(GemmBase):
         return mr * sympy.floor((self.rows() + mr - 1) / mr)
 
     def scratch_words(self) -> Dim:
-        """8-byte words of scratch per worker: packed B block, packed A rows, f32 sum tile, alignment slack."""
+        """8-byte words of scratch per worker: packed B block, packed A rows, f32 sum tile, the few
+        evaluated rows of A for decode, alignment slack."""
         floats = self.blk.kc * self.blk.nc + self.a_panel() + self.padded_rows() * self.blk.nc + 32
+        if self.rows_once:
+            floats += GEMV_ROWS * self.extent[self.c.k]
         return sympy.floor((floats + 1) / 2)
 
     def a_panel(self) -> int:
@@ -139,6 +148,11 @@ class _Gemm(GemmBase):
         packed = self.let(f"inttoptr i64 {aligned} to ptr")
         a_rows = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {blk.kc * blk.nc}")
         tile = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {blk.kc * blk.nc + self.a_panel()}")
+        if self.rows_once:
+            tile_floats = self.let(f"mul i64 {self.dim(self.padded_rows())}, {blk.nc}")
+            self.a_once = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {tile_floats}")
+            few = self.let(f"icmp slt i64 {self.dim(self.rows())}, {GEMV_ROWS}")
+            self.branch(few, lambda: self.evaluate_rows(self.a_once or ""), lambda: None)
 
         def task(flat: str) -> None:
             jc = self.let(f"urem i64 {flat}, {ntiles}")
@@ -180,6 +194,11 @@ class _Gemm(GemmBase):
         if pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb):
             few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
             self.branch(few, lambda: self.dots(pa, pb, a0, b0, n0, nc, tile),
+                        lambda: self.blocks(a0, b0, n0, nc, packed, a_rows, tile))
+        elif self.a_once is not None and pb is not None:
+            few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
+            a_once = self.a_once
+            self.branch(few, lambda: self.dots(None, pb, a_once, b0, n0, nc, tile),
                         lambda: self.blocks(a0, b0, n0, nc, packed, a_rows, tile))
         else:
             self.blocks(a0, b0, n0, nc, packed, a_rows, tile)
@@ -355,6 +374,27 @@ class _Gemm(GemmBase):
             self.counted("lane", "0", str(blk.nr), column)
 
         self.counted("panel", first, panels, panel)
+
+    def evaluate_rows(self, dst: str) -> None:
+        """``dst[m * K + k] = A(m, k)`` (through A's prologue) for the few rows of a decode call."""
+        c = self.c
+        assert c.m is not None
+        k_ext = self.dim(self.extent[c.k])
+
+        def row(m: str) -> None:
+            self.current[c.m] = m
+            base = self.let(f"mul i64 {m}, {k_ext}")
+
+            def step(k: str) -> None:
+                self.current[c.k] = k
+                v = self.expr(c.a)
+                q = self.let(f"add i64 {base}, {k}")
+                q = self.let(f"getelementptr inbounds float, ptr {dst}, i64 {q}")
+                self.emit(f"store float {v}, ptr {q}")
+
+            self.counted("ek", "0", k_ext, step)
+
+        self.counted("em", "0", self.dim(self.rows()), row)
 
     def pack_a_row(self, row: str, r: int, pc: str, kc: str, a_rows: str) -> str:
         """Row ``r`` of the packed A block, interleaved ``[kk][mr]``: ``A(row, pc + kk)`` for kk < kc

@@ -157,9 +157,10 @@ class GemmBase(_Function):
         return "\n".join(lines)
 
     # -- few rows: dot products along k
-    def dots(self, pa: ir.Load, pb: ir.Load, a0: str, b0: str, n0: str, nc: str, tile: str) -> None:
+    def dots(self, pa: ir.Load | None, pb: ir.Load, a0: str, b0: str, n0: str, nc: str, tile: str) -> None:
         """Rows of C as dot products of A's row and eight of B's rows at a time (both contiguous along k):
-        eight streams keep enough loads in flight to run at the memory's speed."""
+        eight streams keep enough loads in flight to run at the memory's speed. ``pa`` None: A's
+        rows were evaluated (through its prologue) into contiguous f32 rows at ``a0``."""
         c, blk = self.c, self.blk
         lanes, group = blk.lanes, 8
         vec = f"<{lanes} x float>"
@@ -167,9 +168,13 @@ class GemmBase(_Function):
         k_ext = self.dim(self.extent[c.k])
         m_ext = self.dim(self.rows())
         n_ext = self.dim(self.extent[c.n])
-        sa_m = self.stride(pa, c.m) if c.m is not None else "0"
+        if pa is not None:
+            sa_m = self.stride(pa, c.m) if c.m is not None else "0"
+            a_dtype = self.buffer(pa.src).dtype
+        else:
+            sa_m, a_dtype = k_ext, DType.F32
         sb_n = self.stride(pb, c.n)
-        a_dtype, b_dtype = self.buffer(pa.src).dtype, self.buffer(pb.src).dtype
+        b_dtype = self.buffer(pb.src).dtype
         full = self.let(f"and i64 {k_ext}, {-lanes}")
         rem = self.let(f"sub i64 {k_ext}, {full}")
         self.declare(f"declare {vec} @llvm.masked.load.v{lanes}f32.p0(ptr, i32, <{lanes} x i1>, {vec})")

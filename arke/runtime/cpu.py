@@ -188,19 +188,25 @@ class CPUKernel:
 
     def run_prepared(self, args: dict[str, torch.Tensor], dims: dict[str, int], as_numpy: bool,
                      threads: int | None = None, out: Any = None,
-                     temps: dict[int, torch.Tensor] | None = None) -> Any:
+                     temps: dict[int, torch.Tensor] | None = None, planned: bool = False) -> Any:
         """Run on arguments already checked and converted by :func:`~arke.runtime.guards.prepare_args`.
 
         ``out``: a tensor (or a tuple, one per result) to write the results into; checked like
         the arguments, and it may not overlap them. The results are then ``out`` itself.
         ``temps``: tensors for temporary buffers (plan buffer index -> a contiguous tensor of the
         shape and dtype :meth:`temp_buffers` gives), for a caller that plans memory itself.
+        ``planned``: ``out`` comes from such a caller's memory plan (a tensor per result, of its
+        shape and dtype, contiguous, overlapping nothing it reads), so its checks are skipped.
         """
         fn = self.plan.function
         for k, v in args.items():
             if not v.is_contiguous():
                 args[k] = v.contiguous()  # views are copied; contiguous ones are not
-        given = check_out(fn, out, dims, args) if out is not None else {}
+        if out is not None and planned:
+            outs_ = tuple(out) if isinstance(out, tuple | list) else (out,)
+            given = {r: [o] for r, o in zip(fn.results, outs_)}
+        else:
+            given = check_out(fn, out, dims, args) if out is not None else {}
         sizes = self._sizes(dims)
         buffers: list[torch.Tensor] = []
         lent = temps or {}

@@ -107,6 +107,19 @@ class _Call:
         self._tensors = [p.name for p in self.fn.params if p.type.rank]
         self._scalars = {p.name: p for p in self.fn.params if not p.type.rank}
         self._memo: dict[tuple[Any, ...], tuple[dict[str, int], Any]] = {}
+        self._scalar_memo: dict[tuple[str, Any], torch.Tensor] = {}
+        self._cpu = not keep_device
+
+    def scalar(self, name: str, value: Any) -> torch.Tensor:
+        """The 0-d tensor of a scalar argument (the same values recur: eps, a window, the step's n)."""
+        key = (name, value)
+        found = self._scalar_memo.get(key)
+        if found is None:
+            if len(self._scalar_memo) >= 64:
+                evict_oldest(self._scalar_memo)
+            found = self._scalar(self.fn, self._scalars[name], value)
+            self._scalar_memo[key] = found
+        return found
 
     def resolve(self, tensors: list[torch.Tensor], scalars: dict[str, Any]) -> tuple[dict[str, int], Any]:
         """The dims and compiled variant for a call with these tensors (fully checked the first time)."""
@@ -125,9 +138,9 @@ class _Call:
         dims, variant = self.resolve(tensors, scalars)
         args = dict(zip(self._tensors, tensors))
         for name, p in self._scalars.items():
-            args[name] = self._scalar(self.fn, p, scalars.get(name, p.default))
-        if temps is not None:
-            return variant.run_prepared(args, dims, False, None, out, temps=temps)
+            args[name] = self.scalar(name, scalars.get(name, p.default))
+        if self._cpu:  # the outputs are the memory plan's: no overlap or shape checks per call
+            return variant.run_prepared(args, dims, False, None, out, temps=temps, planned=True)
         return variant.run_prepared(args, dims, False, None, out)
 
 
