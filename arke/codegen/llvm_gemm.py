@@ -378,11 +378,12 @@ class _Gemm(GemmBase):
     def evaluate_rows(self, dst: str) -> None:
         """``dst[m * K + k] = A(m, k)`` (through A's prologue) for the few rows of a decode call."""
         c = self.c
-        assert c.m is not None
+        m_axis = c.m
+        assert m_axis is not None
         k_ext = self.dim(self.extent[c.k])
 
         def row(m: str) -> None:
-            self.current[c.m] = m
+            self.current[m_axis] = m
             base = self.let(f"mul i64 {m}, {k_ext}")
 
             def step(k: str) -> None:
