@@ -15,11 +15,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-#: The layer's shape (Llama 3.2 1B) and the run: prefill tokens, decode steps.
-HIDDEN, MLP, HEADS, KV_HEADS, HEAD_DIM = 2048, 8192, 32, 8, 64
-PREFILL, STEPS = 128, 32
 #: Largest accepted max |difference| / max |reference| (f32 everywhere).
 TOLERANCE = 1e-4
+
+
+@dataclass(frozen=True)
+class DemoShape:
+    """The layer's shape (Llama 3.2 1B by default) and the run: prefill tokens, decode steps."""
+
+    hidden: int = 2048
+    mlp: int = 8192
+    heads: int = 32
+    kv_heads: int = 8
+    head_dim: int = 64
+    prefill: int = 128
+    steps: int = 32
 
 
 @dataclass
@@ -31,34 +41,34 @@ class Run:
     step_s: list[float]
 
 
-def _config() -> Any:
+def _config(shape: DemoShape) -> Any:
     from transformers import LlamaConfig
 
     rope = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
             "original_max_position_embeddings": 8192}
     # transformers 5 takes rope_parameters (theta included); 4 reads rope_theta and rope_scaling
     options: dict[str, Any] = {"rope_theta": 500000.0, "rope_scaling": rope}
-    config = LlamaConfig(hidden_size=HIDDEN, intermediate_size=MLP, num_attention_heads=HEADS,
-                         num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, rms_norm_eps=1e-5,
+    config = LlamaConfig(hidden_size=shape.hidden, intermediate_size=shape.mlp, num_attention_heads=shape.heads,
+                         num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim, rms_norm_eps=1e-5,
                          max_position_embeddings=131072, **options)
     config._attn_implementation = "sdpa"
     return config
 
 
-def _run_arke(layer: Any, x: Any, positions: Any) -> Run:
+def _run_arke(layer: Any, x: Any, positions: Any, prefill_tokens: int) -> Run:
     cache = layer.new_cache(batch=1)
     start = time.perf_counter()
-    outs = [layer(x[:, :PREFILL], positions[:, :PREFILL], cache)]
+    outs = [layer(x[:, :prefill_tokens], positions[:, :prefill_tokens], cache)]
     prefill = time.perf_counter() - start
     steps = []
-    for s in range(PREFILL, PREFILL + STEPS):
+    for s in range(prefill_tokens, x.shape[1]):
         start = time.perf_counter()
         outs.append(layer(x[:, s:s + 1], positions[:, s:s + 1], cache))
         steps.append(time.perf_counter() - start)
     return Run(outs, prefill, steps)
 
 
-def _run_torch(layer: Any, rotary: Any, x: Any, positions: Any) -> Run:
+def _run_torch(layer: Any, rotary: Any, x: Any, positions: Any, prefill_tokens: int) -> Run:
     import torch
     from transformers import DynamicCache
 
@@ -71,10 +81,10 @@ def _run_torch(layer: Any, rotary: Any, x: Any, positions: Any) -> Run:
 
     with torch.no_grad():
         start = time.perf_counter()
-        outs = [call(0, PREFILL)]
+        outs = [call(0, prefill_tokens)]
         prefill = time.perf_counter() - start
         steps = []
-        for s in range(PREFILL, PREFILL + STEPS):
+        for s in range(prefill_tokens, x.shape[1]):
             start = time.perf_counter()
             outs.append(call(s, s + 1))
             steps.append(time.perf_counter() - start)
@@ -88,7 +98,7 @@ def _error(got: list[Any], want: list[Any]) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
 
 
-def run_layer_demo(console: Any = None) -> int:
+def run_layer_demo(console: Any = None, shape: DemoShape = DemoShape()) -> int:
     """Build, run, check and time the layer; print the results. Returns the exit status."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch's spinning workers would take our cores
     from rich.console import Console
@@ -106,8 +116,10 @@ def run_layer_demo(console: Any = None) -> int:
     torch.manual_seed(0)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   transient=False) as progress:
-        task = progress.add_task("transformers: a Llama-3.2-1B-shaped decoder layer, random weights", total=None)
-        config = _config()
+        task = progress.add_task(f"transformers: a Llama decoder layer (hidden {shape.hidden}, MLP {shape.mlp}, "
+                                 f"{shape.heads}/{shape.kv_heads} heads of {shape.head_dim}), random weights",
+                                 total=None)
+        config = _config(shape)
         hf = LlamaDecoderLayer(config, layer_idx=0).eval()
         with torch.no_grad():
             for p in hf.parameters():
@@ -119,39 +131,40 @@ def run_layer_demo(console: Any = None) -> int:
         task = progress.add_task("arke: compiling std.decoder for this CPU (LLVM), prefill and decode plans",
                                  total=None)
         start = time.perf_counter()
-        layer = arke.models.from_transformers(hf, config, target="llvm", max_seq=PREFILL + STEPS)
-        plans = {"prefill": layer.dispatches(1, PREFILL), "decode": layer.dispatches(1, 1)}
+        total = shape.prefill + shape.steps
+        layer = arke.models.from_transformers(hf, config, target="llvm", max_seq=total)
+        plans = {"prefill": layer.dispatches(1, shape.prefill), "decode": layer.dispatches(1, 1)}
         built = time.perf_counter() - start
         progress.update(task, completed=1, total=1)
         task = progress.add_task("the reference interpreter: the same plan, every kernel interpreted", total=None)
-        reference = arke.models.from_transformers(hf, config, target="reference", max_seq=PREFILL + STEPS)
+        reference = arke.models.from_transformers(hf, config, target="reference", max_seq=total)
         progress.update(task, completed=1, total=1)
 
-    x = torch.randn(1, PREFILL + STEPS, HIDDEN)
-    positions = torch.arange(PREFILL + STEPS)[None]
-    _run_arke(layer, x, positions)  # warm: pages of the arena and caches, the signature memos
-    ours = _run_arke(layer, x, positions)
-    oracle = _run_arke(reference, x, positions)
-    _run_torch(hf, rotary, x, positions)  # warm, as ours was
-    theirs = _run_torch(hf, rotary, x, positions)
+    x = torch.randn(1, total, shape.hidden)
+    positions = torch.arange(total)[None]
+    _run_arke(layer, x, positions, shape.prefill)  # warm: pages of the arena and caches, the signature memos
+    ours = _run_arke(layer, x, positions, shape.prefill)
+    oracle = _run_arke(reference, x, positions, shape.prefill)
+    _run_torch(hf, rotary, x, positions, shape.prefill)  # warm, as ours was
+    theirs = _run_torch(hf, rotary, x, positions, shape.prefill)
     errors = {"reference interpreter": _error(ours.outputs, oracle.outputs),
               "transformers (torch eager)": _error(ours.outputs, theirs.outputs)}
 
     console.print(f"\n[bold]{layer}[/bold]  (compiled in {built:.1f} s; cached on disk for the next run)")
     for phase, lines in plans.items():
         console.print(f"  {phase}: " + "; ".join(lines))
-    memory = layer.memory(1, PREFILL)
+    memory = layer.memory(1, shape.prefill)
     kv = layer.new_cache(1).nbytes / 2**20
     console.print(f"  memory plan, prefill: arena {memory.arena_bytes / 2**20:.1f} MiB for a peak of "
                   f"{memory.peak_live_bytes() / 2**20:.1f} MiB live; KV cache {kv:.1f} MiB")
 
-    table = Table(title=f"prefill {PREFILL} tokens, then {STEPS} decode steps (batch 1, f32, this CPU)")
+    table = Table(title=f"prefill {shape.prefill} tokens, then {shape.steps} decode steps (batch 1, f32, this CPU)")
     table.add_column("")
     table.add_column("arke (llvm)", justify="right")
     table.add_column("torch eager (transformers)", justify="right")
     table.add_column("speedup", justify="right")
-    step_ours, step_theirs = sorted(ours.step_s)[STEPS // 2], sorted(theirs.step_s)[STEPS // 2]
-    table.add_row(f"prefill {PREFILL}", f"{ours.prefill_s * 1e3:.1f} ms", f"{theirs.prefill_s * 1e3:.1f} ms",
+    step_ours, step_theirs = sorted(ours.step_s)[shape.steps // 2], sorted(theirs.step_s)[shape.steps // 2]
+    table.add_row(f"prefill {shape.prefill}", f"{ours.prefill_s * 1e3:.1f} ms", f"{theirs.prefill_s * 1e3:.1f} ms",
                   f"{theirs.prefill_s / ours.prefill_s:.2f}×")
     table.add_row("decode step (median)", f"{step_ours * 1e3:.2f} ms", f"{step_theirs * 1e3:.2f} ms",
                   f"{step_theirs / step_ours:.2f}×")

@@ -371,11 +371,22 @@ def test_demo_compares_the_interpreter_with_torch(wrong: bool, capsys: pytest.Ca
     monkeypatch.setattr(arke, "load", load)
     monkeypatch.setattr(arke, "interpret", interpret)
     monkeypatch.setattr(arke, "build", build)
-    status, out, _ = run(capsys, "demo")
+    status, out, _ = run(capsys, "demo", "--kernels")
     assert status == (1 if wrong else 0)
     assert out.count(" ok ") == (8 if wrong else 12)  # each case on the interpreter and compiled
     assert ("4 of 12 cases disagree" if wrong else "all 12 cases agree with torch") in out
 
+
+
+def test_layer_demo_checks_and_times_a_small_layer(capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo's decoder layer, shrunk: built, checked against the interpreter and transformers, timed."""
+    pytest.importorskip("transformers")
+    from arke.demo_layer import DemoShape, run_layer_demo
+
+    status = run_layer_demo(shape=DemoShape(hidden=64, mlp=96, heads=4, kv_heads=2, head_dim=16, prefill=7, steps=3))
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "prefill 7" in out and "decode step" in out and out.count("agrees") == 2
 
 
 # ---------------------------------------------------------------- akc build --target triton (no GPU needed)
