@@ -275,9 +275,12 @@ class CPUKernel:
             else:
                 bounds = [(k * n // chunks, (k + 1) * n // chunks) for k in range(chunks)]
                 base = ctypes.addressof(errors)
+                # the calling thread runs the first chunk itself (a ctypes call releases the GIL):
+                # one thread hand-off fewer, and on a busy machine a worker's wake-up is the cost
                 futures = [pool.submit(launch.fn, *ptrs, dim_array, lo, hi, base + 8 * k,  # type: ignore[union-attr]
                                        at + k * width if at else 0)
-                           for k, (lo, hi) in enumerate(bounds)]
+                           for k, (lo, hi) in enumerate(bounds) if k]
+                launch.fn(*ptrs, dim_array, bounds[0][0], bounds[0][1], base, at)
                 for f in futures:
                     f.result()
             if scratch is not None:
