@@ -23,6 +23,7 @@ KNOBS: dict[str, str] = {
     "ARKE_DEBUG_PASSES": "1 = print the IR after every pass of the pipeline (to stderr)",
     "ARKE_THREADS": "the CPU worker team's size (default: every core this process may use)",
     "ARKE_NO_REUSE": "1 = allocate every result, temporary and scratch buffer afresh on every call",
+    "ARKE_NO_TEAM": "1 = run parallel launches on a Python thread pool instead of the native worker team",
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -47,6 +48,12 @@ def _flag(name: str) -> bool:
 def no_reuse() -> bool:
     """``ARKE_NO_REUSE``: never reuse buffers of earlier calls (see ``arke.runtime.pool``)."""
     return _flag("ARKE_NO_REUSE")
+
+
+def no_team() -> bool:
+    """``ARKE_NO_TEAM``: run parallel launches on a Python thread pool, not the native worker team
+    (``arke.runtime.team``)."""
+    return _flag("ARKE_NO_TEAM")
 
 
 def cache_dir() -> Path:

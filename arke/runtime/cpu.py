@@ -27,6 +27,7 @@ from arke.ir import semantic as ir
 from arke.ir.shapes import evaluate, parse_dim
 from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
 from arke.runtime.pool import BufferPool, evict_oldest
+from arke.runtime.team import MAX_BUFFERS, team
 
 
 @cache
@@ -144,6 +145,7 @@ def default_threads() -> int:
 @dataclass
 class _Launch:
     fn: Callable[..., None]
+    address: int  # fn's entry point (the native team calls it through a trampoline)
     extent: Any  # a dim expression, or None
     buffers: tuple[int, ...]
     scratch: Any  # 8-byte elements of scratch per worker (a dim expression), or None
@@ -165,6 +167,7 @@ class CPUKernel:
         self._loaded = _Loaded(obj)
         self._launches = [
             _Launch(self._loaded.function(spec.entry, len(spec.buffers)),
+                    int(self._loaded.engine.get_function_address(spec.entry)),
                     parse_dim(spec.parallel_extent) if spec.parallel_extent else None, spec.buffers,
                     parse_dim(spec.scratch) if spec.scratch else None)
             for spec in artifact.launches
@@ -264,6 +267,7 @@ class CPUKernel:
     def _run(self, buffers: list[torch.Tensor], sizes: _Sizes, threads: int) -> None:
         errors = (ctypes.c_int64 * max(1, threads))()
         pool = _pool(threads) if threads > 1 else None
+        crew = team(threads) if threads > 1 and not knobs.no_team() else None
         dim_array = sizes.dim_array
         for launch, (n, width) in zip(self._launches, sizes.launches):
             ptrs = [buffers[i].data_ptr() for i in launch.buffers]
@@ -272,6 +276,11 @@ class CPUKernel:
             at = scratch.data_ptr() if scratch is not None else 0
             if chunks <= 1:
                 launch.fn(*ptrs, dim_array, 0, n, ctypes.addressof(errors), at)
+            elif crew is not None and len(ptrs) <= MAX_BUFFERS:
+                base = ctypes.addressof(errors)
+                crew.run(launch.fn, launch.address, [*ptrs, ctypes.addressof(dim_array)],
+                         [(k * n // chunks, (k + 1) * n // chunks, base + 8 * k, at + k * width if at else 0)
+                          for k in range(chunks)])
             else:
                 bounds = [(k * n // chunks, (k + 1) * n // chunks) for k in range(chunks)]
                 base = ctypes.addressof(errors)

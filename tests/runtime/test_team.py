@@ -1,0 +1,80 @@
+"""The native worker team (``arke.runtime.team``): the same bits as one thread or the thread pool,
+concurrent callers, a forked child, and the knob that turns it off."""
+
+from __future__ import annotations
+
+import multiprocessing
+import platform
+import threading
+
+import pytest
+import torch
+
+import arke
+from arke.runtime import team
+
+pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                                reason="the native team is x86-64 only (elsewhere the thread pool runs)")
+
+SOURCE = """
+kernel scale(x: f32[M, N], w: f32[N]) -> f32[M, N] { return x[m, n] * w[n] + 1.0 }
+kernel rowsum(x: f32[M, N]) -> f32[M] { return sum(x[m, n] for n) }
+"""
+
+
+def _lib() -> object:
+    return arke.build(arke.loads(SOURCE, "<team>"))
+
+
+def test_team_runs_chunks_with_the_same_bits() -> None:
+    assert team.team(2) is not None and team.team(1) is None
+    lib = _lib()
+    x, w = torch.randn(257, 300), torch.randn(300)
+    one = lib.rowsum(x, threads=1)  # type: ignore[attr-defined]
+    for threads in (2, 3, 4):
+        assert torch.equal(lib.rowsum(x, threads=threads), one)  # type: ignore[attr-defined]
+    assert torch.equal(lib.scale(x, w, threads=2), x * w + 1.0)  # type: ignore[attr-defined]
+
+
+def test_without_the_team_the_pool_gives_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = _lib()
+    x = torch.randn(129, 1000)
+    with_team = lib.rowsum(x, threads=2)  # type: ignore[attr-defined]
+    monkeypatch.setenv("ARKE_NO_TEAM", "1")
+    assert torch.equal(lib.rowsum(x, threads=2), with_team)  # type: ignore[attr-defined]
+
+
+def test_concurrent_callers_share_the_team() -> None:
+    lib = _lib()
+    xs = [torch.randn(64 + k, 500) for k in range(4)]
+    want = [x.sum(1) for x in xs]
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for _ in range(20):
+                torch.testing.assert_close(lib.rowsum(xs[k], threads=2), want[k])  # type: ignore[attr-defined]
+        except BaseException as err:  # reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def _child(queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    x = torch.ones(100, 64)
+    queue.put(float(_lib().rowsum(x, threads=2).sum()))  # type: ignore[attr-defined]
+
+
+def test_a_forked_child_gets_its_own_team() -> None:
+    _lib().rowsum(torch.ones(10, 10), threads=2)  # type: ignore[attr-defined]  # the parent's team exists
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(queue,))
+    proc.start()
+    proc.join(timeout=60)
+    assert proc.exitcode == 0 and queue.get(timeout=5) == 6400.0
