@@ -768,6 +768,7 @@ class LLVMRenderer(Renderer):
             declarations.setdefault(text, None)
 
         functions, launches = [], []
+        meta = {"vector_bits": str(self.vector_bits)}
         for k, d in enumerate(plan.dispatches):
             entry = f"{plan.name}.d{k}"
             if d.family == "attention":
@@ -777,7 +778,11 @@ class LLVMRenderer(Renderer):
             elif d.family == "contraction" and d.pattern is not None:
                 from arke.codegen.llvm_gemm import render_contraction
 
-                text, launch = render_contraction(plan, d, entry, declare, self.vector_bits)
+                # dims word len(dims) + k may carry the address of B's prepacked panels (runtime.cpu)
+                text, launch, panel = render_contraction(plan, d, entry, declare, self.vector_bits,
+                                                         panel_slot=len(plan.dims) + k)
+                if panel is not None:
+                    meta[f"panels.{k}"] = panel
             else:
                 fn = function_for(plan, d, entry, declare, self.vector_bits)
                 text = fn.render()
@@ -787,7 +792,7 @@ class LLVMRenderer(Renderer):
             functions.append(text)
             launches.append(launch)
         source = "\n\n".join([f"; arke kernel {plan.name}", *declarations, *functions]) + "\n"
-        return Artifact("llvm", source, tuple(launches), {"vector_bits": str(self.vector_bits)})
+        return Artifact("llvm", source, tuple(launches), meta)
 
 
 RENDERER = LLVMRenderer()

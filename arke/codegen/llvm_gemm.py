@@ -64,14 +64,22 @@ def blocking(plan: KernelPlan, c: Contraction, vector_bits: int) -> Blocking:
 
 
 def render_contraction(plan: KernelPlan, d: Dispatch, entry: str, declare: Callable[[str], None],
-                       vector_bits: int) -> tuple[str, LaunchSpec]:
-    """The LLVM functions of one contraction dispatch and how to launch them."""
+                       vector_bits: int, panel_slot: int | None = None) -> tuple[str, LaunchSpec, str | None]:
+    """The LLVM functions of one contraction dispatch and how to launch them.
+
+    ``panel_slot``: the word of the dims array that may hold the address of ``B`` packed once
+    into panels (see :meth:`_Gemm.panel_operand`); 0 there means "pack as you go". The third
+    result, when B can come prepacked: ``"<B's buffer index>,<nr>"``.
+    """
     assert isinstance(d.pattern, Contraction)
     g = _Gemm(plan, d, entry, declare, blocking(plan, d.pattern, vector_bits), vector_bits)
+    g.panel_slot = panel_slot if g.panel_operand() is not None else None
     text = g.render()
     extent = dim_str(g.parallel_extent) if g.parallel_extent is not None else None
     launch = LaunchSpec(entry, extent, tuple(plan.buffer_index(b) for b in g.args), dim_str(g.scratch_words()))
-    return text, launch
+    operand = g.panel_operand()
+    panel = f"{plan.buffer_index(operand.src)},{g.blk.nr}" if g.panel_slot is not None and operand else None
+    return text, launch, panel
 
 
 class _Gemm(GemmBase):
@@ -84,6 +92,8 @@ class _Gemm(GemmBase):
         self.contract = d.members[0]
         self.accumulated: str | None = None  # the finished sum while the epilogue is rendered
         self.a_once: str | None = None  # decode: where the evaluated rows of A are (see rows_once)
+        self.panel_slot: int | None = None  # the dims word holding B's prepacked panels, if it may
+        self.pre = self.has_pre = ""
         self.plain_a, self.plain_b = self.c.plain_a(), self.c.plain_b()
         # A is packed when it has a prologue (evaluated once per element) or the strategy says
         # `pack a` (rows whose stride is a multiple of 4 KiB collide in L1 when read in place)
@@ -112,6 +122,18 @@ class _Gemm(GemmBase):
         if e.src == self.c.result and self.accumulated is not None:
             return self.accumulated
         return self.load(e)
+
+    def panel_operand(self) -> ir.Load | None:
+        """``B`` when it can come prepacked: an f32 parameter ``w[n, k]`` (a weight), no batch axes.
+
+        Its panels are ``[ceil(N / nr)][K][nr]`` (column ``n`` of panel ``n / nr`` at lane ``n % nr``,
+        zero past N): the micro-kernel reads a k-block of a panel in place, and decode streams the
+        panels with ``A``'s rows broadcast, so neither packs anything."""
+        pb, c = self.plain_b, self.c
+        if pb is None or c.batch or pb.indices != (ir.Idx(c.n), ir.Idx(c.k)):
+            return None
+        buf = self.plan.buffers[self.plan.buffer_index(pb.src)]
+        return pb if buf.role == "param" and buf.dtype is DType.F32 else None
 
     # -- sizes
     def padded_rows(self) -> Dim:
@@ -168,6 +190,11 @@ class _Gemm(GemmBase):
             nc = self.smin(left, str(blk.nc))
             self.slab(n0, nc, packed, a_rows, tile)
 
+        if self.panel_slot is not None:
+            word = self._pro(f"getelementptr inbounds i64, ptr %dims, i64 {self.panel_slot}")
+            word = self._pro(f"load i64, ptr {word}")
+            self.has_pre = self._pro(f"icmp ne i64 {word}, 0")
+            self.pre = self._pro(f"inttoptr i64 {word} to ptr")
         self.counted("task", "%lo", "%hi", task)
         self.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
         self.declare(f"declare <{blk.lanes} x float> @llvm.fma.v{blk.lanes}f32(<{blk.lanes} x float>, "
@@ -193,16 +220,93 @@ class _Gemm(GemmBase):
         pa, pb = self.plain_a, self.plain_b
         if pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb):
             few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
-            self.branch(few, lambda: self.dots(pa, pb, a0, b0, n0, nc, tile),
+            self.branch(few, lambda: self.either_dots(pa, pb, a0, b0, n0, nc, tile),
                         lambda: self.blocks(a0, b0, n0, nc, packed, a_rows, tile))
         elif self.a_once is not None and pb is not None:
             few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
             a_once = self.a_once
-            self.branch(few, lambda: self.dots(None, pb, a_once, b0, n0, nc, tile),
+            self.branch(few, lambda: self.either_dots(None, pb, a_once, b0, n0, nc, tile),
                         lambda: self.blocks(a0, b0, n0, nc, packed, a_rows, tile))
         else:
             self.blocks(a0, b0, n0, nc, packed, a_rows, tile)
         self.finish(n0, nc, tile)
+
+    def either_dots(self, pa: ir.Load | None, pb: ir.Load, a0: str, b0: str, n0: str, nc: str, tile: str) -> None:
+        """Decode: dot products along k of A's rows and B's rows, or, when B came prepacked, the panels
+        streamed with A's elements broadcast."""
+        if self.panel_slot is None:
+            self.dots(pa, pb, a0, b0, n0, nc, tile)
+            return
+        self.branch(self.has_pre, lambda: self.panel_dots(pa, a0, n0, nc, tile),
+                    lambda: self.dots(pa, pb, a0, b0, n0, nc, tile))
+
+    def panel_dots(self, pa: ir.Load | None, a0: str, n0: str, nc: str, tile: str) -> None:
+        """``tile[r][col] = sum(A[r, k] * panel[k][col] for k)`` for the (at most three) rows, panel by
+        panel: each panel row is loaded once for every row of A, and k runs in order."""
+        c, blk = self.c, self.blk
+        lanes, nr = blk.lanes, blk.nr
+        vec = f"<{lanes} x float>"
+        fma = f"@llvm.fma.v{lanes}f32"
+        k_ext = self.dim(self.extent[c.k])
+        m_ext = self.dim(self.rows())
+        if pa is not None:
+            sa_m = self.stride(pa, c.m) if c.m is not None else "0"
+            a_ty = STORAGE[self.buffer(pa.src).dtype]
+            a_dtype = self.buffer(pa.src).dtype
+        else:
+            sa_m, a_ty, a_dtype = k_ext, "float", DType.F32
+        last_row = self.let(f"sub i64 {m_ext}, 1")
+        rows = GEMV_ROWS - 1
+        a_rows = []
+        for r in range(rows):
+            row = self.smin(str(r), last_row)  # rows past M repeat the last one (never stored)
+            off = self.let(f"mul i64 {row}, {sa_m}")
+            a_rows.append(self.let(f"getelementptr inbounds {a_ty}, ptr {a0}, i64 {off}"))
+        panels = self.let(f"add i64 {nc}, {nr - 1}")
+        panels = self.let(f"udiv i64 {panels}, {nr}")
+        first = self.let(f"udiv i64 {n0}, {nr}")
+        span = self.let(f"mul i64 {k_ext}, {nr}")
+
+        def panel(p: str) -> None:
+            at = self.let(f"add i64 {first}, {p}")
+            at = self.let(f"mul i64 {at}, {span}")
+            base = self.let(f"getelementptr inbounds float, ptr {self.pre}, i64 {at}")
+            accs = []
+            for j in range(rows * blk.nv):
+                acc = f"%pacc{j}.{self.loops_made}"
+                self.prologue.append(f"  {acc} = alloca {vec}, align 64")
+                self.emit(f"store {vec} zeroinitializer, ptr {acc}")
+                accs.append(acc)
+
+            def step(k: str) -> None:
+                row = self.let(f"mul i64 {k}, {nr}")
+                ws = []
+                for v in range(blk.nv):
+                    q = self.let(f"add i64 {row}, {v * lanes}")
+                    q = self.let(f"getelementptr inbounds float, ptr {base}, i64 {q}")
+                    ws.append(self.let(f"load {vec}, ptr {q}, align 4"))
+                for r in range(rows):
+                    q = self.let(f"getelementptr inbounds {a_ty}, ptr {a_rows[r]}, i64 {k}")
+                    x = self.to_f32(self.let(f"load {a_ty}, ptr {q}"), a_dtype)
+                    one = self.let(f"insertelement <1 x float> poison, float {x}, i64 0")
+                    xs = self.let(f"shufflevector <1 x float> {one}, <1 x float> poison, <{lanes} x i32> "
+                                  "zeroinitializer")
+                    for v in range(blk.nv):
+                        acc = accs[r * blk.nv + v]
+                        old = self.let(f"load {vec}, ptr {acc}")
+                        self.emit(f"store {vec} {self.let(f'call {vec} {fma}({vec} {xs}, {vec} {ws[v]}, {vec} {old})')}"
+                                  f", ptr {acc}")
+
+            self.counted("pk", "0", k_ext, step)
+            col = self.let(f"mul i64 {p}, {nr}")
+            for r in range(rows):  # the tile has at least mr >= 3 rows of nc columns: every store is inside
+                for v in range(blk.nv):
+                    q = self.let(f"add i64 {r * blk.nc}, {col}")
+                    q = self.let(f"add i64 {q}, {v * lanes}")
+                    q = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {q}")
+                    self.emit(f"store {vec} {self.let(f'load {vec}, ptr {accs[r * blk.nv + v]}')}, ptr {q}")
+
+        self.counted("pp", "0", panels, panel)
 
     # -- packed blocks and micro-kernel calls
     def blocks(self, a0: str, b0: str, n0: str, nc: str, packed: str, a_rows: str, tile: str) -> None:
@@ -223,7 +327,11 @@ class _Gemm(GemmBase):
         def depth(pc: str) -> None:
             left = self.let(f"sub i64 {k_ext}, {pc}")
             kc = self.smin(left, str(blk.kc))
-            self.pack(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, panels, packed)
+            if self.panel_slot is None:
+                self.pack(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, panels, packed)
+            else:  # prepacked panels are read in place
+                self.branch(self.has_pre, lambda: None,
+                            lambda: self.pack(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, panels, packed))
             a_pc = self.let(f"mul i64 {pc}, {sa_k}")
 
             def row_block(ir_: str) -> None:
@@ -241,6 +349,14 @@ class _Gemm(GemmBase):
                 def panel(jr: str) -> None:
                     bp_off = self.let(f"mul i64 {jr}, {kc}")
                     bp = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {bp_off}")
+                    if self.panel_slot is not None:  # panel (n0 + jr) / nr of the prepacked ones, at row pc
+                        at = self.let(f"add i64 {n0}, {jr}")
+                        at = self.let(f"udiv i64 {at}, {blk.nr}")
+                        at = self.let(f"mul i64 {at}, {k_ext}")
+                        at = self.let(f"add i64 {at}, {pc}")
+                        at = self.let(f"mul i64 {at}, {blk.nr}")
+                        pb_ = self.let(f"getelementptr inbounds float, ptr {self.pre}, i64 {at}")
+                        bp = self.let(f"select i1 {self.has_pre}, ptr {pb_}, ptr {bp}")
                     ct = self.let(f"add i64 {c_row}, {jr}")
                     cp = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {ct}")
                     args = ", ".join(f"ptr {r}" for r in rows)

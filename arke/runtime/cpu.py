@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -129,6 +130,42 @@ class _Loaded:
         return fn
 
 
+#: Weights packed into panels (see :func:`register_panels`): data pointer -> (the tensor, nr).
+_PANELS: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
+
+
+def register_panels(view: torch.Tensor, nr: int) -> None:
+    """Declare ``view`` (an f32 ``[N, K]`` tensor whose storage holds ``ceil(N / nr)`` panels of
+    ``[K][nr]``) as a prepacked contraction operand: a dispatch that can read panels (a
+    contraction whose ``B`` is the parameter ``w[n, k]``, see ``llvm_gemm``) reads them in place;
+    any other dispatch given it is refused, since its elements are not in ``[N, K]`` order."""
+    _PANELS[view.data_ptr()] = (weakref.ref(view), nr)
+
+
+def pack_panels(w: torch.Tensor, nr: int) -> torch.Tensor:
+    """``w [N, K]`` as prepacked panels (zero past N), registered: the ``[N, K]`` view to pass for ``w``."""
+    n, k = w.shape
+    p = -(-n // nr)
+    full = torch.zeros(p * nr, k, dtype=torch.float32)
+    full[:n] = w.detach().to(torch.float32)
+    panels = full.view(p, nr, k).transpose(1, 2).contiguous()
+    view = panels.view(-1)[: n * k].view(n, k)
+    register_panels(view, nr)
+    return view
+
+
+def _panels_of(t: torch.Tensor) -> int | None:
+    """``nr`` if ``t`` is a registered panel view (still alive), else None."""
+    entry = _PANELS.get(t.data_ptr())
+    if entry is None:
+        return None
+    owner = entry[0]()
+    if owner is None or owner.data_ptr() != t.data_ptr():
+        _PANELS.pop(t.data_ptr(), None)
+        return None
+    return entry[1]
+
+
 @cache
 def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arke")
@@ -174,6 +211,9 @@ class CPUKernel:
         ]
         self._sized: dict[tuple[int, ...], _Sizes] = {}
         self._pool = BufferPool()
+        # contractions that can read B prepacked: launch -> (B's buffer, nr); dims word len(dims) + launch
+        self._panel_at = {int(key.split(".")[1]): tuple(int(v) for v in value.split(","))
+                          for key, value in artifact.meta.items() if key.startswith("panels.")}
         self._roles = [(b.role, b.name, TORCH_DTYPES[b.dtype]) for b in plan.buffers]
         self._result_at = [plan.buffer_index(r) for r in plan.function.results]
 
@@ -260,15 +300,34 @@ class CPUKernel:
                 [(evaluate(launch.extent, dims) if launch.extent is not None else 1,
                   8 * evaluate(launch.scratch, dims) if launch.scratch is not None else 0)
                  for launch in self._launches],
-                (ctypes.c_int64 * max(1, len(key)))(*key))
+                (ctypes.c_int64 * max(1, len(key) + len(self._launches)))(*key))
             self._sized[key] = found
         return found
+
+    def _with_panels(self, buffers: list[torch.Tensor], dim_array: Any) -> Any:
+        """The dims array, copied with the addresses of prepacked panels where a launch reads them."""
+        found = {i: nr for i, (role, _, _) in enumerate(self._roles)
+                 if role == "param" and (nr := _panels_of(buffers[i])) is not None}
+        if not found:
+            return dim_array
+        words = (ctypes.c_int64 * len(dim_array))(*dim_array)
+        base = len(self.plan.dims)
+        for k, launch in enumerate(self._launches):
+            reads = self._panel_at.get(k)
+            for i in launch.buffers:
+                if i not in found:
+                    continue
+                if reads is None or reads[0] != i or reads[1] != found[i]:
+                    raise RuntimeError(f"kernel `{self.name}`: `{self._roles[i][1]}` holds prepacked panels "
+                                       f"(nr {found[i]}), which dispatch {k} cannot read")
+                words[base + k] = buffers[i].data_ptr()
+        return words
 
     def _run(self, buffers: list[torch.Tensor], sizes: _Sizes, threads: int) -> None:
         errors = (ctypes.c_int64 * max(1, threads))()
         pool = _pool(threads) if threads > 1 else None
         crew = team(threads) if threads > 1 and not knobs.no_team() else None
-        dim_array = sizes.dim_array
+        dim_array = self._with_panels(buffers, sizes.dim_array) if _PANELS else sizes.dim_array
         for launch, (n, width) in zip(self._launches, sizes.launches):
             ptrs = [buffers[i].data_ptr() for i in launch.buffers]
             chunks = min(threads, n) if pool is not None else 1

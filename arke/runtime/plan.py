@@ -214,6 +214,13 @@ class CompiledLayer:
 
             def call(name: str) -> _Call | _Reference:
                 return _Call(kernels[name], target != "llvm")
+        # f32 weights on the CPU are packed once into the panels the contraction kernels read
+        self.nr = 0
+        if target == "llvm" and weights_dtype == "f32":
+            from arke.runtime.cpu import host_vector_bits
+
+            self.nr = 2 * max(4, host_vector_bits() // 32)  # llvm_gemm's default nr: two vectors of lanes
+        self._dense: dict[str, torch.Tensor] = {}
         self.weights = self._pack(weights)
         s = SUFFIX[weights_dtype]
         self._attn_in = call("attn_in" + s)
@@ -244,8 +251,32 @@ class CompiledLayer:
         elif self.kind == "int8":
             q, scale = quantize_int8(w)
             into[name], into[name + "_s"] = q.to(self.device), scale.to(self.device)
+        elif self.nr:  # f32 on the CPU: packed into the contraction kernels' panels, once
+            from arke.runtime.cpu import pack_panels
+
+            into[name] = pack_panels(w, self.nr)
         else:
             into[name] = w.to(self.device)
+
+    def _split(self, into: dict[str, torch.Tensor], tag: str) -> None:
+        """The gate and up halves of a fused ``[2F, D]`` matrix, as ``tag.g`` and ``tag.u`` (int8: their
+        scales as ``tag.g_s``, ``tag.u_s``): views of one tensor. Panels whose halves do not fall on a
+        panel boundary (F not a multiple of nr) are packed half by half instead."""
+        f = self.config.intermediate
+        whole = into.pop(tag)
+        into[tag + ".g"], into[tag + ".u"] = whole[:f], whole[f:]
+        if self.kind == "int8":
+            scales = into.pop(tag + "_s")
+            into[tag + ".g_s"], into[tag + ".u_s"] = scales[:f], scales[f:]
+        if self.nr:
+            from arke.runtime.cpu import pack_panels, register_panels
+
+            if f % self.nr:
+                dense = self._dense[tag]
+                into[tag + ".g"], into[tag + ".u"] = pack_panels(dense[:f], self.nr), pack_panels(dense[f:], self.nr)
+            else:  # the halves start at panels 0 and f / nr of the packed matrix
+                register_panels(into[tag + ".g"], self.nr)
+                register_panels(into[tag + ".u"], self.nr)
 
     def _pack(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Fused and converted weights: ``qkv`` [(H + 2G) E, D], ``gu`` [2F, D] (gate rows, then up)."""
@@ -280,20 +311,24 @@ class CompiledLayer:
         if c.experts:
             out["router"] = raw["router"].detach().to(dev, f32).contiguous()
             for x in range(c.experts):
+                self._dense[f"gu{x}"] = raw["experts_gate_up"][x].detach().float()
                 self._weight(raw["experts_gate_up"][x], out, f"gu{x}")
+                self._split(out, f"gu{x}")
                 self._weight(raw["experts_down"][x], out, f"down{x}")
         else:
-            self._weight(torch.cat([raw["gate"], raw["up"]]), out, "gu")
+            self._dense["gu"] = torch.cat([raw["gate"], raw["up"]]).detach().float()
+            self._weight(self._dense["gu"], out, "gu")
+            self._split(out, "gu")
             self._weight(raw["down"], out, "down")
+        self._dense.clear()
         return out
 
     def _gate_up(self, tag: str) -> list[torch.Tensor]:
         """The gate and up weights (views of the fused matrix; int8: each followed by its scales)."""
-        f, w = self.config.intermediate, self.weights
-        parts = [w[tag][:f], w[tag][f:]]
+        w = self.weights
         if self.kind == "int8":
-            return [parts[0], w[tag + "_s"][:f], parts[1], w[tag + "_s"][f:]]
-        return parts
+            return [w[tag + ".g"], w[tag + ".g_s"], w[tag + ".u"], w[tag + ".u_s"]]
+        return [w[tag + ".g"], w[tag + ".u"]]
 
     def _scaled(self, tag: str) -> list[torch.Tensor]:
         return [self.weights[tag], self.weights[tag + "_s"]] if self.kind == "int8" else [self.weights[tag]]

@@ -1,0 +1,64 @@
+"""Weights packed once into the contraction kernels' panels (``arke.runtime.cpu.pack_panels``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import arke
+from arke.runtime.cpu import host_vector_bits, pack_panels
+
+NR = 2 * max(4, host_vector_bits() // 32)  # llvm_gemm's default panel width on this host
+
+
+@pytest.fixture(scope="module")
+def lib() -> object:
+    return arke.build(arke.loads("import std.nn\nimport std.decoder\n", "<panels>"))
+
+
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (100, 37), (NR * 3, 513), (257, 2048)])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 130])
+def test_linear_reads_prepacked_panels(lib: object, m: int, n: int, k: int) -> None:
+    """Decode streams the panels, the micro-kernel reads them in place: the result is the linear layer's."""
+    g = torch.Generator().manual_seed(n * 1000 + k + m)
+    w, x = torch.randn(n, k, generator=g), torch.randn(m, k, generator=g)
+    packed = pack_panels(w, NR)
+    assert packed.shape == w.shape
+    if n > 1 and k > 1:  # the view's elements are in panel order, not row order
+        assert not torch.equal(packed, w)
+    got, plain = lib.linear(x, packed), lib.linear(x, w)  # type: ignore[attr-defined]
+    if m >= 4:  # the same blocks in the same order, only without packing
+        assert torch.equal(got, plain)
+    # sums of k products of size ~1: f32 rounding grows like sqrt(k)
+    torch.testing.assert_close(got, (x.double() @ w.double().T).float(), rtol=1e-5, atol=1e-5 * (3 + k ** 0.5))
+
+
+def test_epilogues_and_prologues_with_panels(lib: object) -> None:
+    """attn_out (residual epilogue) and mlp (norm prologue, two panels halves of one matrix) on panels."""
+    g = torch.Generator().manual_seed(7)
+    d, f = 40, 2 * NR
+    o, wo, x = torch.randn(3, 70, generator=g), torch.randn(d, 70, generator=g), torch.randn(3, d, generator=g)
+    want = lib.attn_out(o, wo, x)  # type: ignore[attr-defined]
+    # decode sums panels in k order, the dot products in lanes: the same within rounding
+    close = {"rtol": 1e-4, "atol": 1e-4}
+    torch.testing.assert_close(lib.attn_out(o, pack_panels(wo, NR), x), want, **close)  # type: ignore[attr-defined]
+    h, wn = torch.randn(2, d, generator=g), torch.rand(d, generator=g)
+    gu, wd = torch.randn(2 * f, d, generator=g), torch.randn(d, f, generator=g)
+    want = lib.mlp(h, wn, gu[:f], gu[f:], wd)  # type: ignore[attr-defined]
+    packed = pack_panels(gu, NR)
+    from arke.runtime.cpu import register_panels
+
+    gate, up = packed[:f], packed[f:]
+    register_panels(gate, NR)
+    register_panels(up, NR)
+    got = lib.mlp(h, wn, gate, up, pack_panels(wd, NR))  # type: ignore[attr-defined]
+    torch.testing.assert_close(got, want, **close)
+
+
+def test_a_dispatch_that_cannot_read_panels_refuses(lib: object) -> None:
+    """Panels are not in [N, K] order: handing them to anything but a panel-reading contraction is an error."""
+    packed = pack_panels(torch.randn(100, 37), NR)
+    with pytest.raises(RuntimeError, match="prepacked panels"):
+        lib.matmul(torch.randn(2, 100), packed)  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match="prepacked panels"):
+        lib.relu(packed)  # type: ignore[attr-defined]
