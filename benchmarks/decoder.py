@@ -278,7 +278,7 @@ def step_weight_bytes(compiled: Any) -> float:
     if not c.experts:
         return float(compiled.weight_bytes)
     expert = sum(t.numel() * t.element_size() for name, t in compiled.weights.items()
-                 if re.fullmatch(r"(gu|down)\d+(_s)?", name))
+                 if re.fullmatch(r"(gu\d+\.[gu]|down\d+)(_s)?", name))
     return compiled.weight_bytes - expert * (1 - c.top_k / c.experts)
 
 
