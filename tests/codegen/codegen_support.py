@@ -157,3 +157,18 @@ def same_bits(a: Any, b: Any) -> bool:
 def dims_id(dims: Mapping[str, int] | Sequence[tuple[str, int]]) -> str:
     items = dims.items() if isinstance(dims, Mapping) else dims
     return ",".join(f"{k}={v}" for k, v in items)
+
+
+#: Causal GQA attention on bf16 q, k, v with a bf16 result (the 16-bit attention path of every target).
+HALF_ATTENTION = """
+kernel half_io(q: bf16[B, H, S, D], k: bf16[B, G, T, D], v: bf16[B, G, T, D]) -> bf16[B, H, S, D]
+  where H % G == 0, T >= S
+{
+  let R = H / G
+  s[b, h, i, j] = sum(f32(q[b, h, i, d]) * f32(k[b, h / R, j, d]) for d) / sqrt(f32(D))
+  c[b, h, i, j] = s[b, h, i, j] if j <= i + T - S else -inf
+  mx[b, h, i] = max(c[b, h, i, j] for j)
+  p[b, h, i, j] = exp(c[b, h, i, j] - mx[b, h, i])
+  return bf16(sum(p[b, h, i, j] * f32(v[b, h / R, j, d]) for j) / sum(p[b, h, i, j] for j))
+}
+"""

@@ -16,7 +16,16 @@ from typing import Any
 
 import pytest
 import torch
-from codegen_support import RUNNABLE, assert_matches, build, random_inputs, same_bits, seeded, text_module
+from codegen_support import (
+    HALF_ATTENTION,
+    RUNNABLE,
+    assert_matches,
+    build,
+    random_inputs,
+    same_bits,
+    seeded,
+    text_module,
+)
 
 from arke.codegen.attention import QUERY, Attention
 from arke.codegen.llvm import LLVMRenderer
@@ -391,18 +400,7 @@ def test_a_contraction_op_as_scores() -> None:
     assert_matches(kernel(q, k, v), want, what="contract scores")
 
 
-HALF_IO = """
-kernel half_io(q: bf16[B, H, S, D], k: bf16[B, G, T, D], v: bf16[B, G, T, D]) -> bf16[B, H, S, D]
-  where H % G == 0, T >= S
-{
-  let R = H / G
-  s[b, h, i, j] = sum(f32(q[b, h, i, d]) * f32(k[b, h / R, j, d]) for d) / sqrt(f32(D))
-  c[b, h, i, j] = s[b, h, i, j] if j <= i + T - S else -inf
-  mx[b, h, i] = max(c[b, h, i, j] for j)
-  p[b, h, i, j] = exp(c[b, h, i, j] - mx[b, h, i])
-  return bf16(sum(p[b, h, i, j] * f32(v[b, h / R, j, d]) for j) / sum(p[b, h, i, j] for j))
-}
-
+HALF_IO = HALF_ATTENTION + """
 kernel f16_values(q: f32[H, S, D], k: f32[H, T, D], v: f16[H, T, E]) -> f16[H, S, E] {
   s[h, i, j] = sum(q[h, i, d] * k[h, j, d] for d)
   mx[h, i] = max(s[h, i, j] for j)

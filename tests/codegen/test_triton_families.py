@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from codegen_support import BF16_TOL, assert_matches, random_inputs, seeded, std_module, text_module
+from codegen_support import BF16_TOL, HALF_ATTENTION, assert_matches, random_inputs, seeded, std_module, text_module
 
 import arke
 from arke.codegen.plan import make_plan
@@ -287,18 +287,7 @@ def test_no_source_name_reaches_the_text() -> None:
             assert word not in source
 
 
-HALF_ATT = """
-kernel half_io(q: bf16[B, H, S, D], k: bf16[B, G, T, D], v: bf16[B, G, T, D]) -> bf16[B, H, S, D]
-  where H % G == 0, T >= S
-{
-  let R = H / G
-  s[b, h, i, j] = sum(f32(q[b, h, i, d]) * f32(k[b, h / R, j, d]) for d) / sqrt(f32(D))
-  c[b, h, i, j] = s[b, h, i, j] if j <= i + T - S else -inf
-  mx[b, h, i] = max(c[b, h, i, j] for j)
-  p[b, h, i, j] = exp(c[b, h, i, j] - mx[b, h, i])
-  return bf16(sum(p[b, h, i, j] * f32(v[b, h / R, j, d]) for j) / sum(p[b, h, i, j] for j))
-}
-"""
+HALF_ATT = HALF_ATTENTION
 
 
 @pytest.mark.parametrize("dims", [{"B": 1, "H": 4, "G": 2, "S": 5, "T": 37, "D": 24},  # split_kv (R * S <= 16)
