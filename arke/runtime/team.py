@@ -117,6 +117,7 @@ class Team:
         self.args = [(ctypes.c_int64 * (MAX_BUFFERS + 6))() for _ in range(workers)]
         self.pid = os.getpid()
         self.lock = threading.Lock()
+        self.closed = False
         self._worker = worker  # kept alive: the threads run it
         self.threads = [threading.Thread(target=worker, args=(ctypes.addressof(self.slots[k]),), daemon=True,
                                          name=f"arke-team-{k}") for k in range(workers)]
@@ -130,6 +131,10 @@ class Team:
         """
         n = len(fixed) - 1
         with self.lock:
+            if self.closed:  # replaced by a bigger team while this caller held the old one: run here
+                for lo, hi, err, scratch in chunks:
+                    fn(*fixed, lo, hi, err, scratch)
+                return
             started = []
             for k, (lo, hi, err, scratch) in enumerate(chunks[1:]):
                 slot, args = self.slots[k], self.args[k]
@@ -148,34 +153,49 @@ class Team:
                     pass
 
     def close(self) -> None:
-        for slot in self.slots:
-            slot.quit = 1
+        """Let the workers leave their loop (after any launch in flight) and wait for them."""
+        with self.lock:
+            self.closed = True
+            for slot in self.slots:
+                slot.quit = 1
         for t in self.threads:
             t.join(timeout=1.0)
 
 
-_TEAM: dict[int, Team] = {}
+_X86 = platform.machine().lower() in ("x86_64", "amd64")
+_TEAM: Team | None = None  # one team for the process, grown when a launch wants more chunks
+_UNAVAILABLE = False  # the team could not be made here (no usleep, no JIT): the thread pool runs
 _TEAM_LOCK = threading.Lock()
 
 
+def _usable(found: Team | None, workers: int) -> bool:
+    return found is not None and found.pid == os.getpid() and len(found.slots) >= workers
+
+
 def team(threads: int) -> Team | None:
-    """The process's team for launches of ``threads`` chunks (None where the team is not available)."""
-    if threads < 2 or platform.machine().lower() not in ("x86_64", "amd64"):
+    """The process's team, with at least ``threads - 1`` workers (None where no team is available)."""
+    global _TEAM, _UNAVAILABLE
+    if threads < 2 or not _X86 or _UNAVAILABLE:
         return None
-    with _TEAM_LOCK:
-        found = _TEAM.get(threads)
-        if found is not None and found.pid == os.getpid():
-            return found
-        try:
-            found = Team(threads - 1)
-        except (OSError, RuntimeError, AttributeError):  # no usleep, no JIT: the thread pool does it
-            return None
-        _TEAM[threads] = found
+    found = _TEAM
+    if _usable(found, threads - 1):
         return found
+    with _TEAM_LOCK:
+        old = _TEAM
+        if _usable(old, threads - 1):
+            return old
+        mine = old is not None and old.pid == os.getpid()  # a forked child's copy has no threads behind it
+        try:
+            _TEAM = Team(max(threads - 1, len(old.slots) if old is not None and mine else 0))
+        except (OSError, RuntimeError, AttributeError):
+            _UNAVAILABLE = True
+            return None
+        if old is not None and mine:
+            old.close()
+        return _TEAM
 
 
 @atexit.register
 def _close_all() -> None:  # workers must leave their loop before the slots are freed
-    for t in list(_TEAM.values()):
-        if t.pid == os.getpid():
-            t.close()
+    if _TEAM is not None and _TEAM.pid == os.getpid():
+        _TEAM.close()
