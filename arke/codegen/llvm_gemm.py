@@ -43,6 +43,14 @@ from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, dim_str
 
+#: Vectors across a panel of B (nr = this × lanes).
+PANEL_VECTORS = 2
+
+
+def panel_width(vector_bits: int) -> int:
+    """``nr`` of the default blocking: the panel width prepacked weights must have (``pack_panels``)."""
+    return PANEL_VECTORS * max(4, vector_bits // 32)
+
 
 def blocking(plan: KernelPlan, c: Contraction, vector_bits: int) -> Blocking:
     """The blocking for ``c``: the strategy's tiles where it gave them, else defaults for the width."""
@@ -53,7 +61,7 @@ def blocking(plan: KernelPlan, c: Contraction, vector_bits: int) -> Blocking:
 
     lanes = value("vectorize", c.n) or max(4, vector_bits // 32)
     registers = 32 if vector_bits >= 512 else 16  # zmm0-31 with AVX-512, else 16 vector registers
-    nv = 2
+    nv = PANEL_VECTORS
     mr = value("tile", c.m) or max(1, min(8 if registers == 32 else 6, (registers - nv - 2) // nv))
     mr = max(1, min(mr, 16))
     nr = nv * lanes

@@ -100,6 +100,13 @@ def host_vector_bits() -> int:
     return 128
 
 
+def host_panel_width() -> int:
+    """The panel width (``nr``) this host's contraction kernels read prepacked weights in."""
+    from arke.codegen.llvm_gemm import panel_width
+
+    return panel_width(host_vector_bits())
+
+
 def host_renderer() -> Any:
     """The LLVM renderer sized for this machine's vectors."""
     from arke.codegen.llvm import LLVMRenderer

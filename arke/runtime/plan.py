@@ -196,9 +196,7 @@ class CompiledLayer:
             raise ValueError(f"max_seq must be at least 1, not {max_seq}")
         self.config, self.target, self.max_seq, self.kind, self.name = config, target, max_seq, weights_dtype, name
         self.device = torch.device("cpu")
-        if target == "reference":
-            self.device = torch.device("cpu")
-        elif target != "llvm":
+        if target not in ("llvm", "reference"):
             from arke.runtime import gpu
 
             self.device = gpu.device()
@@ -217,10 +215,9 @@ class CompiledLayer:
         # f32 weights on the CPU are packed once into the panels the contraction kernels read
         self.nr = 0
         if target == "llvm" and weights_dtype == "f32":
-            from arke.runtime.cpu import host_vector_bits
+            from arke.runtime.cpu import host_panel_width
 
-            self.nr = 2 * max(4, host_vector_bits() // 32)  # llvm_gemm's default nr: two vectors of lanes
-        self._dense: dict[str, torch.Tensor] = {}
+            self.nr = host_panel_width()
         self.weights = self._pack(weights)
         s = SUFFIX[weights_dtype]
         self._attn_in = call("attn_in" + s)
@@ -258,10 +255,10 @@ class CompiledLayer:
         else:
             into[name] = w.to(self.device)
 
-    def _split(self, into: dict[str, torch.Tensor], tag: str) -> None:
+    def _split(self, into: dict[str, torch.Tensor], tag: str, dense: torch.Tensor) -> None:
         """The gate and up halves of a fused ``[2F, D]`` matrix, as ``tag.g`` and ``tag.u`` (int8: their
         scales as ``tag.g_s``, ``tag.u_s``): views of one tensor. Panels whose halves do not fall on a
-        panel boundary (F not a multiple of nr) are packed half by half instead."""
+        panel boundary (F not a multiple of nr) are packed half by half from ``dense`` instead."""
         f = self.config.intermediate
         whole = into.pop(tag)
         into[tag + ".g"], into[tag + ".u"] = whole[:f], whole[f:]
@@ -272,7 +269,6 @@ class CompiledLayer:
             from arke.runtime.cpu import pack_panels, register_panels
 
             if f % self.nr:
-                dense = self._dense[tag]
                 into[tag + ".g"], into[tag + ".u"] = pack_panels(dense[:f], self.nr), pack_panels(dense[f:], self.nr)
             else:  # the halves start at panels 0 and f / nr of the packed matrix
                 register_panels(into[tag + ".g"], self.nr)
@@ -311,16 +307,15 @@ class CompiledLayer:
         if c.experts:
             out["router"] = raw["router"].detach().to(dev, f32).contiguous()
             for x in range(c.experts):
-                self._dense[f"gu{x}"] = raw["experts_gate_up"][x].detach().float()
-                self._weight(raw["experts_gate_up"][x], out, f"gu{x}")
-                self._split(out, f"gu{x}")
+                dense = raw["experts_gate_up"][x].detach().float()
+                self._weight(dense, out, f"gu{x}")
+                self._split(out, f"gu{x}", dense)
                 self._weight(raw["experts_down"][x], out, f"down{x}")
         else:
-            self._dense["gu"] = torch.cat([raw["gate"], raw["up"]]).detach().float()
-            self._weight(self._dense["gu"], out, "gu")
-            self._split(out, "gu")
+            dense = torch.cat([raw["gate"], raw["up"]]).detach().float()
+            self._weight(dense, out, "gu")
+            self._split(out, "gu", dense)
             self._weight(raw["down"], out, "down")
-        self._dense.clear()
         return out
 
     def _gate_up(self, tag: str) -> list[torch.Tensor]:
@@ -473,34 +468,41 @@ class CompiledLayer:
         bound = {tag: {i: views[f"{tag}.{i}"] for i in temps} for tag, temps in steps if temps}
         return _Shape(plan, arena, views, bound)
 
-    def _temp_steps(self, b: int, t: int) -> list[tuple[str, dict[int, tuple[tuple[int, ...], torch.dtype]]]]:
-        """Per step, the temporaries of its kernel (CPU kernels lend theirs to the plan; others keep their own)."""
-        c, w, n = self.config, self.weights, b * t
-        if self.target != "llvm":  # the other runtimes keep their kernels' temporaries themselves
-            return []
-        probe = self._probe
+    def _steps(self, b: int, t: int) -> list[tuple[str, _Call | _Reference | None, list[torch.Tensor], dict[str, Any]]]:
+        """The steps of a call with ``b`` sequences of ``t`` tokens: each kernel with probe tensors of its
+        arguments' shapes and its scalars (``append``, the runtime's own step, has no kernel)."""
+        c, w, n, probe = self.config, self.weights, b * t, self._probe
         xf, pos = probe(n, c.hidden), probe(n, dtype=torch.int64)
         q, kc = probe(b, t, c.heads, c.head_dim), probe(b, c.kv_heads, self.max_seq, c.head_dim)
-        o = probe(n, c.heads * c.head_dim)
-
-        def temps(call: _Call | _Reference, tensors: list[torch.Tensor], scalars: dict[str, Any]) -> Any:
-            dims, variant = call.resolve(tensors, scalars)
-            return variant.temp_buffers(dims)
-
-        attn_scalars: dict[str, Any] = {"n": t} | ({"window": c.window} if c.window else {})
-        steps = [("attn_in", temps(self._attn_in, [xf, w["wn1"], *self._scaled("qkv"), w["bq"], w["bk"], w["bv"],
-                                                   w["inv_freq"], pos], {})),
-                 ("append", {}),
-                 ("attn", temps(self._attn, [q, kc, kc], attn_scalars)),
-                 ("attn_out", temps(self._attn_out, [o, *self._scaled("o"), xf], {}))]
+        attn: dict[str, Any] = {"n": t} | ({"window": c.window} if c.window else {})
+        steps: list[tuple[str, _Call | _Reference | None, list[torch.Tensor], dict[str, Any]]] = [
+            ("attn_in", self._attn_in, [xf, w["wn1"], *self._scaled("qkv"), w["bq"], w["bk"], w["bv"], w["inv_freq"],
+                                        pos], {}),
+            ("append", None, [], {}),
+            ("attn", self._attn, [q, kc, kc], attn),
+            ("attn_out", self._attn_out, [probe(n, c.heads * c.head_dim), *self._scaled("o"), xf], {})]
         if c.experts:
-            ys, slot = probe(n * c.top_k, c.hidden), probe(n, c.top_k, dtype=torch.int64)
-            steps += [("moe_route", temps(self._route, [xf, w["wn2"], w["router"]], {})),
-                      ("experts", {}),  # per-expert row counts change with every call: the kernels' own pools
-                      ("moe_combine", temps(self._combine, [xf, ys, slot, probe(n, c.top_k)], {}))]
+            slot = probe(n, c.top_k, dtype=torch.int64)
+            steps += [("moe_route", self._route, [xf, w["wn2"], w["router"]], {}),
+                      ("experts", self._expert, [xf, pos[:1], *self._gate_up("gu0"), *self._scaled("down0")], {}),
+                      ("moe_combine", self._combine, [xf, probe(n * c.top_k, c.hidden), slot, probe(n, c.top_k)], {})]
         else:
-            steps.append(("mlp", temps(self._mlp, [xf, w["wn2"], *self._gate_up("gu"), *self._scaled("down")], {})))
+            steps.append(("mlp", self._mlp, [xf, w["wn2"], *self._gate_up("gu"), *self._scaled("down")], {}))
         return steps
+
+    def _temp_steps(self, b: int, t: int) -> list[tuple[str, dict[int, tuple[tuple[int, ...], torch.dtype]]]]:
+        """Per step, the temporaries of its kernel (CPU kernels lend theirs to the plan; others keep their own).
+        The experts' row counts change with every call: their kernels keep their own buffers."""
+        if self.target != "llvm":
+            return []
+        out = []
+        for tag, call, tensors, scalars in self._steps(b, t):
+            temps = {}
+            if call is not None and tag != "experts":
+                dims, variant = call.resolve(tensors, scalars)
+                temps = variant.temp_buffers(dims)
+            out.append((tag, temps))
+        return out
 
     def _probe(self, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """A tensor of this shape and dtype that owns one element (enough to resolve a call's dims)."""
@@ -508,26 +510,12 @@ class CompiledLayer:
 
     def dispatches(self, batch: int, tokens: int) -> list[str]:
         """The kernels a call of this shape runs, each with its fused dispatches (after fusion)."""
-        c = self.config
-        t, n = tokens, batch * tokens
-        w, probe = self.weights, self._probe
-        xf, q = probe(n, c.hidden), probe(batch, t, c.heads, c.head_dim)
-        kc = probe(batch, c.kv_heads, self.max_seq, c.head_dim)
-        pos = probe(n, dtype=torch.int64)
         if self.target == "reference":
             return ["every kernel on the reference interpreter"]
-        calls: list[tuple[_Call | _Reference, list[torch.Tensor], dict[str, Any]]] = [
-            (self._attn_in, [xf, w["wn1"], *self._scaled("qkv"), w["bq"], w["bk"], w["bv"], w["inv_freq"], pos], {}),
-            (self._attn, [q, kc, kc], {"n": t} | ({"window": c.window} if c.window else {})),
-            (self._attn_out, [probe(n, c.heads * c.head_dim), *self._scaled("o"), xf], {})]
-        if c.experts:
-            calls.append((self._route, [xf, w["wn2"], w["router"]], {}))
-            calls.append((self._expert, [xf, pos[:1], *self._gate_up("gu0"), *self._scaled("down0")], {}))
-            calls.append((self._combine, [xf, xf, probe(n, 1, dtype=torch.int64), probe(n, 1)], {}))
-        else:
-            calls.append((self._mlp, [xf, w["wn2"], *self._gate_up("gu"), *self._scaled("down")], {}))
         lines = []
-        for call, tensors, scalars in calls:
+        for _, call, tensors, scalars in self._steps(batch, tokens):
+            if call is None:
+                continue
             _, variant = call.resolve(tensors, scalars)
             plan = variant.plan
             parts = []

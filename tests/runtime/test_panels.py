@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import arke
-from arke.runtime.cpu import host_vector_bits, pack_panels
+from arke.runtime.cpu import host_panel_width, pack_panels
 
-NR = 2 * max(4, host_vector_bits() // 32)  # llvm_gemm's default panel width on this host
+NR = host_panel_width()
 
 
 @pytest.fixture(scope="module")
