@@ -41,15 +41,17 @@ class Run:
     step_s: list[float]
 
 
-def _config(shape: DemoShape) -> Any:
+def llama_config(hidden: int, mlp: int, heads: int, kv_heads: int, head_dim: int) -> Any:
+    """A transformers ``LlamaConfig`` of these sizes, otherwise Llama 3.2's (llama3 rotary scaling, theta
+    500000, RMSNorm epsilon 1e-5), with SDPA attention; also what ``benchmarks/gpu.py`` builds."""
     from transformers import LlamaConfig
 
     rope = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
             "original_max_position_embeddings": 8192}
     # transformers 5 takes rope_parameters (theta included); 4 reads rope_theta and rope_scaling
     options: dict[str, Any] = {"rope_theta": 500000.0, "rope_scaling": rope}
-    config = LlamaConfig(hidden_size=shape.hidden, intermediate_size=shape.mlp, num_attention_heads=shape.heads,
-                         num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim, rms_norm_eps=1e-5,
+    config = LlamaConfig(hidden_size=hidden, intermediate_size=mlp, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, head_dim=head_dim, rms_norm_eps=1e-5,
                          max_position_embeddings=131072, **options)
     config._attn_implementation = "sdpa"
     return config
@@ -131,7 +133,7 @@ def run_layer_demo(console: Any = None, shape: DemoShape = DemoShape()) -> int:
         task = progress.add_task(f"transformers: a Llama decoder layer (hidden {shape.hidden}, MLP {shape.mlp}, "
                                  f"{shape.heads}/{shape.kv_heads} heads of {shape.head_dim}), random weights",
                                  total=None)
-        config = _config(shape)
+        config = llama_config(shape.hidden, shape.mlp, shape.heads, shape.kv_heads, shape.head_dim)
         hf = LlamaDecoderLayer(config, layer_idx=0).eval()
         with torch.no_grad():
             for p in hf.parameters():

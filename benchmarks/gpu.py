@@ -353,16 +353,13 @@ def layer_rows(device: torch.device, shape: LayerShape = LayerShape(), compile_t
     Returns the table's rows; the first says how far arke's outputs are from transformers'.
     Runs anywhere Triton does (the tests run it tiny under ``TRITON_INTERPRET=1``).
     """
-    from transformers import DynamicCache, LlamaConfig
+    from transformers import DynamicCache
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
     import arke.models
+    from arke.demo_layer import llama_config
 
-    options: dict[str, Any] = {"rope_theta": 500000.0}
-    config = LlamaConfig(hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-                         num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim,
-                         rms_norm_eps=1e-5, max_position_embeddings=shape.context + shape.prefill, **options)
-    config._attn_implementation = "sdpa"
+    config = llama_config(shape.hidden, shape.intermediate, shape.heads, shape.kv_heads, shape.head_dim)
     torch.manual_seed(0)
     hf = LlamaDecoderLayer(config, layer_idx=0).eval()
     with torch.no_grad():
