@@ -185,6 +185,26 @@ def free_dims(d: Dim) -> set[str]:
     return {s.name for s in sympy.sympify(d).free_symbols}
 
 
+@cache
+def text_form(d: Dim) -> Dim:
+    """``d`` in the form :func:`parse_dim` reads back from :func:`dim_str`.
+
+    Substituting into a floor can leave a form the text does not keep: ``floor(2*K/M)`` with
+    ``K = M + 1`` is ``floor(2*(M + 1)/M)``, which prints and reads back as
+    ``floor((2*M + 2)/M)``, equal in value but not in structure. Every substitution goes
+    through here, so IR always prints and reads back to itself.
+    """
+    e = sympy.sympify(d)
+    if not e.has(sympy.floor, sympy.Mod):
+        return e
+    for _ in range(4):  # reading can simplify further (Mod(-M, 2) is Mod(M, 2)): to a fixed point
+        back = parse_dim(dim_str(e))
+        if back == e:
+            break
+        e = back
+    return e
+
+
 def evaluate(d: Dim, env: Mapping[str, int]) -> int:
     """The integer value of a dim once its symbols are known (compiled once per dim: launches are hot)."""
     try:

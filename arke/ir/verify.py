@@ -104,7 +104,8 @@ def _same_type(a: S.TensorType, b: S.TensorType) -> bool:
 
 
 def _substitute(t: S.TensorType, dims: dict[sympy.Symbol, shapes.Dim]) -> S.TensorType:
-    return S.TensorType(t.dtype, tuple(sympy.sympify(d).subs(dims, simultaneous=True) for d in t.shape))
+    return S.TensorType(t.dtype, tuple(shapes.text_form(sympy.sympify(d).subs(dims, simultaneous=True))
+                                       for d in t.shape))
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -15,7 +15,7 @@ import sympy
 
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DTYPES, DType, fits
-from arke.ir.shapes import Dim, const, decide, dim_str, floordiv, mod, sym
+from arke.ir.shapes import Dim, const, decide, dim_str, floordiv, mod, sym, text_form
 from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.source import Source, Span
@@ -127,7 +127,7 @@ def cond_str(c: ir.Cond) -> str:
 
 def _subs(d: Dim, s: dict[sympy.Symbol, Dim]) -> Dim:
     """Replace every symbol of ``s`` at once (a callee's ``M, N`` may become the caller's ``N, M``)."""
-    return sympy.sympify(d).xreplace(s) if s else d
+    return text_form(sympy.sympify(d).xreplace(s)) if s else d
 
 
 def subs_dims(d: Dim, s: dict[sympy.Symbol, Dim]) -> Dim:

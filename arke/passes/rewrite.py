@@ -13,7 +13,7 @@ from typing import TypeVar
 import sympy
 
 from arke.ir import semantic as S
-from arke.ir.shapes import Dim
+from arke.ir.shapes import Dim, text_form
 
 #: Any one kind of op: a rewrite gives back an op of the kind it was given.
 OpT = TypeVar("OpT", bound=S.Op)
@@ -103,7 +103,7 @@ def substitute_dim(d: Dim, dims: Mapping[str, Dim]) -> Dim:
     than :func:`arke.ir.shapes.sym`'s is still replaced.
     """
     expr = sympy.sympify(d)
-    return expr.xreplace({s: dims[s.name] for s in expr.free_symbols if s.name in dims})
+    return text_form(expr.xreplace({s: dims[s.name] for s in expr.free_symbols if s.name in dims}))
 
 
 def substitute_dims(op: OpT, dims: Mapping[str, Dim]) -> OpT:

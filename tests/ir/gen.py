@@ -213,7 +213,8 @@ def calls(draw: st.DrawFn, callee: S.Function, symbols: tuple[str, ...],
     subs = {shapes.sym(k): v for k, v in mapping}
 
     def at(t: S.TensorType) -> S.TensorType:
-        return S.TensorType(t.dtype, tuple(sympy.sympify(d).subs(subs, simultaneous=True) for d in t.shape))
+        return S.TensorType(t.dtype, tuple(shapes.text_form(sympy.sympify(d).subs(subs, simultaneous=True))
+                                           for d in t.shape))
 
     args = [S.Param(f"a{i}", at(p.type), p.default) for i, p in enumerate(callee.params)]
     results = tuple(str(first_result + i) for i in range(len(callee.results)))
@@ -295,7 +296,7 @@ def decisions_for(f: S.Function, target: str | None) -> st.SearchStrategy[Decisi
         options.append(st.builds(Decision, st.just("parallel"), st.sampled_from(free), st.none() | st.integers(1, 64)))
     if reduced:
         options.append(st.builds(Decision, st.just("split"), st.sampled_from(reduced), st.integers(2, 64)))
-    if tensors:
+    if tensors and (target is None or target in DECISIONS["pack"].targets):
         options.append(st.builds(Decision, st.just("pack"), st.sampled_from(tensors), st.none()))
     if target is None or target in DECISIONS["threads"].targets:
         options.append(st.builds(Decision, st.just("threads"), st.none(), st.integers(1, 1024)))
