@@ -77,6 +77,8 @@ class KernelPlan:
     buffers: tuple[Buffer, ...]
     dispatches: tuple[Dispatch, ...]
     decisions: tuple[sir.Decision, ...] = ()
+    #: the strategy's ``when`` condition (None: always); a target may specialise dims it fixes
+    when: ir.Cond | None = None
 
     def buffer_index(self, name: str) -> int:
         for k, b in enumerate(self.buffers):
@@ -135,7 +137,7 @@ def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None
                 for op in ops if op.result not in internal]
     dims = tuple(dict.fromkeys(b.dim for b in fn.bindings))
     return KernelPlan(name, fn, dims, tuple(buffers), tuple(dispatches),
-                      strategy.decisions if strategy else ())
+                      strategy.decisions if strategy else (), strategy.when if strategy else None)
 
 
 def parallel_axis(op: PlanOp, strategy: sir.Strategy | None) -> str | None:
