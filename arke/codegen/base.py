@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from arke.codegen.plan import KernelPlan
 
 #: Modules under arke.codegen that define a target's renderer.
-TARGET_MODULES = ("llvm", "triton")
+TARGET_MODULES = ("llvm", "triton", "mlir")
 
 
 @dataclass(frozen=True)

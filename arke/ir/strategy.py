@@ -58,9 +58,17 @@ DECISIONS: dict[str, DecisionSpec] = {
                      targets=GPU_TARGETS),
         DecisionSpec("algorithm", "none", "enum", "lowering algorithm of the kernel's attention core",
                      choices=ALGORITHMS),
+        # no upstream MLIR transform packs one operand of a linalg op into panels
         DecisionSpec("pack", "operand", "none", "repack the operand into panels once, before the loops",
-                     value_required=False),
+                     targets=frozenset({"llvm", "triton", "cuda"}), value_required=False),
     )
+}
+
+#: (decision, target) -> the values that target can honour, where fewer than the decision's
+#: ``choices``: the MLIR target writes attention as linalg ops over whole tensors, so only the
+#: materialized algorithm (online softmax and split-KV need rewrites upstream MLIR lacks).
+TARGET_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("algorithm", "mlir"): ("materialized",),
 }
 
 

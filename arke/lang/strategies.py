@@ -100,7 +100,17 @@ def _decision(d: ast.Decision, target: str | None, indices: Mapping[str, IndexIn
                 d.span)
             return []
         value = _value(spec, d.value, d.span, err)
-        return [] if value is _BAD else [sir.Decision(d.name, None, value)]  # type: ignore[arg-type]
+        if value is _BAD:
+            return []
+        allowed = sir.TARGET_CHOICES.get((d.name, target)) if target is not None else None
+        if allowed is not None and value not in allowed:
+            others = sorted(t for t in spec.targets if (d.name, t) not in sir.TARGET_CHOICES)
+            err("AK4004", f"target `{target}` cannot lower `{d.name} = {value}`", d.span,  # type: ignore[operator]
+                hint=f"on `{target}` write " + " or ".join(f"`{d.name} = {c}`" for c in allowed)
+                + f", or move it to a block for {', '.join(others)}",
+                replacement=f"{d.name} = {allowed[0]}")
+            return []
+        return [sir.Decision(d.name, None, value)]  # type: ignore[arg-type]
     if not d.items:
         what = "indices" if spec.subject == "index" else "operands"
         err("AK4004", f"`{d.name}` names {what}, as in `{d.name} {_item_example(spec)}`", d.span)  # type: ignore[operator]
