@@ -139,18 +139,21 @@ def interpret(kernel: Kernel, *arrays: Any, **scalars: Any) -> Any:
     return run(kernel.module.semantic, kernel.name, arrays, scalars)
 
 
-def build(path_or_module: str | os.PathLike[str] | Module, target: str = "llvm", threads: int | None = None) -> Any:
+def build(path_or_module: str | os.PathLike[str] | Module, target: str = "llvm", threads: int | None = None,
+          device: str = "cpu") -> Any:
     """Compile a module (or a `.ak` file) for ``target``: a Library of callable kernels.
 
     ``lib.rmsnorm(x, w)`` takes NumPy arrays or torch CPU tensors (zero-copy when contiguous)
     and returns the same kind; shapes, dtypes and `where` clauses are checked before any
     kernel runs. Kernels compile on first use, through the on-disk cache. ``threads``: the
-    worker team's size (default: every core; results do not depend on it).
+    worker team's size (default: every core; results do not depend on it). ``device``: for
+    ``target="mlir"`` (kernels compiled by IREE), ``"cpu"`` (default) or ``"cuda"`` (an NVIDIA
+    GPU); the other targets take only ``"cpu"``.
     """
     from arke.runtime.build import Library
 
     module = path_or_module if isinstance(path_or_module, Module) else load(path_or_module)
-    return Library(module, target, threads)
+    return Library(module, target, threads, device)
 
 
 __all__ = ["CheckError", "Diagnostic", "Kernel", "Module", "build", "check", "interpret", "load", "loads"]

@@ -24,10 +24,12 @@ if TYPE_CHECKING:
 
 def runnable_targets() -> tuple[str, ...]:
     """The targets that can run on this machine now: ``llvm`` always; ``triton`` with the triton
-    package and a CUDA GPU, or with ``TRITON_INTERPRET=1`` (Triton's interpreter, on the CPU)."""
+    package and a CUDA GPU, or with ``TRITON_INTERPRET=1`` (Triton's interpreter, on the CPU);
+    ``mlir`` with IREE installed (``pip install 'arke[mlir]'``), on the CPU."""
     from arke.runtime.gpu import runnable
+    from arke.runtime.iree import iree_available
 
-    return ("llvm", "triton") if runnable() else ("llvm",)
+    return ("llvm", *(("triton",) if runnable() else ()), *(("mlir",) if iree_available() else ()))
 
 
 #: The runnable targets, as found when this module was imported (see :func:`runnable_targets`).
@@ -89,8 +91,7 @@ class Kernel:
                 args = dict(zip(self._tensor_params, arrays))
                 args.update(defaults)
                 return variant.run_prepared(args, dims, False, threads, out)
-        args, dims, any_torch = prepare_args(self.function, arrays, scalars,
-                                             keep_device=self.library.target != "llvm")
+        args, dims, any_torch = prepare_args(self.function, arrays, scalars, keep_device=not self.library.on_host)
         variant = self.variant(self.choose(dims))
         if key is not None:
             if len(self._calls) >= 64:  # a bounded memo: shapes that keep changing fall back to full checks
@@ -100,7 +101,7 @@ class Kernel:
 
     def _signature(self, arrays: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The shapes, dtypes and device of a call that fills exactly the tensor parameters with plain tensors
-        on one device (the CPU for the llvm target)."""
+        on one device (the CPU for a target that runs on the host)."""
         if len(arrays) != len(self._tensor_params):
             return None
         key = []
@@ -110,7 +111,7 @@ class Kernel:
                 return None
             if where is None:
                 where = a.device
-                if where.type != "cpu" and self.library.target == "llvm":
+                if where.type != "cpu" and self.library.on_host:
                     return None
             elif a.device != where:
                 return None
@@ -123,12 +124,24 @@ class Kernel:
 
 
 class Library:
-    """The kernels of a module built for one target: ``lib.rmsnorm(x, w)`` or ``lib.kernels["rmsnorm"]``."""
+    """The kernels of a module built for one target: ``lib.rmsnorm(x, w)`` or ``lib.kernels["rmsnorm"]``.
 
-    def __init__(self, module: Module, target: str, threads: int | None):
+    ``device``: where the mlir target runs its kernels, ``"cpu"`` (default) or ``"cuda"`` (an
+    NVIDIA GPU); every other target takes only ``"cpu"`` (triton picks its device itself).
+    """
+
+    def __init__(self, module: Module, target: str, threads: int | None, device: str = "cpu"):
         from arke.runtime.cpu import run_threads
 
-        if target == "triton":
+        if device != "cpu" and target != "mlir":
+            raise ValueError(f"device={device!r} is for the mlir target; the {target} target takes only "
+                             f"device='cpu'")
+        if target == "mlir":
+            from arke.runtime.iree import require_iree, runtime_config
+
+            require_iree()  # IREEMissingError, a ValueError naming the extra
+            runtime_config(device)  # an unknown device, or cuda without a GPU: IREEError (a ValueError)
+        elif target == "triton":
             from arke.runtime.gpu import _require_triton
 
             try:
@@ -138,7 +151,9 @@ class Library:
         elif target not in runnable_targets():
             raise ValueError(f"target {target!r} cannot run here yet; runnable targets: "
                              f"{', '.join(runnable_targets())}")
-        self.module, self.target, self.threads = module, target, run_threads(threads)
+        self.module, self.target, self.threads, self.device = module, target, run_threads(threads), device
+        #: whether kernels run on this CPU (arguments are moved there; no device is kept)
+        self.on_host = target == "llvm" or (target == "mlir" and device == "cpu")
         self.kernels = {name: Kernel(self, name, ir_name) for name, ir_name in module.kernel_map.items()}
 
     def __getattr__(self, name: str) -> Kernel:
@@ -155,6 +170,11 @@ def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> C
     """Compile one variant through the target's runtime (each runtime plans, renders and caches)."""
     from arke.runtime.cpu import build_kernel
 
+    if library.target == "mlir":
+        from arke.runtime.iree import build_kernel as build_mlir
+
+        return build_mlir(library.module.semantic, ir_name, strategy, library.threads,  # type: ignore[return-value]
+                          library.device)
     if library.target == "triton":
         from arke.runtime.gpu import build_kernel as build_triton
 
