@@ -2,11 +2,15 @@
 
     akc build FILE --target llvm [--kernel NAME] [--emit source|asm|obj] [-o PATH]
     akc build FILE --target triton [--arch sm_90|sm_80] [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
+    akc build FILE --target mlir [--device cpu|cuda] [--arch sm_80] [--kernel NAME]
+                   [--emit source|transform|vmfb] [-o PATH]
     akc run FILE KERNEL --dims M=128,N=4097 [--threads N] [--repeat R]
 
 ``build --target triton`` needs no GPU: ``ptx``/``cubin`` compile through ``triton.compile`` for
 the architecture and print each entry's registers, spills and shared memory; a strategy whose
 tiles need more than the architecture has is error ``AK4012`` at the decision that set them.
+``build --target mlir`` (see :mod:`arke.cli_mlir`) writes MLIR, transform scripts, or IREE's
+``.vmfb`` for the CPU or a CUDA architecture (no GPU needed).
 ``run`` makes random inputs from the kernel's signature and the dims, runs the compiled
 kernel and the reference interpreter, and prints the largest difference and the times.
 """
@@ -18,7 +22,9 @@ import sys
 import time
 from typing import Any
 
-EMITS = ("source", "asm", "obj", "ptx", "cubin")
+EMITS = ("source", "asm", "obj", "ptx", "cubin", "transform", "vmfb")
+#: the target each emit other than ``source`` belongs to (for "--emit X is for --target T")
+EMIT_TARGETS = {"asm": "llvm", "obj": "llvm", "ptx": "triton", "cubin": "triton", "transform": "mlir", "vmfb": "mlir"}
 GPU_EMITS = ("source", "ptx", "cubin")
 
 
@@ -30,11 +36,16 @@ def add_commands(sub: Any) -> None:
     build.add_argument("--target", default="llvm", help="the target (default: llvm)")
     build.add_argument("--kernel", help="only this kernel (default: every kernel the file defines)")
     build.add_argument("--emit", choices=EMITS, default="source",
-                       help="source: the target's source (LLVM IR, or Triton's Python); asm: host assembly; "
-                            "obj: object code; ptx, cubin: the triton target's compiled kernels")
-    build.add_argument("--arch", default="sm_90", help="triton: the GPU architecture, sm_90 or sm_80 (default sm_90)")
-    build.add_argument("-o", "--output", help="write here instead of standard output (needed for obj; "
-                                              "ptx/cubin: a file for one entry, else a folder)")
+                       help="source: the target's source (LLVM IR, Triton's Python, or MLIR); asm: host assembly; "
+                            "obj: object code; ptx, cubin: the triton target's compiled kernels; transform: the "
+                            "mlir target's transform scripts; vmfb: the mlir target's IREE binaries")
+    build.add_argument("--arch", default=None,
+                       help="the GPU architecture: triton sm_90 or sm_80 (default sm_90); mlir with --device cuda "
+                            "sm_80, sm_86, sm_87 or sm_89 (default sm_80; its PTX also runs on sm_90)")
+    build.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                       help="mlir: build for this CPU or for an NVIDIA GPU (default cpu)")
+    build.add_argument("-o", "--output", help="write here instead of standard output (needed for obj and vmfb; "
+                                              "ptx/cubin/vmfb: a file for one entry, else a folder)")
     build.set_defaults(handler=cmd_build)
 
     run = sub.add_parser("run", help="run a kernel on random inputs and compare it with the interpreter",
@@ -57,13 +68,19 @@ def _usage(message: str) -> Exception:
 
 def _library(path: str, target: str) -> Any:
     from arke.cli import load_or_report
-    from arke.runtime.build import TARGETS_RUNNABLE, Library
+    from arke.runtime.build import Library, runnable_targets
 
     module = load_or_report(path)
     if isinstance(module, int):
         return module
-    if target not in TARGETS_RUNNABLE:
-        raise _usage(f"target `{target}` cannot be built here yet; available: {', '.join(TARGETS_RUNNABLE)}")
+    if target == "mlir":
+        from arke.runtime.iree import MISSING, iree_available
+
+        if not iree_available():
+            raise _usage(MISSING)
+    available = runnable_targets()  # asked now, not at import: IREE or Triton may have come since
+    if target not in available:
+        raise _usage(f"target `{target}` cannot be built here yet; available: {', '.join(available)}")
     return Library(module, target, None)
 
 
@@ -71,12 +88,23 @@ def cmd_build(args: argparse.Namespace) -> int:
     """``akc build``: render (and, for asm/obj, compile) the kernels of a file."""
     from arke.runtime.cpu import assembly, compile_object
 
+    if args.target == "mlir":
+        from arke.cli_mlir import cmd_build_mlir
+
+        return cmd_build_mlir(args)
+    if getattr(args, "device", "cpu") != "cpu":
+        raise _usage(f"--device {args.device} is for --target mlir")
     if args.target == "triton":
         from arke.cli_triton import cmd_build_triton
 
+        if EMIT_TARGETS.get(args.emit) == "mlir":
+            raise _usage(f"--emit {args.emit} is for --target mlir; the triton target emits source, ptx or cubin")
+        if args.arch is None:
+            args.arch = "sm_90"
         return cmd_build_triton(args)
     if args.emit not in ("source", "asm", "obj"):
-        raise _usage(f"--emit {args.emit} is for --target triton; the llvm target emits source, asm or obj")
+        raise _usage(f"--emit {args.emit} is for --target {EMIT_TARGETS[args.emit]}; the llvm target emits source, "
+                     f"asm or obj")
     lib = _library(args.path, args.target)
     if isinstance(lib, int):
         return lib

@@ -48,10 +48,10 @@ def _renderer() -> Any:
     return found
 
 
-def variants(module: Module, ir_name: str) -> list[tuple[str, sir.Strategy | None]]:
-    """(label, strategy) of each variant a call may use: every triton strategy, then the defaults
-    unless a strategy without ``when`` always applies."""
-    strategies = module.strategies.for_kernel(ir_name, "triton")
+def variants(module: Module, ir_name: str, target: str = "triton") -> list[tuple[str, sir.Strategy | None]]:
+    """(label, strategy) of each variant a call may use: every strategy for ``target``, then the
+    defaults unless a strategy without ``when`` always applies."""
+    strategies = module.strategies.for_kernel(ir_name, target)
     out: list[tuple[str, sir.Strategy | None]] = [(f"strategy {k + 1}" if len(strategies) > 1 else "strategy", s)
                                                   for k, s in enumerate(strategies)]
     if not any(s.when is None for s in strategies):
