@@ -371,7 +371,14 @@ def test_exp_and_friends_at_the_edges(target: str) -> None:
     check(target, "exps", (seeded("exps").standard_normal(1027) * 30).astype(np.float32))
 
 
-@TARGETS
+#: IREE's CPU runtime runs every dispatch with denormals flushed to zero (FTZ/DAZ), so the mlir
+#: target gives 0 where a result is subnormal (spec/codegen.md §7); strict, so a change shows.
+FLUSHES_SUBNORMALS = {"mlir"}
+
+
+@pytest.mark.parametrize("target", [
+    pytest.param(t, marks=pytest.mark.xfail(strict=True, reason="IREE flushes subnormal results to zero"))
+    if t in FLUSHES_SUBNORMALS else t for t in RUNNABLE])
 def test_exp_keeps_subnormal_results(target: str) -> None:
     check(target, "log_exp", np.array([-87.4, -90.0, -100.0, -103.0], dtype=np.float32))
 
