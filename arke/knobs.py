@@ -24,6 +24,7 @@ KNOBS: dict[str, str] = {
     "ARKE_THREADS": "the CPU worker team's size (default: every core this process may use)",
     "ARKE_NO_REUSE": "1 = allocate every result, temporary and scratch buffer afresh on every call",
     "ARKE_NO_TEAM": "1 = run parallel launches on a Python thread pool instead of the native worker team",
+    "ARKE_IREE_FLAGS": "extra iree-compile flags for the mlir target, space-separated (part of the cache key)",
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -48,6 +49,16 @@ def _flag(name: str) -> bool:
 def no_reuse() -> bool:
     """``ARKE_NO_REUSE``: never reuse buffers of earlier calls (see ``arke.runtime.pool``)."""
     return _flag("ARKE_NO_REUSE")
+
+
+def iree_flags() -> tuple[str, ...]:
+    """Extra ``iree-compile`` flags for the mlir target (``ARKE_IREE_FLAGS``, split on spaces)."""
+    raw = os.environ.get("ARKE_IREE_FLAGS", "").split()
+    bad = [f for f in raw if not f.startswith("--")]
+    if bad:
+        raise KnobError(f"ARKE_IREE_FLAGS={os.environ['ARKE_IREE_FLAGS']!r}: {bad[0]!r} is not a flag; "
+                        "give iree-compile flags, as --iree-opt-data-tiling")
+    return tuple(raw)
 
 
 def no_team() -> bool:

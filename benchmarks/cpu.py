@@ -1,4 +1,5 @@
-"""CPU kernels side by side: arke (llvm target) against torch eager and torch.compile.
+"""CPU kernels side by side: arke (llvm target) against torch eager and torch.compile, and the
+mlir target (the same kernels through IREE's llvm-cpu) in the same interleaved rounds.
 
 A report, not a test: it never fails the build. One run first measures this machine's
 limits, then times each kernel with the shared helper (``benchmarks/timing.py``: equal
@@ -253,7 +254,9 @@ class Row:
     times: dict[str, Measurement] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # candidate -> why it has no time
     error: float = math.nan  # max |arke - torch| / max |torch|
+    mlir_error: float = math.nan  # the same for the mlir target (through IREE)
     build_s: float = 0.0  # arke's compile
+    mlir_build_s: float = 0.0  # the mlir target's compile (iree-compile)
     compile_s: float = 0.0  # torch.compile's first call
 
 
@@ -264,13 +267,20 @@ class CompileBudget:
     left_s: float
 
 
-_LIBS: dict[str, Any] = {}
+_LIBS: dict[tuple[str, str], Any] = {}
 
 
-def library(module: str) -> Any:
-    if module not in _LIBS:
-        _LIBS[module] = arke.build(stdlib_path(module))
-    return _LIBS[module]
+def library(module: str, target: str = "llvm") -> Any:
+    if (module, target) not in _LIBS:
+        _LIBS[module, target] = arke.build(stdlib_path(module), target=target)
+    return _LIBS[module, target]
+
+
+def mlir_available() -> str | None:
+    """None when the mlir target can run here, else why not (IREE missing)."""
+    from arke.runtime.iree import iree_available
+
+    return None if iree_available() else "IREE is not installed (pip install 'arke[mlir]')"
 
 
 def short(err: BaseException) -> str:
@@ -278,7 +288,7 @@ def short(err: BaseException) -> str:
     return f"{type(err).__name__}: {first[:90]}"
 
 
-def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget) -> Row:
+def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget, mlir: str | None) -> Row:
     row = Row(bench)
     args = bench.make(torch.Generator().manual_seed(0))
     kernel = library(bench.module).kernels[bench.kernel]
@@ -288,6 +298,17 @@ def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget) -> Row:
     row.build_s = time.perf_counter() - start
     candidates: dict[str, Callable[[], object]] = {"arke": lambda: kernel(*args),
                                                    "torch": lambda: bench.torch_fn(*args)}
+    if mlir is not None:
+        row.notes["mlir"] = mlir
+    else:
+        on_iree = library(bench.module, "mlir").kernels[bench.kernel]
+        start = time.perf_counter()
+        try:
+            on_iree.variant(on_iree.choose({n: tuple(a.shape) for n, a in zip(names, args)}))
+            candidates["mlir"] = lambda: on_iree(*args)
+        except Exception as err:  # a report, never a crash: the row says why
+            row.notes["mlir"] = short(err)
+        row.mlir_build_s = time.perf_counter() - start
     if not compiling.enabled:
         row.notes["torch.compile"] = compiling.reason
     elif compiling.left_s <= 0:
@@ -303,9 +324,15 @@ def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget) -> Row:
         row.compile_s = time.perf_counter() - start
         compiling.left_s -= row.compile_s
     got, want = kernel(*args), bench.torch_fn(*args)
-    row.error = float((got.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-30))
+    row.error = relative_error(got, want)
+    if "mlir" in candidates:
+        row.mlir_error = relative_error(on_iree(*args), want)
     row.times = measure(candidates, budget_s=budget_s)
     return row
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-30))
 
 
 # ---------------------------------------------------------------- report
@@ -320,11 +347,11 @@ def of_limit(bench: Bench, seconds: float, limits: Limits) -> str:
     return f"{fraction * 100:.1f}%"
 
 
-def ratio(row: Row, other: str) -> str:
-    if "arke" not in row.times or other not in row.times:
+def ratio(row: Row, other: str, of: str = "arke") -> str:
+    if of not in row.times or other not in row.times:
         return "n/a"
-    value = row.times["arke"].median / row.times[other].median
-    return f"{value:.2f}×" + (" (re-measured)" if row.times["arke"].rechecked and other == "torch" else "")
+    value = row.times[of].median / row.times[other].median
+    return f"{value:.2f}×" + (" (re-measured)" if row.times[of].rechecked and other == "torch" else "")
 
 
 def report(rows: list[Row], limits: Limits, quick: bool, wall_s: float) -> None:
@@ -342,11 +369,15 @@ def report(rows: list[Row], limits: Limits, quick: bool, wall_s: float) -> None:
                       rate(b, t["arke"].median), of_limit(b, t["arke"].median, limits),
                       of_limit(b, t["torch"].median, limits), str(len(t["arke"].samples)), f"{check} ({row.error:.0e})")
     console.print(table)
+    mlir_table(rows, limits)
     console.print(f"limits: FMA peak {limits.flops / 1e9:.0f} GFLOP/s on {limits.threads} threads, read bandwidth "
                   f"{limits.bandwidth / 1e9:.1f} GB/s. Compute-bound rows are % of the FMA peak, memory-bound rows "
                   f"% of the read bandwidth. Ratios below 1× mean arke is faster. Times: median ± interquartile "
                   f"range, over interleaved rounds.")
     builds = ", ".join(f"{r.bench.name} {format_seconds(r.build_s)}" for r in rows if r.build_s > 1e-3)
+    mlir_builds = ", ".join(f"{r.bench.name} {format_seconds(r.mlir_build_s)}" for r in rows if r.mlir_build_s > 1e-3)
+    if mlir_builds:
+        console.print(f"mlir build per kernel (iree-compile or on-disk cache load, outside the timings): {mlir_builds}")
     console.print(f"arke build per kernel (compile or on-disk cache load, outside the timings): {builds}")
     if any(r.compile_s for r in rows):
         spent = sum(r.compile_s for r in rows)
@@ -363,6 +394,27 @@ def report(rows: list[Row], limits: Limits, quick: bool, wall_s: float) -> None:
                   f"(OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}); whole run {wall_s:.0f} s")
 
 
+def mlir_table(rows: list[Row], limits: Limits) -> None:
+    """The mlir target (linalg through IREE's llvm-cpu), timed in the same interleaved rounds."""
+    if not any("mlir" in r.times for r in rows):
+        return
+    table = Table(title="mlir target (IREE llvm-cpu) in the same rounds", show_lines=False)
+    for column in ("kernel", "shape", "mlir", "mlir/arke", "mlir/torch", "mlir/compile", "mlir rate",
+                   "mlir % limit", "check"):
+        table.add_column(column, justify="left" if column in ("kernel", "shape", "check") else "right")
+    for row in rows:
+        b, t = row.bench, row.times
+        if "mlir" not in t:
+            table.add_row(b.name, b.shape, "n/a", "", "", "", "", "", row.notes.get("mlir", ""))
+            continue
+        check = "ok" if row.mlir_error < b.tol else f"[red]MISMATCH {row.mlir_error:.1e}[/red]"
+        table.add_row(b.name, b.shape, t["mlir"].summary(), ratio(row, "arke", "mlir"), ratio(row, "torch", "mlir"),
+                      ratio(row, "torch.compile", "mlir"), rate(b, t["mlir"].median),
+                      of_limit(b, t["mlir"].median, limits), f"{check} ({row.mlir_error:.0e})")
+    console.print(table)
+    console.print("mlir/arke above 1× means the mlir target is slower than arke's llvm target.")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small shapes, short budgets, no torch.compile (<1 min)")
@@ -373,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile-budget", type=float, default=150.0,
                         help="seconds torch.compile may spend compiling, all kernels together (default 150)")
     parser.add_argument("--only", help="run only kernels whose name contains this text")
+    parser.add_argument("--no-mlir", action="store_true", help="skip the mlir target (IREE) column")
     args = parser.parse_args(argv)
     quick = bool(args.quick)
     budget = args.budget if args.budget is not None else (2.5 if quick else 10.0)
@@ -380,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     reason = "skipped by --quick (a first compile takes ~20 s here; --compile forces it)" if quick else "--no-compile"
     compiling = CompileBudget(use_compile, reason, args.compile_budget)
     started = time.perf_counter()
+    mlir = "--no-mlir" if args.no_mlir else mlir_available()
 
     threads = library("std.nn").threads
     console.print(f"measuring this machine's limits on {threads} threads …")
@@ -392,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         console.print(f"{bench.name} ({bench.shape}) …")
         try:
-            rows.append(run_bench(bench, budget, compiling))
+            rows.append(run_bench(bench, budget, compiling, mlir))
         except Exception as err:  # a report never fails: say what broke and go on
             console.print(f"  [red]failed: {short(err)}[/red]")
     report(rows, limits, quick, time.perf_counter() - started)

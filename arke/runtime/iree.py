@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.utils.dlpack import from_dlpack, to_dlpack
 
+from arke import knobs
 from arke.codegen.base import Artifact
 from arke.codegen.plan import KernelPlan
 from arke.ir import semantic as ir
@@ -122,9 +123,13 @@ def _compile(source: str, device: str, arch: str | None) -> bytes:
     # IREE would otherwise demote them to f32 and lose exactly the precision they are there for.
     common = ["--iree-input-demote-f64-to-f32=false"]
     if device == "cpu":
+        # Not --iree-opt-data-tiling: it takes a 1024³ f32 matmul from 49 to 170 GFLOP/s here, but
+        # IREE 3.13 then gives wrong attention results (7 conformance cases) and 5x slower M = 1
+        # products; ARKE_IREE_FLAGS adds it (or any flag) for experiments.
         backends, flags = ["llvm-cpu"], ["--iree-llvmcpu-target-cpu=host", *common]
     else:
         backends, flags = [], ["--iree-hal-target-device=cuda", f"--iree-cuda-target={arch}", *common]
+    flags += list(knobs.iree_flags())
     try:
         data = compile_str(source, target_backends=backends, extra_args=flags, output_mlir_debuginfo=False)
     except CompilerToolError as err:
@@ -159,7 +164,7 @@ def compile_vmfb(source: str, device: str = "cpu", arch: str | None = None) -> b
     from arke.runtime.cache import cache_key, default_cache
 
     key = cache_key(kind="vmfb", target=f"mlir-{device}", arch=arch or "", source=source,
-                    iree=iree_version(), host=host)
+                    iree=iree_version(), host=host, flags=" ".join(knobs.iree_flags()))
     return default_cache().get_or_build(key, lambda: _compile(source, device, arch),
                                         meta={"target": "mlir", "device": device, "arch": arch or ""})
 

@@ -170,6 +170,18 @@ def test_a_corrupted_entry_warns_and_is_rebuilt(compiles: list[str], tmp_path: P
 
 
 @needs_iree
+def test_extra_iree_flags_reach_the_compiler_and_the_key(compiles: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    source = _fresh()
+    plain = iree.compile_vmfb(source)
+    monkeypatch.setenv("ARKE_IREE_FLAGS", "--iree-opt-data-tiling")
+    tiled = iree.compile_vmfb(source)  # another key: compiled again, not the plain entry
+    assert compiles == [source, source] and tiled[:4] == plain[:4]  # (a rowsum has no matmul to tile)
+    monkeypatch.setenv("ARKE_IREE_FLAGS", "data-tiling")
+    with pytest.raises(ValueError, match=r"ARKE_IREE_FLAGS.*not a flag"):
+        iree.compile_vmfb(source)
+
+
+@needs_iree
 def test_a_kernel_built_twice_compiles_once(nn: arke.Module, compiles: list[str]) -> None:
     first = iree.build_kernel(nn.semantic, nn.kernel_map["rmsnorm"], None)
     second = iree.build_kernel(nn.semantic, nn.kernel_map["rmsnorm"], None)
