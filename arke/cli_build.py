@@ -1,6 +1,7 @@
 """``akc build`` and ``akc run``: compile a file's kernels for a target, and run one on random inputs.
 
     akc build FILE --target llvm [--kernel NAME] [--emit source|asm|obj] [-o PATH]
+    akc build FILE --target llvm --arch sm_90|sm_80 [--kernel NAME] [--emit ptx|cubin] [-o PATH]
     akc build FILE --target triton [--arch sm_90|sm_80] [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
     akc build FILE --target mlir [--device cpu|cuda] [--arch sm_80] [--kernel NAME]
                    [--emit source|transform|vmfb] [-o PATH]
@@ -40,8 +41,9 @@ def add_commands(sub: Any) -> None:
                             "obj: object code; ptx, cubin: the triton target's compiled kernels; transform: the "
                             "mlir target's transform scripts; vmfb: the mlir target's IREE binaries")
     build.add_argument("--arch", default=None,
-                       help="the GPU architecture: triton sm_90 or sm_80 (default sm_90); mlir with --device cuda "
-                            "sm_80, sm_86, sm_87 or sm_89 (default sm_80; its PTX also runs on sm_90)")
+                       help="the GPU architecture: llvm (with --emit ptx|cubin) and triton sm_90 or sm_80 (triton's "
+                            "default sm_90); mlir with --device cuda sm_80, sm_86, sm_87 or sm_89 (default sm_80; "
+                            "its PTX also runs on sm_90)")
     build.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                        help="mlir: build for this CPU or for an NVIDIA GPU (default cpu)")
     build.add_argument("-o", "--output", help="write here instead of standard output (needed for obj and vmfb; "
@@ -102,9 +104,13 @@ def cmd_build(args: argparse.Namespace) -> int:
         if args.arch is None:
             args.arch = "sm_90"
         return cmd_build_triton(args)
+    if args.emit in ("ptx", "cubin") and args.arch is not None:  # the llvm target's GPU flavour
+        from arke.cli_nvptx import cmd_build_nvptx
+
+        return cmd_build_nvptx(args)
     if args.emit not in ("source", "asm", "obj"):
         raise _usage(f"--emit {args.emit} is for --target {EMIT_TARGETS[args.emit]}; the llvm target emits source, "
-                     f"asm or obj")
+                     f"asm or obj (or, with --arch sm_90|sm_80, ptx or cubin)")
     lib = _library(args.path, args.target)
     if isinstance(lib, int):
         return lib

@@ -1,0 +1,181 @@
+"""The LLVM target's GPU flavour: every stdlib kernel renders to NVPTX LLVM IR, lowers to PTX for
+sm_80 and sm_90, and ``ptxas`` assembles it with no spills; the inline float math is checked
+on the host (the same IR, JIT-compiled); ``akc build --target llvm --arch ... --emit ptx|cubin``.
+
+No GPU is needed (nothing is launched). Each kernel compiles once per architecture per process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from arke import cli
+from arke.codegen.llvm_nvptx import RENDERER, entry_name
+from arke.codegen.llvm_nvptx_math import FUNCTIONS, nvptx_math
+from arke.codegen.plan import make_plan
+from arke.runtime import nvptx
+from tests.codegen.codegen_support import STDLIB, std_module
+
+ARCHS = ("sm_80", "sm_90")
+KERNELS = [(m, k) for m in STDLIB for k in std_module(m).names]
+needs_ptxas = pytest.mark.skipif(nvptx.ptxas_path() is None, reason="no ptxas (it ships with Triton)")
+
+
+@cache
+def source(module: str, kernel: str) -> str:
+    m = std_module(module)
+    plan = make_plan(m.semantic, m.kernel_map[kernel], None, families=RENDERER.families)
+    return RENDERER.render(plan).source
+
+
+@cache
+def ptx(module: str, kernel: str, arch: str) -> str:
+    return nvptx.compile_ptx(source(module, kernel), arch)
+
+
+@pytest.mark.parametrize(("module", "kernel"), KERNELS)
+def test_renders_nvptx_ir(module: str, kernel: str) -> None:
+    text = source(module, kernel)
+    assert 'target triple = "nvptx64-nvidia-cuda"' in text
+    assert f'define ptx_kernel void @"{entry_name(kernel, 0)}"(' in text
+    assert "ptr addrspace(1)" in text and "llvm.nvvm.read.ptx.sreg.tid.x" in text
+    # nothing NVPTX cannot lower without libdevice
+    for bad in ("@llvm.log.f32", "@llvm.log2.f32", "@llvm.sin.f32", "@llvm.cos.f32", "@llvm.pow.f32",
+                "@tanhf", "@erff"):
+        assert bad not in text
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize(("module", "kernel"), KERNELS)
+def test_ptx_for_each_arch(module: str, kernel: str, arch: str) -> None:
+    text = ptx(module, kernel, arch)
+    assert f".target {arch}" in text and ".visible .entry" in text
+    assert "ld.global" in text or "st.global" in text  # address spaces inferred back to global
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize(("module", "kernel"), KERNELS)
+def test_ptxas_assembles_without_spills(module: str, kernel: str, arch: str) -> None:
+    cubin, entries = nvptx.assemble(ptx(module, kernel, arch), arch)
+    assert cubin and entries
+    for e in entries:
+        assert e.spills == 0, f"{e.entry} spills {e.spills} words on {arch}"
+        assert 0 < e.registers <= 255
+
+
+# -- the inline float math, JIT-compiled for the host: the same IR the GPU kernels inline
+
+_KEEP: list[Any] = []  # engines stay alive while their functions may be called
+
+REFERENCE = {"log": np.log, "log2": np.log2, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+             "erf": np.vectorize(math.erf), "exp": np.exp}
+
+
+def _host_function(op: str, arity: int) -> Any:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    name, defs = nvptx_math(op)
+    params = ", ".join(f"float %a{k}" for k in range(arity))
+    src = "\n".join(dict.fromkeys(defs)) + f"\ndefine float @w({params}) {{\n  %r = call float @{name}({params})\n" \
+                                            "  ret float %r\n}\n"
+    mod = llvm.parse_assembly(src)
+    mod.verify()
+    engine = llvm.create_mcjit_compiler(mod, llvm.Target.from_default_triple().create_target_machine())
+    engine.finalize_object()
+    _KEEP.append(engine)
+    return ctypes.CFUNCTYPE(ctypes.c_float, *([ctypes.c_float] * arity))(engine.get_function_address("w"))
+
+
+@pytest.mark.parametrize(("op", "ulps"), [("log", 1), ("log2", 1), ("sin", 2), ("cos", 2), ("tanh", 2),
+                                          ("erf", 4), ("exp", 1)])
+def test_inline_math_is_accurate(op: str, ulps: int) -> None:
+    f = _host_function(op, 1)
+    rng = np.random.default_rng(0)
+    if op.startswith("log"):
+        x = np.concatenate([rng.uniform(0, 1e4, 1000), np.exp(rng.uniform(-85, 85, 1000)), [1e-42, 1.0]])
+    else:
+        x = np.concatenate([rng.uniform(-20, 20, 1000), rng.uniform(-1.5, 1.5, 1000)])
+    x = x.astype(np.float32)
+    got = np.array([f(v) for v in x], np.float32).astype(np.float64)
+    want = REFERENCE[op](x.astype(np.float64))
+    err = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    assert np.nanmax(err) <= ulps
+    special = [0.0, np.inf, -np.inf, np.nan]
+    got_s = [f(v) for v in special]
+    with np.errstate(all="ignore"):
+        want_s = [float(REFERENCE[op](np.float64(v))) for v in special]
+    np.testing.assert_array_equal(got_s, want_s)
+
+
+def test_inline_pow() -> None:
+    f = _host_function("pow", 2)
+    for a, b in [(2.0, 10.0), (-2.0, 3.0), (-2.0, 2.0), (0.0, 2.0), (0.0, -1.0), (-2.0, 0.5), (1.0, math.nan),
+                 (math.nan, 0.0), (3.0, -2.0), (0.5, 1.5)]:
+        with np.errstate(all="ignore"):
+            want = float(np.power(np.float64(a), np.float64(b)))
+        got = f(a, b)
+        assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want, rel=1e-6), (a, b)
+    assert set(FUNCTIONS) >= {"log", "log2", "sin", "cos", "tanh", "erf", "pow"}
+
+
+# -- akc build --target llvm --arch ... --emit ptx|cubin
+
+_AK = """\
+kernel add2(x: f32[N], y: f32[N]) -> f32[N] {
+  return x[n] + y[n]
+}
+
+kernel mm(a: bf16[M, K], b: bf16[K, N]) -> f32[M, N] {
+  return sum(f32(a[m, k]) * f32(b[k, n]) for k)
+}
+"""
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_cli_emits_ptx(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "k.ak"
+    path.write_text(_AK, encoding="utf-8")
+    status, out, _ = _run(capsys, "build", str(path), "--target", "llvm", "--arch", "sm_90", "--emit", "ptx",
+                          "--kernel", "add2")
+    assert status == 0 and ".target sm_90" in out and ".entry add2_d0" in out
+    status, out, _ = _run(capsys, "build", str(path), "--target", "llvm", "--arch", "sm_80", "--emit", "ptx",
+                          "-o", str(tmp_path / "ptx"))
+    assert status == 0
+    assert sorted(p.name for p in (tmp_path / "ptx").iterdir()) == ["add2.sm_80.ptx", "mm.sm_80.ptx"]
+    if nvptx.ptxas_path() is not None:
+        assert "regs" in out and "spills" in out and "mm_d0" in out
+
+
+@needs_ptxas
+def test_cli_emits_cubin_with_a_resource_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "k.ak"
+    path.write_text(_AK, encoding="utf-8")
+    out_file = tmp_path / "mm.cubin"
+    status, out, _ = _run(capsys, "build", str(path), "--target", "llvm", "--arch", "sm_90", "--emit", "cubin",
+                          "--kernel", "mm", "-o", str(out_file))
+    assert status == 0 and out_file.read_bytes()[:4] == b"\x7fELF"
+    assert "mm_d0" in out and "sm_90" in out
+
+
+def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "k.ak"
+    path.write_text(_AK, encoding="utf-8")
+    status, _, err = _run(capsys, "build", str(path), "--target", "llvm", "--arch", "sm_70", "--emit", "ptx")
+    assert status == 2 and "sm_90" in err
+    status, _, err = _run(capsys, "build", str(path), "--target", "llvm", "--arch", "sm_90", "--emit", "cubin")
+    assert status == 2 and "-o PATH" in err
