@@ -3,7 +3,8 @@
 Each kernel's plan (one dispatch per op) is rendered by :mod:`arke.codegen.llvm_nvptx`,
 lowered to PTX by llvmlite's NVPTX backend and, for ``cubin``, assembled by ``ptxas`` (no GPU
 needed). One PTX module (or cubin) per kernel holds an entry per dispatch; a table of each
-entry's registers and spills follows, as ``--target triton`` prints.
+entry's registers and spills follows, as ``--target triton`` prints. :func:`build_each` is the
+loop the CUDA-C target (:mod:`arke.cli_cuda`) shares.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 
 def _usage(message: str) -> Exception:
@@ -21,17 +24,31 @@ def _usage(message: str) -> Exception:
 
 def cmd_build_nvptx(args: argparse.Namespace) -> int:
     """Write PTX or cubin of a file's kernels for ``args.arch`` and print their resources."""
-    from arke.cli import load_or_report
-    from arke.codegen.base import UnsupportedError
-    from arke.codegen.llvm_nvptx import BLOCK, RENDERER
-    from arke.codegen.plan import make_plan
+    from arke.codegen.llvm_nvptx import RENDERER
     from arke.runtime import nvptx
-    from arke.runtime.triton_aot import CompiledEntry, resource_table
 
     try:
         arch = nvptx.arch_name(args.arch)
     except ValueError as err:
         raise _usage(str(err)) from None
+    # llvmlite reports a module its NVPTX backend rejects as a RuntimeError
+    return build_each(args, arch, RENDERER, lambda source, name: nvptx.compile_ptx(source, arch), "llvm",
+                      (RuntimeError,))
+
+
+def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Callable[[str, str], str], target: str,
+               failures: tuple[type[Exception], ...]) -> int:
+    """Render every kernel of ``args.path`` (or ``args.kernel``) with ``renderer``; for ``--emit ptx|cubin``
+    compile each to PTX with ``to_ptx(source, kernel)`` (a failure of a kind in ``failures`` is reported
+    against the kernel, and the others go on) and assemble it with ``ptxas``; write what ``--emit``
+    asks for and print the registers/spills table. The exit status: 1 if a kernel failed."""
+    from arke.cli import load_or_report
+    from arke.codegen.base import UnsupportedError
+    from arke.codegen.llvm_nvptx import BLOCK
+    from arke.codegen.plan import make_plan
+    from arke.runtime import nvptx
+    from arke.runtime.triton_aot import CompiledEntry, resource_table
+
     if args.emit == "cubin":
         if nvptx.ptxas_path() is None:
             raise _usage("--emit cubin needs ptxas (it ships with Triton: pip install triton)")
@@ -44,25 +61,31 @@ def cmd_build_nvptx(args: argparse.Namespace) -> int:
     for n in names:
         if n not in module.kernel_map:
             raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
-    outputs: list[tuple[str, str, bytes]] = []  # (kernel, ptx, cubin)
+    outputs: list[tuple[str, str, bytes]] = []  # (kernel, source or ptx, cubin)
     entries: list[CompiledEntry] = []
     failed = 0
+    caught: tuple[type[Exception], ...] = (UnsupportedError, *failures)
     for name in names:
-        plan = make_plan(module.semantic, module.kernel_map[name], None, families=RENDERER.families)
+        plan = make_plan(module.semantic, module.kernel_map[name], None, families=renderer.families)
         try:
-            source = RENDERER.render(plan).source
-        except UnsupportedError as err:
-            print(f"akc: `{name}`: the llvm target cannot render it for {arch} yet: {err}", file=sys.stderr)
+            source = renderer.render(plan).source
+            if args.emit == "source":
+                outputs.append((name, source, b""))
+                continue
+            ptx = to_ptx(source, name)
+        except caught as err:
+            decided = ", ".join(f"{d.kind} {d.subject}" for d in plan.decisions) or "default strategy"
+            print(f"akc: `{name}` ({decided}): the {target} target cannot compile it for {arch}: {err}",
+                  file=sys.stderr)
             failed += 1
             continue
-        ptx = nvptx.compile_ptx(source, arch)
         cubin = b""
         if nvptx.ptxas_path() is not None:  # ptx alone needs no ptxas; the table then is left out
             cubin, assembled = nvptx.assemble(ptx, arch)
             entries += [CompiledEntry(name, e.entry, arch, "", b"", e.registers, e.spills, e.stack, 0,
                                       BLOCK // 32, 1, ()) for e in assembled]
         outputs.append((name, ptx, cubin))
-    _write(outputs, args.emit, args.output, arch)
+    _write(outputs, "cu" if args.emit == "source" else args.emit, args.output, arch)
     if entries:
         print(resource_table(entries), end="", file=sys.stdout if args.output else sys.stderr)
     return 1 if failed else 0

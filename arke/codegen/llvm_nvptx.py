@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import sympy
 
@@ -46,6 +47,14 @@ def entry_name(kernel: str, k: int) -> str:
     return f"{kernel}_d{k}"
 
 
+def element_count(op: ir.MapOp | ir.ReduceOp | ir.ContractOp) -> Dim:
+    """The elements of an op's result: the threads a one-thread-per-element launch needs."""
+    total: Dim = sympy.Integer(1)
+    for a in op.axes:
+        total = total * a.extent
+    return total
+
+
 class NVPTXFunction(_Function):
     """Emits one dispatch as a PTX kernel: one thread per element of the result."""
 
@@ -54,10 +63,7 @@ class NVPTXFunction(_Function):
 
     def render(self) -> str:
         axes = [a.name for a in self.op.axes]
-        total: Dim = sympy.Integer(1)
-        for a in axes:
-            total = total * self.extent[a]
-        self.parallel_extent = total
+        total = self.parallel_extent = element_count(self.op)
         self.start_error_flag()
         for s in _SREG:
             self.declare(f"declare i32 @llvm.nvvm.read.ptx.sreg.{s}.x()")
@@ -138,16 +144,51 @@ class NVPTXFunction(_Function):
 assert {"log", "log2", "sin", "cos"} <= set(FUNCTIONS) and {"log", "log2", "sin", "cos"} <= set(FLOAT_INTRINSIC)
 
 
-class NVPTXRenderer(Renderer):
-    """Renders a kernel plan to an LLVM IR module for NVIDIA GPUs (``nvptx64-nvidia-cuda``).
+class ElementKernel(Protocol):
+    """A dispatch's GPU function: its entry name, the buffers it takes and its thread count."""
 
-    Make its plans with ``families=NVPTXRenderer.families`` (none: one dispatch per op).
+    @property
+    def name(self) -> str: ...
+    @property
+    def args(self) -> Sequence[str]: ...
+    @property
+    def parallel_extent(self) -> Dim | None: ...
+
+    def render(self) -> str: ...
+
+
+def per_element_kernels(plan: KernelPlan, renderer: str, make: Callable[[Dispatch, str], ElementKernel]
+                        ) -> tuple[list[str], list[LaunchSpec]]:
+    """Every dispatch of ``plan`` as a one-thread-per-element GPU function (its text) and its launch:
+    ``ceiling(elements / BLOCK)`` blocks of :data:`BLOCK` threads. Shared by the SIMT GPU targets."""
+    functions, launches = [], []
+    for k, d in enumerate(plan.dispatches):
+        if len(d.members) > 1:  # a fused group (from a plan made with families) has no per-element form
+            raise UnsupportedError(f"dispatch {k} of `{plan.name}` fuses {len(d.members)} ops; make the plan "
+                                   f"with families={renderer}.families")
+        fn = make(d, entry_name(plan.name, k))
+        functions.append(fn.render())
+        extent = dim_str(fn.parallel_extent if fn.parallel_extent is not None else sympy.Integer(1))
+        launches.append(LaunchSpec(fn.name, extent, tuple(plan.buffer_index(b) for b in fn.args),
+                                   grid=(f"ceiling(({extent}) / {BLOCK})",), options=(("block", BLOCK),)))
+    return functions, launches
+
+
+class SIMTRenderer(Renderer):
+    """A GPU renderer of one kernel per op, one thread per result element (:func:`per_element_kernels`).
+
+    Make its plans with ``families=<renderer>.families`` (none: one dispatch per op).
     ``meta["block"]`` is the threads per block of every launch.
     """
 
-    name = "llvm-nvptx"
     capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "bool", "parallel"})
     families: frozenset[str] = frozenset()
+
+
+class NVPTXRenderer(SIMTRenderer):
+    """Renders a kernel plan to an LLVM IR module for NVIDIA GPUs (``nvptx64-nvidia-cuda``)."""
+
+    name = "llvm-nvptx"
 
     def render(self, plan: KernelPlan) -> Artifact:
         declarations: dict[str, None] = {}
@@ -155,17 +196,8 @@ class NVPTXRenderer(Renderer):
         def declare(text: str) -> None:
             declarations.setdefault(text, None)
 
-        functions, launches = [], []
-        for k, d in enumerate(plan.dispatches):
-            if len(d.members) > 1:  # a fused group (from a plan made with families) has no per-element form
-                raise UnsupportedError(f"dispatch {k} of `{plan.name}` fuses {len(d.members)} ops; make the plan "
-                                       "with families=NVPTXRenderer.families")
-            fn = NVPTXFunction(plan, d, entry_name(plan.name, k), declare)
-            functions.append(fn.render())
-            extent = fn.parallel_extent if fn.parallel_extent is not None else sympy.Integer(1)
-            launches.append(LaunchSpec(fn.name, dim_str(extent), tuple(plan.buffer_index(b) for b in fn.args),
-                                       grid=(f"ceiling(({dim_str(extent)}) / {BLOCK})",),
-                                       options=(("block", BLOCK),)))
+        functions, launches = per_element_kernels(
+            plan, "NVPTXRenderer", lambda d, name: NVPTXFunction(plan, d, name, declare))
         source = "\n\n".join([f"; arke kernel {plan.name} (NVPTX)", f'target triple = "{TRIPLE}"',
                               *declarations, *functions]) + "\n"
         return Artifact("llvm-nvptx", source, tuple(launches), {"block": str(BLOCK), "triple": TRIPLE})

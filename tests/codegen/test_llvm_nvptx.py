@@ -15,24 +15,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_support import ARCHS, GPU_AK, KERNELS, assert_assembles_without_spills, run_cli, stdlib_source
 
-from arke import cli
 from arke.codegen.llvm_nvptx import RENDERER, entry_name
 from arke.codegen.llvm_nvptx_math import FUNCTIONS, nvptx_math
-from arke.codegen.plan import make_plan
 from arke.runtime import nvptx
-from tests.codegen.codegen_support import STDLIB, std_module
 
-ARCHS = ("sm_80", "sm_90")
-KERNELS = [(m, k) for m in STDLIB for k in std_module(m).names]
 needs_ptxas = pytest.mark.skipif(nvptx.ptxas_path() is None, reason="no ptxas (it ships with Triton)")
 
 
-@cache
 def source(module: str, kernel: str) -> str:
-    m = std_module(module)
-    plan = make_plan(m.semantic, m.kernel_map[kernel], None, families=RENDERER.families)
-    return RENDERER.render(plan).source
+    return stdlib_source(RENDERER, module, kernel)
 
 
 @cache
@@ -64,11 +57,7 @@ def test_ptx_for_each_arch(module: str, kernel: str, arch: str) -> None:
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize(("module", "kernel"), KERNELS)
 def test_ptxas_assembles_without_spills(module: str, kernel: str, arch: str) -> None:
-    cubin, entries = nvptx.assemble(ptx(module, kernel, arch), arch)
-    assert cubin and entries
-    for e in entries:
-        assert e.spills == 0, f"{e.entry} spills {e.spills} words on {arch}"
-        assert 0 < e.registers <= 255
+    assert_assembles_without_spills(ptx(module, kernel, arch), arch)
 
 
 # -- the inline float math, JIT-compiled for the host: the same IR the GPU kernels inline
@@ -130,52 +119,10 @@ def test_inline_pow() -> None:
 
 # -- akc build --target llvm --arch ... --emit ptx|cubin
 
-_AK = """\
-kernel add2(x: f32[N], y: f32[N]) -> f32[N] {
-  return x[n] + y[n]
-}
-
-kernel mm(a: bf16[M, K], b: bf16[K, N]) -> f32[M, N] {
-  return sum(f32(a[m, k]) * f32(b[k, n]) for k)
-}
-"""
-
-
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = cli.main(list(args))
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def test_cli_emits_ptx(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "k.ak"
-    path.write_text(_AK, encoding="utf-8")
-    status, out, _ = _run(capsys, "build", str(path), "--target", "llvm", "--arch", "sm_90", "--emit", "ptx",
-                          "--kernel", "add2")
-    assert status == 0 and ".target sm_90" in out and ".entry add2_d0" in out
-    status, out, _ = _run(capsys, "build", str(path), "--target", "llvm", "--arch", "sm_80", "--emit", "ptx",
-                          "-o", str(tmp_path / "ptx"))
-    assert status == 0
-    assert sorted(p.name for p in (tmp_path / "ptx").iterdir()) == ["add2.sm_80.ptx", "mm.sm_80.ptx"]
-    if nvptx.ptxas_path() is not None:
-        assert "regs" in out and "spills" in out and "mm_d0" in out
-
-
-@needs_ptxas
-def test_cli_emits_cubin_with_a_resource_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "k.ak"
-    path.write_text(_AK, encoding="utf-8")
-    out_file = tmp_path / "mm.cubin"
-    status, out, _ = _run(capsys, "build", str(path), "--target", "llvm", "--arch", "sm_90", "--emit", "cubin",
-                          "--kernel", "mm", "-o", str(out_file))
-    assert status == 0 and out_file.read_bytes()[:4] == b"\x7fELF"
-    assert "mm_d0" in out and "sm_90" in out
-
-
 def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "k.ak"
-    path.write_text(_AK, encoding="utf-8")
-    status, _, err = _run(capsys, "build", str(path), "--target", "llvm", "--arch", "sm_70", "--emit", "ptx")
+    path.write_text(GPU_AK, encoding="utf-8")
+    status, _, err = run_cli(capsys, "build", str(path), "--target", "llvm", "--arch", "sm_70", "--emit", "ptx")
     assert status == 2 and "sm_90" in err
-    status, _, err = _run(capsys, "build", str(path), "--target", "llvm", "--arch", "sm_90", "--emit", "cubin")
+    status, _, err = run_cli(capsys, "build", str(path), "--target", "llvm", "--arch", "sm_90", "--emit", "cubin")
     assert status == 2 and "-o PATH" in err
