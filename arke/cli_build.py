@@ -3,6 +3,7 @@
     akc build FILE --target llvm [--kernel NAME] [--emit source|asm|obj] [-o PATH]
     akc build FILE --target llvm --arch sm_90|sm_80 [--kernel NAME] [--emit ptx|cubin] [-o PATH]
     akc build FILE --target triton [--arch sm_90|sm_80] [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
+    akc build FILE --target cuda [--arch sm_90|sm_80] [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
     akc build FILE --target mlir [--device cpu|cuda] [--arch sm_80] [--kernel NAME]
                    [--emit source|transform|vmfb] [-o PATH]
     akc run FILE KERNEL --dims M=128,N=4097 [--threads N] [--repeat R]
@@ -94,6 +95,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         from arke.cli_mlir import cmd_build_mlir
 
         return cmd_build_mlir(args)
+    if args.target == "cuda":  # CUDA C through NVRTC (arke.cli_cuda); no GPU needed
+        from arke.cli_cuda import cmd_build_cuda
+
+        return cmd_build_cuda(args)
     if getattr(args, "device", "cpu") != "cpu":
         raise _usage(f"--device {args.device} is for --target mlir")
     if args.target == "triton":

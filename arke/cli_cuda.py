@@ -1,0 +1,30 @@
+"""``akc build FILE --target cuda [--arch sm_90|sm_80] --emit source|ptx|cubin``: the CUDA-C target.
+
+Each kernel's plan (one dispatch per op) is rendered by :mod:`arke.codegen.cuda`, compiled to
+PTX by NVRTC (:mod:`arke.runtime.nvrtc`) and, for ``cubin``, assembled by ``ptxas`` (no GPU
+needed). ``source`` writes the CUDA C (``<kernel>.<arch>.cu`` in a folder); a table of each
+entry's registers and spills follows ``ptx``/``cubin``, as ``--target llvm --arch`` prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from arke.cli_nvptx import _usage, build_each
+
+
+def cmd_build_cuda(args: argparse.Namespace) -> int:
+    """Write CUDA C, PTX or cubin of a file's kernels for ``args.arch`` (default sm_90)."""
+    from arke.codegen.cuda import RENDERER
+    from arke.runtime import nvrtc
+
+    if args.emit not in ("source", "ptx", "cubin"):
+        raise _usage(f"--emit {args.emit}: the cuda target emits source, ptx or cubin")
+    try:
+        arch = nvrtc.arch_name(args.arch or "sm_90")
+    except ValueError as err:
+        raise _usage(str(err)) from None
+    if args.emit != "source" and not nvrtc.available():
+        raise _usage(f"--emit {args.emit}: {nvrtc.MISSING}")
+    return build_each(args, arch, RENDERER, lambda source, name: nvrtc.compile_ptx(source, arch, kernel=name),
+                      "cuda", (nvrtc.NvrtcError,))
