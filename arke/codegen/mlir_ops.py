@@ -16,7 +16,7 @@ K and V are never copied or broadcast.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import sympy
@@ -78,7 +78,6 @@ class Lowered:
     result: str
     loops: tuple[Loop, ...]
     check: str | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def _as_reduce(op: ir.ContractOp) -> ir.ReduceOp:
@@ -119,7 +118,6 @@ class OpLowering:
                 self.loops += [Loop(a.name, outer, a.kind), Loop(a.name + SPLIT_SUFFIX, inner, a.kind)]
             else:
                 self.loops.append(a)
-        self.pos = {lp.name: k for k, lp in enumerate(self.loops)}
 
     # ------------------------------------------------------------ GQA splits
 
