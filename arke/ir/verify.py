@@ -31,7 +31,7 @@ import sympy
 from arke.ir import semantic as S
 from arke.ir import shapes
 from arke.ir.dtypes import can_store
-from arke.ir.strategy import DECISIONS, TARGETS, Decision, DecisionSpec, StrategySet
+from arke.ir.strategy import DECISIONS, TARGET_CHOICES, TARGETS, Decision, DecisionSpec, StrategySet
 from arke.ir.text import quote, sexpr_text, type_text, value_text
 
 #: Unary ops on floats only; ``neg abs relu`` take any number and ``not`` a bool.
@@ -447,6 +447,9 @@ def _decision_problems(d: Decision, target: str | None, kernel: S.Function | Non
     out = []
     if target in TARGETS and target not in spec.targets:
         out.append(f"`{d.kind}` has no effect on target {target} (it applies to {', '.join(sorted(spec.targets))})")
+    allowed = TARGET_CHOICES.get((d.kind, target)) if target is not None else None
+    if allowed is not None and d.value not in allowed:
+        out.append(f"target {target} cannot lower `{d.kind} = {d.value}` (only {', '.join(allowed)})")
     if spec.subject == "none" and d.subject is not None:
         out.append(f"`{d.kind}` applies to the whole kernel: write `{d.kind} = …` without `{d.subject}`")
     elif spec.subject != "none" and d.subject is None:

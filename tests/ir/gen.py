@@ -19,7 +19,16 @@ from hypothesis import strategies as st
 from arke.ir import semantic as S
 from arke.ir import shapes
 from arke.ir.dtypes import DType, can_store
-from arke.ir.strategy import ALGORITHMS, DECISIONS, GPU_TARGETS, TARGETS, Decision, Strategy, StrategySet
+from arke.ir.strategy import (
+    ALGORITHMS,
+    DECISIONS,
+    GPU_TARGETS,
+    TARGET_CHOICES,
+    TARGETS,
+    Decision,
+    Strategy,
+    StrategySet,
+)
 from arke.ir.text import cond_text
 from arke.ir.verify import ARITHMETIC, FLOAT_UNARY, NUMERIC_UNARY
 
@@ -285,7 +294,8 @@ def decisions_for(f: S.Function, target: str | None) -> st.SearchStrategy[Decisi
     tensors = [p.name for p in f.params if p.type.rank]
     pow2 = st.integers(0, 5).map(lambda e: 2**e)
     options: list[st.SearchStrategy[Decision]] = [
-        st.builds(Decision, st.just("algorithm"), st.none(), st.sampled_from(ALGORITHMS)),
+        st.builds(Decision, st.just("algorithm"), st.none(),
+                  st.sampled_from(TARGET_CHOICES.get(("algorithm", target or ""), ALGORITHMS))),
     ]
     if free or reduced:
         index = st.sampled_from(free + reduced)

@@ -226,6 +226,8 @@ BROKEN_STRATEGIES: list[tuple[str, StrategySet, str]] = [
      "`parallel k`: `k` is only ever reduced, and running a reduction in parallel would change its order"),
     ("split free", strategy(Decision("split", "i", 4)), "`split i`: `i` is never reduced"),
     ("pack scalar", strategy(Decision("pack", "eps", None)), "`pack eps`: @norm_mm has no tensor parameter %eps"),
+    ("target choice", strategy(Decision("algorithm", None, "flash"), target="mlir"),
+     "target mlir cannot lower `algorithm = flash` (only materialized)"),
     ("when dims", strategy(when=S.Rel("==", shapes.sym("S"), shapes.const(1))), "`when`: dim S uses S, not bound"),
 ]
 
