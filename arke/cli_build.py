@@ -142,6 +142,21 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_kernels(args: argparse.Namespace) -> tuple[Any, list[str]] | int:
+    """The checked module of ``args.path`` and the kernels to build (``--kernel``, else every kernel
+    the file defines); the exit status instead when the file has errors (already reported)."""
+    from arke.cli import load_or_report
+
+    module = load_or_report(args.path)
+    if isinstance(module, int):
+        return module
+    names = [args.kernel] if args.kernel else list(module.names)
+    for n in names:
+        if n not in module.kernel_map:
+            raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
+    return module, names
+
+
 def parse_dims(text: str) -> dict[str, int]:
     dims: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):

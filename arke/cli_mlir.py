@@ -90,7 +90,7 @@ def _write_binaries(built: list[tuple[str, bytes]], output: str) -> None:
 
 def cmd_build_mlir(args: argparse.Namespace) -> int:
     """``akc build --target mlir``: MLIR modules, transform scripts, or IREE's vmfb binaries."""
-    from arke.cli import load_or_report
+    from arke.cli_build import load_kernels
     from arke.cli_triton import variants
     from arke.codegen.base import UnsupportedError
     from arke.codegen.plan import make_plan
@@ -105,14 +105,11 @@ def cmd_build_mlir(args: argparse.Namespace) -> int:
             raise _usage(str(err)) from None
         if not args.output:
             raise _usage("--emit vmfb writes binary code: give a file (or a folder, for several kernels) with -o PATH")
-    module = load_or_report(args.path)
-    if isinstance(module, int):
-        return module
+    loaded = load_kernels(args)
+    if isinstance(loaded, int):
+        return loaded
+    module, names = loaded
     render = _renderer()
-    names = [args.kernel] if args.kernel else list(module.names)
-    for n in names:
-        if n not in module.kernel_map:
-            raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
     text = ""
     if args.path != "-":
         with open(args.path, encoding="utf-8") as f:

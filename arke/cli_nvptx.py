@@ -42,7 +42,7 @@ def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Calla
     compile each to PTX with ``to_ptx(source, kernel)`` (a failure of a kind in ``failures`` is reported
     against the kernel, and the others go on) and assemble it with ``ptxas``; write what ``--emit``
     asks for and print the registers/spills table. The exit status: 1 if a kernel failed."""
-    from arke.cli import load_or_report
+    from arke.cli_build import load_kernels
     from arke.codegen.base import UnsupportedError
     from arke.codegen.llvm_nvptx import BLOCK
     from arke.codegen.plan import make_plan
@@ -54,13 +54,10 @@ def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Calla
             raise _usage("--emit cubin needs ptxas (it ships with Triton: pip install triton)")
         if not args.output:
             raise _usage("--emit cubin writes binary code: give a file or folder with -o PATH")
-    module = load_or_report(args.path)
-    if isinstance(module, int):
-        return module
-    names = [args.kernel] if args.kernel else list(module.names)
-    for n in names:
-        if n not in module.kernel_map:
-            raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
+    loaded = load_kernels(args)
+    if isinstance(loaded, int):
+        return loaded
+    module, names = loaded
     outputs: list[tuple[str, str, bytes]] = []  # (kernel, source or ptx, cubin)
     entries: list[CompiledEntry] = []
     failed = 0

@@ -113,7 +113,7 @@ def _write_compiled(entries: list[CompiledEntry], emit: str, output: str | None)
 
 def cmd_build_triton(args: argparse.Namespace) -> int:
     """``akc build --target triton``: the module source, or PTX/cubin with a resource table."""
-    from arke.cli import load_or_report
+    from arke.cli_build import load_kernels
     from arke.codegen.base import UnsupportedError
     from arke.codegen.plan import make_plan
     from arke.lang.render import Sources, print_diagnostics
@@ -128,14 +128,11 @@ def cmd_build_triton(args: argparse.Namespace) -> int:
             triton_aot.require_triton()
     except (ValueError, triton_aot.TritonMissingError) as err:
         raise _usage(str(err)) from None
-    module = load_or_report(args.path)
-    if isinstance(module, int):
-        return module
+    loaded = load_kernels(args)
+    if isinstance(loaded, int):
+        return loaded
+    module, names = loaded
     render = _renderer()
-    names = [args.kernel] if args.kernel else list(module.names)
-    for n in names:
-        if n not in module.kernel_map:
-            raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
     texts: list[str] = []
     entries: list[CompiledEntry] = []
     failed = 0

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,3 +22,16 @@ def _private_kernel_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     patch.setenv("ARKE_CACHE_DIR", str(directory))
     yield directory
     patch.undo()
+
+
+@pytest.fixture
+def no_iree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``iree.compiler`` and ``iree.runtime`` look uninstalled."""
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> Any:
+        if name == "iree" or name.startswith("iree."):
+            return None
+        return real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)

@@ -6,11 +6,9 @@ usage error). A missing IREE is a usage error naming the ``mlir`` extra, never a
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -48,19 +46,6 @@ def kernels(tmp_path: Path) -> Path:
     path = tmp_path / "k.ak"
     path.write_text(KERNELS, encoding="utf-8")
     return path
-
-
-@pytest.fixture
-def no_iree(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make ``iree.compiler`` and ``iree.runtime`` look uninstalled."""
-    real = importlib.util.find_spec
-
-    def find_spec(name: str, package: str | None = None) -> Any:
-        if name == "iree" or name.startswith("iree."):
-            return None
-        return real(name, package)
-
-    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
 
 
 def _loads(data: bytes) -> list[str]:

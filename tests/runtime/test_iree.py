@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import uuid
 import warnings
 from pathlib import Path
@@ -105,19 +104,6 @@ def compiles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------- without IREE
-
-
-@pytest.fixture
-def no_iree(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make ``iree.compiler`` and ``iree.runtime`` look uninstalled."""
-    real = importlib.util.find_spec
-
-    def find_spec(name: str, package: str | None = None) -> Any:
-        if name == "iree" or name.startswith("iree."):
-            return None
-        return real(name, package)
-
-    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
 
 
 @pytest.mark.usefixtures("no_iree")
