@@ -339,15 +339,7 @@ class Body:
             q = self.let(f"arith.divf {a}, {b} : f32")
             return self.let(f"math.floor {q} : f32")
         if op == "mod":  # Python's %: fmod, then moved into the divisor's sign (exact)
-            r = self.let(f"arith.remf {a}, {b} : f32")
-            zero = self.const(0.0, "f32")
-            nz = self.let(f"arith.cmpf one, {r}, {zero} : f32")
-            rn = self.let(f"arith.cmpf olt, {r}, {zero} : f32")
-            bn = self.let(f"arith.cmpf olt, {b}, {zero} : f32")
-            differ = self.let(f"arith.xori {rn}, {bn} : i1")
-            fix = self.let(f"arith.andi {nz}, {differ} : i1")
-            moved = self.let(f"arith.addf {r}, {b} : f32")
-            return self.let(f"arith.select {fix}, {moved}, {r} : f32")
+            return self._divisor_sign(self.let(f"arith.remf {a}, {b} : f32"), b, "f32")
         raise UnsupportedError(f"mlir: binary `{op}` on floats")
 
     def _int_binary(self, op: str, a: str, b: str, ty: str, safe: bool = False) -> str:
@@ -389,14 +381,21 @@ class Body:
 
     def _floor_mod(self, a: str, b: str, ty: str) -> str:
         """Python's ``a % b`` (the divisor's sign) on a nonzero ``b``."""
-        r = self.let(f"arith.remsi {a}, {b} : {ty}")
-        zero = self.const(0, ty)
-        nz = self.let(f"arith.cmpi ne, {r}, {zero} : {ty}")
-        rn = self.let(f"arith.cmpi slt, {r}, {zero} : {ty}")
-        bn = self.let(f"arith.cmpi slt, {b}, {zero} : {ty}")
+        return self._divisor_sign(self.let(f"arith.remsi {a}, {b} : {ty}"), b, ty)
+
+    def _divisor_sign(self, r: str, b: str, ty: str) -> str:
+        """A truncated remainder ``r`` of a division by ``b`` moved into ``b``'s sign (``r + b`` when
+        ``r`` is nonzero and the signs differ), as Python's ``%`` has it, on floats or integers."""
+        f = ty == "f32"
+        cmp, ne, lt, add = (("arith.cmpf", "one", "olt", "arith.addf") if f
+                            else ("arith.cmpi", "ne", "slt", "arith.addi"))
+        zero = self.const(0.0 if f else 0, ty)
+        nz = self.let(f"{cmp} {ne}, {r}, {zero} : {ty}")
+        rn = self.let(f"{cmp} {lt}, {r}, {zero} : {ty}")
+        bn = self.let(f"{cmp} {lt}, {b}, {zero} : {ty}")
         differ = self.let(f"arith.xori {rn}, {bn} : i1")
         fix = self.let(f"arith.andi {nz}, {differ} : i1")
-        moved = self.let(f"arith.addi {r}, {b} : {ty}")
+        moved = self.let(f"{add} {r}, {b} : {ty}")
         return self.let(f"arith.select {fix}, {moved}, {r} : {ty}")
 
     # ------------------------------------------------------------ reductions
