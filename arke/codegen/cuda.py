@@ -15,21 +15,23 @@ and a contracted ``a * b + c`` would not.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 import sympy
 
-from arke.codegen.base import Artifact, UnsupportedError
+from arke.codegen.base import Artifact, LaunchSpec, UnsupportedError
 from arke.codegen.cuda_expr import COMPUTE, CONVERT, HELPERS, STORAGE, CExpr, identity
+from arke.codegen.cuda_warp import WARP
 from arke.codegen.llvm import _as, _fraction, _loads
-from arke.codegen.llvm_nvptx import BLOCK, SIMTRenderer, element_count, per_element_kernels
+from arke.codegen.llvm_nvptx import BLOCK, SIMTRenderer, element_count, entry_name, per_element_kernels
 from arke.codegen.plan import Buffer, Dispatch, KernelPlan
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, dim_str
 
 #: What every translation unit starts with (NVRTC here has no CUDA headers: nothing is included).
-PRELUDE = CONVERT + HELPERS
+PRELUDE = CONVERT + HELPERS + WARP
 
 
 class CudaFunction:
@@ -172,14 +174,46 @@ class CudaFunction:
         return "\n".join([head, "  bool ak_err = false;", *self.prologue, *self.lines, *tail])
 
 
+#: The block-cooperative families and where each is rendered: ``(module, function)``; the function
+#: takes ``(plan, dispatch, entry)`` and returns the dispatch's text and its launch (or launches).
+FAMILY_RENDERERS = {
+    "rows": ("arke.codegen.cuda_rows", "render_rows"),
+    "contraction": ("arke.codegen.cuda_gemm", "render_contraction"),
+    "attention": ("arke.codegen.cuda_attention", "render_attention"),
+}
+
+
 class CudaRenderer(SIMTRenderer):
-    """Renders a kernel plan to CUDA C (one translation unit per kernel, one entry per dispatch)."""
+    """Renders a kernel plan to CUDA C (one translation unit per kernel, one entry per dispatch).
+
+    ``families``: the fused families plans for it group (each rendered by its module in
+    :data:`FAMILY_RENDERERS`); every other dispatch is one op, one thread per result element.
+    """
 
     name = "cuda"
 
+    def __init__(self, families: frozenset[str] = frozenset()):
+        unknown = families - set(FAMILY_RENDERERS)
+        if unknown:
+            raise ValueError(f"the cuda target has no renderer for the families {sorted(unknown)}")
+        self.families = families
+
     def render(self, plan: KernelPlan) -> Artifact:
-        functions, launches = per_element_kernels(plan, "CudaRenderer", lambda d, name: CudaFunction(plan, d, name))
-        source = "\n\n".join([f"// arke kernel {plan.name} (CUDA C, SIMT)", PRELUDE.strip(), *functions]) + "\n"
+        functions: list[str] = []
+        launches: list[LaunchSpec] = []
+        for k, d in enumerate(plan.dispatches):
+            entry = entry_name(plan.name, k)
+            if d.family in self.families and (d.pattern is not None or len(d.members) > 1):
+                module, function = FAMILY_RENDERERS[d.family]
+                text, made = getattr(importlib.import_module(module), function)(plan, d, entry)
+                functions.append(text)
+                launches.extend(made if isinstance(made, list | tuple) else [made])
+                continue
+            one, launch = per_element_kernels(plan, "CudaRenderer", lambda d, name: CudaFunction(plan, d, name),
+                                              only=k)
+            functions.extend(one)
+            launches.extend(launch)
+        source = "\n\n".join([f"// arke kernel {plan.name} (CUDA C)", PRELUDE.strip(), *functions]) + "\n"
         return Artifact("cuda", source, tuple(launches), {"block": str(BLOCK)})
 
 

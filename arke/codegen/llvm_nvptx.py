@@ -34,7 +34,7 @@ from arke.codegen.llvm_nvptx_math import FUNCTIONS, nvptx_math
 from arke.codegen.plan import Dispatch, KernelPlan
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
-from arke.ir.shapes import Dim, dim_str
+from arke.ir.shapes import Dim, ceil_div, dim_str
 
 TRIPLE = "nvptx64-nvidia-cuda"
 #: threads per block of every launch (a multiple of the 32-thread warp)
@@ -157,20 +157,23 @@ class ElementKernel(Protocol):
     def render(self) -> str: ...
 
 
-def per_element_kernels(plan: KernelPlan, renderer: str, make: Callable[[Dispatch, str], ElementKernel]
-                        ) -> tuple[list[str], list[LaunchSpec]]:
-    """Every dispatch of ``plan`` as a one-thread-per-element GPU function (its text) and its launch:
-    ``ceiling(elements / BLOCK)`` blocks of :data:`BLOCK` threads. Shared by the SIMT GPU targets."""
+def per_element_kernels(plan: KernelPlan, renderer: str, make: Callable[[Dispatch, str], ElementKernel],
+                        only: int | None = None) -> tuple[list[str], list[LaunchSpec]]:
+    """Every dispatch of ``plan`` (or dispatch ``only``) as a one-thread-per-element GPU function (its
+    text) and its launch: ``ceil(elements / BLOCK)`` blocks of :data:`BLOCK` threads. Shared by the
+    SIMT GPU targets."""
     functions, launches = [], []
     for k, d in enumerate(plan.dispatches):
+        if only is not None and k != only:
+            continue
         if len(d.members) > 1:  # a fused group (from a plan made with families) has no per-element form
             raise UnsupportedError(f"dispatch {k} of `{plan.name}` fuses {len(d.members)} ops; make the plan "
                                    f"with families={renderer}.families")
         fn = make(d, entry_name(plan.name, k))
         functions.append(fn.render())
-        extent = dim_str(fn.parallel_extent if fn.parallel_extent is not None else sympy.Integer(1))
-        launches.append(LaunchSpec(fn.name, extent, tuple(plan.buffer_index(b) for b in fn.args),
-                                   grid=(f"ceiling(({extent}) / {BLOCK})",), options=(("block", BLOCK),)))
+        total = fn.parallel_extent if fn.parallel_extent is not None else sympy.Integer(1)
+        launches.append(LaunchSpec(fn.name, dim_str(total), tuple(plan.buffer_index(b) for b in fn.args),
+                                   grid=(dim_str(ceil_div(total, BLOCK)),), options=(("block", BLOCK),)))
     return functions, launches
 
 
