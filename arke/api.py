@@ -140,7 +140,7 @@ def interpret(kernel: Kernel, *arrays: Any, **scalars: Any) -> Any:
 
 
 def build(path_or_module: str | os.PathLike[str] | Module, target: str = "llvm", threads: int | None = None,
-          device: str = "cpu") -> Any:
+          device: str = "cpu", arch: str | None = None) -> Any:
     """Compile a module (or a `.ak` file) for ``target``: a Library of callable kernels.
 
     ``lib.rmsnorm(x, w)`` takes NumPy arrays or torch CPU tensors (zero-copy when contiguous)
@@ -148,12 +148,15 @@ def build(path_or_module: str | os.PathLike[str] | Module, target: str = "llvm",
     kernel runs. Kernels compile on first use, through the on-disk cache. ``threads``: the
     worker team's size (default: every core; results do not depend on it). ``device``: for
     ``target="mlir"`` (kernels compiled by IREE), ``"cpu"`` (default) or ``"cuda"`` (an NVIDIA
-    GPU); the other targets take only ``"cpu"``.
+    GPU); the other targets take only ``"cpu"``. ``target="cuda"`` runs CUDA C on an NVIDIA GPU
+    (``arch`` defaults to the device's); ``target="llvm", arch="sm_90"`` runs the LLVM target's
+    GPU flavour there. Without a GPU both are a clear error; ``akc build --emit ptx|cubin`` still
+    compiles them.
     """
     from arke.runtime.build import Library
 
     module = path_or_module if isinstance(path_or_module, Module) else load(path_or_module)
-    return Library(module, target, threads, device)
+    return Library(module, target, threads, device, arch)
 
 
 __all__ = ["CheckError", "Diagnostic", "Kernel", "Module", "build", "check", "interpret", "load", "loads"]

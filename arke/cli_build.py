@@ -81,6 +81,13 @@ def _library(path: str, target: str) -> Any:
 
         if not iree_available():
             raise _usage(MISSING)
+    if target == "cuda":
+        from arke.runtime.cuda import CudaUnavailableError, require_gpu
+
+        try:
+            require_gpu("cuda")
+        except CudaUnavailableError as err:
+            raise _usage(str(err)) from None
     available = runnable_targets()  # asked now, not at import: IREE or Triton may have come since
     if target not in available:
         raise _usage(f"target `{target}` cannot be built here yet; available: {', '.join(available)}")

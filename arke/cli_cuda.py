@@ -26,5 +26,6 @@ def cmd_build_cuda(args: argparse.Namespace) -> int:
         raise _usage(str(err)) from None
     if args.emit != "source" and not nvrtc.available():
         raise _usage(f"--emit {args.emit}: {nvrtc.MISSING}")
-    return build_each(args, arch, RENDERER, lambda source, name: nvrtc.compile_ptx(source, arch, kernel=name),
+    return build_each(args, arch, RENDERER,
+                      lambda source, name, plan: nvrtc.compile_ptx(source, arch, kernel=name, plan=plan),
                       "cuda", (nvrtc.NvrtcError,))

@@ -32,17 +32,20 @@ def cmd_build_nvptx(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise _usage(str(err)) from None
     # llvmlite reports a module its NVPTX backend rejects as a RuntimeError
-    return build_each(args, arch, RENDERER, lambda source, name: nvptx.compile_ptx(source, arch), "llvm",
+    return build_each(args, arch, RENDERER, lambda source, name, plan: nvptx.compile_ptx(source, arch), "llvm",
                       (RuntimeError,))
 
 
-def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Callable[[str, str], str], target: str,
+def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Callable[[str, str, Any], str],
+               target: str,
                failures: tuple[type[Exception], ...]) -> int:
-    """Render every kernel of ``args.path`` (or ``args.kernel``) with ``renderer``; for ``--emit ptx|cubin``
-    compile each to PTX with ``to_ptx(source, kernel)`` (a failure of a kind in ``failures`` is reported
+    """Render every kernel of ``args.path`` (or ``args.kernel``) with ``renderer``, once per strategy
+    variant a call may use (``target``'s strategies, then the defaults); for ``--emit ptx|cubin``
+    compile each to PTX with ``to_ptx(source, kernel, plan)`` (a failure of a kind in ``failures`` is reported
     against the kernel, and the others go on) and assemble it with ``ptxas``; write what ``--emit``
     asks for and print the registers/spills table. The exit status: 1 if a kernel failed."""
     from arke.cli_build import load_kernels
+    from arke.cli_triton import variants
     from arke.codegen.base import UnsupportedError
     from arke.codegen.llvm_nvptx import BLOCK
     from arke.codegen.plan import make_plan
@@ -63,25 +66,32 @@ def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Calla
     failed = 0
     caught: tuple[type[Exception], ...] = (UnsupportedError, *failures)
     for name in names:
-        plan = make_plan(module.semantic, module.kernel_map[name], None, families=renderer.families)
-        try:
-            source = renderer.render(plan).source
-            if args.emit == "source":
-                outputs.append((name, source, b""))
+        ir_name = module.kernel_map[name]
+        shapes = variants(module, ir_name, target)
+        for label, strategy in shapes:
+            plan = make_plan(module.semantic, ir_name, strategy, families=renderer.families)
+            called = name if len(shapes) == 1 else f"{name}.{label.replace(' ', '')}"
+            try:
+                artifact = renderer.render(plan)
+                if args.emit == "source":
+                    outputs.append((called, artifact.source, b""))
+                    continue
+                ptx = to_ptx(artifact.source, name, plan)
+            except caught as err:
+                decided = ", ".join(f"{d.kind}{' ' + d.subject if d.subject else ''}" for d in plan.decisions)
+                print(f"akc: `{name}` ({decided or 'default strategy'}): the {target} target cannot compile it "
+                      f"for {arch}: {err}", file=sys.stderr)
+                failed += 1
                 continue
-            ptx = to_ptx(source, name)
-        except caught as err:
-            decided = ", ".join(f"{d.kind} {d.subject}" for d in plan.decisions) or "default strategy"
-            print(f"akc: `{name}` ({decided}): the {target} target cannot compile it for {arch}: {err}",
-                  file=sys.stderr)
-            failed += 1
-            continue
-        cubin = b""
-        if nvptx.ptxas_path() is not None:  # ptx alone needs no ptxas; the table then is left out
-            cubin, assembled = nvptx.assemble(ptx, arch)
-            entries += [CompiledEntry(name, e.entry, arch, "", b"", e.registers, e.spills, e.stack, 0,
-                                      BLOCK // 32, 1, ()) for e in assembled]
-        outputs.append((name, ptx, cubin))
+            cubin = b""
+            if nvptx.ptxas_path() is not None:  # ptx alone needs no ptxas; the table then is left out
+                cubin, assembled = nvptx.assemble(ptx, arch)
+                warps = {spec.entry: dict(spec.options).get("block", BLOCK) // 32 for spec in artifact.launches}
+                shared = {spec.entry: dict(spec.options).get("shared", 0) for spec in artifact.launches}
+                entries += [CompiledEntry(called, e.entry, arch, "", b"", e.registers, e.spills, e.stack,
+                                          shared.get(e.entry, 0), warps.get(e.entry, BLOCK // 32), 1, ())
+                            for e in assembled]
+            outputs.append((called, ptx, cubin))
     _write(outputs, "cu" if args.emit == "source" else args.emit, args.output, arch)
     if entries:
         print(resource_table(entries), end="", file=sys.stdout if args.output else sys.stderr)

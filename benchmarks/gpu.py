@@ -1,8 +1,12 @@
-"""GPU kernels side by side: arke's triton target against torch, on one NVIDIA GPU, in one command.
+"""GPU kernels side by side: arke's GPU targets against torch, on one NVIDIA GPU, in one command.
 
-    python benchmarks/gpu.py [--no-compile] [--only NAME] [--skip-check]
+    python benchmarks/gpu.py [--no-compile] [--only NAME] [--skip-check] [--targets triton,cuda,llvm-ptx]
 
-1. **Check**: every stdlib kernel, built with ``target="triton"``, on small ragged shapes,
+Three arke columns, one per GPU target: ``triton`` (Triton kernels), ``cuda`` (CUDA C through
+NVRTC, launched by the CUDA driver) and ``llvm-ptx`` (the LLVM target's GPU flavour:
+``target="llvm", arch=...``, one thread per element, no tensor cores or shared-memory tiles).
+
+1. **Check**: every stdlib kernel, built for each target, on small ragged shapes,
    against the reference interpreter (the oracle, itself run with torch on the CPU). A kernel
    the renderer cannot express yet is listed as ``unsupported`` with the reason.
 2. **Benchmark** (``triton.testing.do_bench``: warmed, median of many runs), bf16 storage with
@@ -141,17 +145,31 @@ def tolerance(dtypes: Iterable[str], device: torch.device) -> float:
     return 5e-3 if device.type == "cuda" else 1e-4
 
 
+#: The GPU targets the script compares: (column, arke.build's target, whether it takes an arch).
+TARGETS = {"triton": ("triton", False), "cuda": ("cuda", False), "llvm-ptx": ("llvm", True)}
+
+
+def build_for(module: arke.Module, column: str) -> Any:
+    """``module`` built for one column's target (``llvm-ptx``: the llvm target for this GPU's arch)."""
+    target, needs_arch = TARGETS[column]
+    if not needs_arch:
+        return arke.build(module, target=target)
+    from arke.runtime.cuda import build_arch
+
+    return arke.build(module, target=target, arch=build_arch(torch.device("cuda")))
+
+
 def check_stdlib(device: torch.device, only: Iterable[str] | None = None, dims: dict[str, int] | None = None,
-                 seed: int = 0) -> list[Check]:
-    """Each stdlib kernel (``only``: names as ``std.nn.rmsnorm`` or ``rmsnorm``) built for triton, on
-    ``device``, against the reference interpreter on the CPU."""
+                 seed: int = 0, column: str = "triton") -> list[Check]:
+    """Each stdlib kernel (``only``: names as ``std.nn.rmsnorm`` or ``rmsnorm``) built for ``column``'s
+    target (:data:`TARGETS`), on ``device``, against the reference interpreter on the CPU."""
     from arke.codegen.base import UnsupportedError
 
     wanted = set(only) if only is not None else None
     out = []
     for module in STDLIB:
         mod = arke.load(stdlib_path(module))
-        lib = arke.build(mod, target="triton")
+        lib = build_for(mod, column)
         for name in mod.names:
             full = f"{module}.{name}"
             if wanted is not None and not ({full, name} & wanted):
@@ -275,40 +293,54 @@ def rate(bench: Bench, seconds: float, limits: tuple[float, float, str]) -> str:
     return f"{bench.nbytes / seconds / 1e12:7.2f} TB/s    {100 * bench.nbytes / seconds / limits[1]:5.1f}%"
 
 
-def bench_row(bench: Bench, kernel: Any, compile_too: bool, limits: tuple[float, float, str]) -> str:
-    """Time one benchmark (arke, torch eager, torch.compile) and format its row."""
+def bench_row(bench: Bench, kernels: dict[str, Any], compile_too: bool, limits: tuple[float, float, str]) -> list[str]:
+    """Time one benchmark (each arke column, torch eager, torch.compile) and format its rows: one per column."""
     import triton.testing
 
     torch.manual_seed(0)
     inputs = bench.make()
-    try:
-        got = kernel(*inputs)
-    except Exception as err:  # a report: show why and go on
-        return f"  {bench.name:<44} arke failed: {type(err).__name__}: {str(err)[:200]}"
-    err_ = scaled_error(got, bench.torch_fn(*inputs))
-    t_arke = triton.testing.do_bench(lambda: kernel(*inputs)) * 1e-3
+    want = bench.torch_fn(*inputs)
     t_torch = triton.testing.do_bench(lambda: bench.torch_fn(*inputs)) * 1e-3
-    comp = f"{'-':>10}"
+    comp, t_comp = f"{'-':>10}", None
     if bench.compile and compile_too:
         compiled = torch.compile(bench.torch_fn)
         compiled(*inputs)
-        comp = f"{triton.testing.do_bench(lambda: compiled(*inputs)):8.3f}ms"
-    return (f"  {bench.name:<44}{t_arke * 1e3:8.3f}ms{t_torch * 1e3:8.3f}ms{comp}  {t_torch / t_arke:9.2f}x  "
-            f"{rate(bench, t_arke, limits):<28}{err_:.1e}")
+        t_comp = triton.testing.do_bench(lambda: compiled(*inputs)) * 1e-3
+        comp = f"{t_comp * 1e3:8.3f}ms"
+    rows = []
+    for column, kernel in kernels.items():
+        label = f"{bench.name} [{column}]"
+        try:
+            got = kernel(*inputs)
+        except Exception as err:  # a report: show why and go on
+            rows.append(f"  {label:<54} failed: {type(err).__name__}: {str(err)[:200]}")
+            continue
+        err_ = scaled_error(got, want)
+        t_arke = triton.testing.do_bench(lambda k=kernel: k(*inputs)) * 1e-3
+        vs_comp = f"{t_comp / t_arke:8.2f}x" if t_comp is not None else f"{'-':>9}"
+        rows.append(f"  {label:<54}{t_arke * 1e3:8.3f}ms{t_torch * 1e3:8.3f}ms{comp}  {t_torch / t_arke:9.2f}x"
+                    f"{vs_comp}  {rate(bench, t_arke, limits):<28}{err_:.1e}")
+    return rows
 
 
 def run_benches(selected: list[Bench], compile_too: bool, deadline: float,
-                limits: tuple[float, float, str]) -> None:
-    """Print one row per benchmark (rows that would start after ``deadline`` are skipped)."""
+                limits: tuple[float, float, str], columns: list[str]) -> None:
+    """Print one row per benchmark and column (rows that would start after ``deadline`` are skipped)."""
     mod = arke.loads(BENCH_AK, "<benchmarks/gpu.py>")
-    lib = arke.build(mod, target="triton")
-    print(f"  {'kernel':<44}{'arke':>10}{'torch':>10}{'compile':>10}  {'torch/arke':>10}  "
+    libs = {}
+    for column in columns:
+        try:
+            libs[column] = build_for(mod, column)
+        except Exception as err:  # a report: a target that cannot build here is said, the others run
+            print(f"  {column}: cannot build here: {type(err).__name__}: {str(err)[:200]}")
+    print(f"  {'kernel [target]':<54}{'arke':>10}{'torch':>10}{'compile':>10}  {'torch/arke':>10}{'comp/arke':>9}  "
           f"{'arke rate, % of peak':<28}err")
     for bench in selected:
         if time.perf_counter() > deadline:
-            print(f"  {bench.name:<44} skipped: the time budget is spent")
+            print(f"  {bench.name:<54} skipped: the time budget is spent")
             continue
-        print(bench_row(bench, lib.kernels[bench.kernel], compile_too, limits), flush=True)
+        for row in bench_row(bench, {c: lib.kernels[bench.kernel] for c, lib in libs.items()}, compile_too, limits):
+            print(row, flush=True)
         torch.cuda.empty_cache()
 
 
@@ -428,7 +460,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="only benchmarks whose name contains this")
     parser.add_argument("--skip-check", action="store_true", help="skip the stdlib check")
     parser.add_argument("--budget", type=float, default=270.0, help="seconds after which no new row starts")
+    parser.add_argument("--targets", default=",".join(TARGETS),
+                        help=f"comma-separated arke columns (default: {','.join(TARGETS)})")
     args = parser.parse_args(argv)
+    columns = [c for c in args.targets.split(",") if c]
+    unknown = [c for c in columns if c not in TARGETS]
+    if unknown:
+        parser.error(f"unknown target {unknown[0]!r}; the columns are {', '.join(TARGETS)}")
     start = time.perf_counter()
     if not torch.cuda.is_available():
         print("no CUDA device: benchmarks/gpu.py needs an NVIDIA GPU (the check runs on the CPU with "
@@ -442,12 +480,16 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name()
     print(f"device: {name}; torch {torch.__version__}, triton {triton.__version__}")
     if not args.skip_check:
-        print("check: stdlib kernels built for triton vs the reference interpreter")
-        print_checks(check_stdlib(torch.device("cuda")))
+        for column in columns:
+            print(f"check: stdlib kernels built for {column} vs the reference interpreter")
+            try:
+                print_checks(check_stdlib(torch.device("cuda"), column=column))
+            except Exception as err:  # a report: a target that cannot build here is said, the others run
+                print(f"  {column}: cannot build here: {type(err).__name__}: {str(err)[:200]}")
     limits = peaks(name)
     print(f"peaks: {limits[0] / 1e12:.0f} TFLOP/s bf16 dense, {limits[1] / 1e12:.2f} TB/s ({limits[2]})")
     selected = [b for b in benches() if not args.only or any(o in b.name for o in args.only)]
-    run_benches(selected, not args.no_compile, start + args.budget, limits)
+    run_benches(selected, not args.no_compile, start + args.budget, limits, columns)
     if not args.only or any("layer" in o for o in args.only):
         print(f"  {'decoder layer (Llama-3.2-1B-shaped)':<40}{'arke':>11}{'eager':>11}{'compile':>11}   "
               f"{'eager/arke compile/arke'}")

@@ -25,11 +25,14 @@ if TYPE_CHECKING:
 def runnable_targets() -> tuple[str, ...]:
     """The targets that can run on this machine now: ``llvm`` always; ``triton`` with the triton
     package and a CUDA GPU, or with ``TRITON_INTERPRET=1`` (Triton's interpreter, on the CPU);
-    ``mlir`` with IREE installed (``pip install 'arke[mlir]'``), on the CPU."""
+    ``mlir`` with IREE installed (``pip install 'arke[mlir]'``), on the CPU; ``cuda`` with a CUDA GPU
+    and the driver bindings (``pip install 'arke[cuda]'``)."""
+    from arke.runtime import cuda
     from arke.runtime.gpu import runnable
     from arke.runtime.iree import iree_available
 
-    return ("llvm", *(("triton",) if runnable() else ()), *(("mlir",) if iree_available() else ()))
+    return ("llvm", *(("triton",) if runnable() else ()), *(("mlir",) if iree_available() else ()),
+            *(("cuda",) if cuda.runnable() else ()))
 
 
 #: The runnable targets, as found when this module was imported (see :func:`runnable_targets`).
@@ -127,16 +130,29 @@ class Library:
     """The kernels of a module built for one target: ``lib.rmsnorm(x, w)`` or ``lib.kernels["rmsnorm"]``.
 
     ``device``: where the mlir target runs its kernels, ``"cpu"`` (default) or ``"cuda"`` (an
-    NVIDIA GPU); every other target takes only ``"cpu"`` (triton picks its device itself).
+    NVIDIA GPU); every other target takes only ``"cpu"`` (triton and cuda pick their device
+    themselves). ``arch``: the GPU architecture of the ``cuda`` target (default: the device's), or
+    ``"sm_80"``/``"sm_90"`` to run the ``llvm`` target's GPU flavour on an NVIDIA GPU.
     """
 
-    def __init__(self, module: Module, target: str, threads: int | None, device: str = "cpu"):
+    def __init__(self, module: Module, target: str, threads: int | None, device: str = "cpu",
+                 arch: str | None = None):
         from arke.runtime.cpu import run_threads
 
         if device != "cpu" and target != "mlir":
             raise ValueError(f"device={device!r} is for the mlir target; the {target} target takes only "
                              f"device='cpu'")
-        if target == "mlir":
+        if arch is not None:
+            from arke.runtime.nvptx import arch_name
+
+            if target not in ("cuda", "llvm"):
+                raise ValueError(f"arch={arch!r} is for the cuda and llvm targets, not {target}")
+            arch = arch_name(arch)  # a ValueError naming the architectures arke builds for
+        if target == "cuda" or arch is not None:
+            from arke.runtime.cuda import require_gpu
+
+            require_gpu(target)  # CudaUnavailableError (a ValueError) saying what to do
+        elif target == "mlir":
             from arke.runtime.iree import require_iree, runtime_config
 
             require_iree()  # IREEMissingError, a ValueError naming the extra
@@ -152,8 +168,9 @@ class Library:
             raise ValueError(f"target {target!r} cannot run here yet; runnable targets: "
                              f"{', '.join(runnable_targets())}")
         self.module, self.target, self.threads, self.device = module, target, run_threads(threads), device
+        self.arch = arch
         #: whether kernels run on this CPU (arguments are moved there; no device is kept)
-        self.on_host = target == "llvm" or (target == "mlir" and device == "cpu")
+        self.on_host = (target == "llvm" and arch is None) or (target == "mlir" and device == "cpu")
         self.kernels = {name: Kernel(self, name, ir_name) for name, ir_name in module.kernel_map.items()}
 
     def __getattr__(self, name: str) -> Kernel:
@@ -175,6 +192,11 @@ def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> C
 
         return build_mlir(library.module.semantic, ir_name, strategy, library.threads,  # type: ignore[return-value]
                           library.device)
+    if library.target == "cuda" or library.arch is not None:
+        from arke.runtime.cuda import build_kernel as build_cuda
+
+        return build_cuda(library.module.semantic, ir_name, strategy, library.threads,  # type: ignore[return-value]
+                          library.target, library.arch)
     if library.target == "triton":
         from arke.runtime.gpu import build_kernel as build_triton
 

@@ -25,7 +25,7 @@ from arke.codegen.base import Artifact
 from arke.codegen.plan import KernelPlan
 from arke.ir import semantic as ir
 from arke.ir.shapes import evaluate, parse_dim
-from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
+from arke.runtime.device import DeviceKernel
 
 # Triton 3.9 warns on every import unless this is set; "1" keeps its current behaviour (fused
 # multiply-adds), and a user's own setting wins.
@@ -89,47 +89,22 @@ def load_source(source: str) -> ModuleType:
     return module
 
 
-class TritonKernel:
+class TritonKernel(DeviceKernel):
     """A kernel built for Triton: call it with torch tensors (or NumPy arrays) and scalars."""
 
+    target = "triton"
+
     def __init__(self, plan: KernelPlan, artifact: Artifact, module: ir.Module, threads: int = 1):
-        self.plan, self.artifact, self.module, self.threads = plan, artifact, module, threads
-        self.name = plan.name
+        super().__init__(plan, artifact, module, threads)
         self._code = load_source(artifact.source)
         self._launches = [(getattr(self._code, spec.entry), spec, [parse_dim(g) for g in spec.grid],
                            parse_dim(spec.scratch) if spec.scratch else None,
                            [(name, parse_dim(e)) for name, e in spec.covers]) for spec in artifact.launches]
-        self._result_at = [plan.buffer_index(r) for r in plan.function.results]
 
-    def __repr__(self) -> str:
-        return f"<arke kernel {self.name} on triton, {len(self._launches)} dispatches>"
+    def device(self) -> torch.device:
+        return device()
 
-    def __call__(self, *arrays: Any, threads: int | None = None, out: Any = None, **scalars: Any) -> Any:
-        args, dims, any_torch = prepare_args(self.plan.function, arrays, scalars, keep_device=True)
-        return self.run_prepared(args, dims, not any_torch, threads, out)
-
-    def run_prepared(self, args: dict[str, torch.Tensor], dims: dict[str, int], as_numpy: bool,
-                     threads: int | None = None, out: Any = None) -> Any:
-        """Run on checked arguments; results on the arguments' device (NumPy when ``as_numpy``).
-
-        CUDA tensors stay where they are. CPU tensors (and NumPy arrays) run in the interpreter
-        under ``TRITON_INTERPRET=1``, or are copied to the GPU and their results copied back.
-        """
-        fn = self.plan.function
-        home = next((v.device for v in args.values() if v.dim()), torch.device("cpu"))
-        dev = home if home.type == "cuda" else device()
-        given = None
-        if out is not None:
-            from arke.runtime.cpu import check_out
-
-            given = check_out(fn, out, dims, args, home)
-        buffers: list[torch.Tensor] = []
-        for b in self.plan.buffers:
-            if b.role == "param":
-                buffers.append(args[b.name].to(dev).contiguous())
-            else:
-                shape = tuple(evaluate(d, dims) for d in b.shape)
-                buffers.append(torch.empty(shape, dtype=TORCH_DTYPES[b.dtype], device=dev))
+    def launch_all(self, buffers: list[torch.Tensor], dims: dict[str, int], dev: torch.device) -> list[torch.Tensor]:
         values = [dims[d] for d in self.plan.dims]
         words: list[torch.Tensor] = []
         for kernel, spec, grid, scratch, covers in self._launches:
@@ -146,31 +121,7 @@ class TritonKernel:
             for name, extent in covers:
                 options[name] = max(16, 1 << max(0, evaluate(extent, dims) - 1).bit_length())
             kernel[size](*call, *values, **options)
-        # One look at the error words after every dispatch has been queued (one sync, not one per launch).
-        if words and bool(torch.cat(words).any()):
-            self._explain(buffers)
-        outs: list[torch.Tensor] = []
-        for r, at in zip(fn.results, self._result_at):
-            t = buffers[at]
-            outs.append(t.clone() if r in args or any(t is o for o in outs) else t)
-        if home.type != dev.type:
-            outs = [o.to(home) for o in outs]
-        if given is not None:
-            users = tuple(out) if isinstance(out, tuple | list) else (out,)
-            for r, o in zip(fn.results, outs):
-                given[r][0].copy_(o)
-            return users[0] if len(users) == 1 else users
-        results = [o.cpu().numpy() if as_numpy and o.dtype != torch.bfloat16 else o for o in outs]
-        return results[0] if len(results) == 1 else tuple(results)
-
-    def _explain(self, buffers: list[torch.Tensor]) -> None:
-        """A dispatch raised its error word: the reference interpreter says exactly what was wrong."""
-        from arke.runtime.interp import run_function
-
-        fn = self.plan.function
-        inputs = {p.name: buffers[self.plan.buffer_index(p.name)].cpu() for p in fn.params}
-        run_function(fn, ir.Module((fn,)), inputs)
-        raise GuardError(fn.name, "an index or an integer division was out of range", rule="index")
+        return words
 
 
 def build_kernel(module: ir.Module, ir_name: str, strategy: Any, threads: int = 1) -> TritonKernel:

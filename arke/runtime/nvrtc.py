@@ -14,9 +14,12 @@ import importlib.util
 import os
 import threading
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arke.runtime.nvptx import arch_name, assemble, ptxas_path
+
+if TYPE_CHECKING:
+    from arke.codegen.plan import KernelPlan
 
 #: The message of a missing NVRTC (what to install).
 MISSING = "the cuda target needs NVRTC: pip install 'arke[cuda]' (the nvidia-cuda-nvrtc-cu12 package)"
@@ -32,11 +35,35 @@ class NvrtcMissingError(RuntimeError):
 
 
 class NvrtcError(RuntimeError):
-    """NVRTC rejected a kernel's source: ``kernel`` names it, ``log`` is NVRTC's message."""
+    """NVRTC rejected a kernel's source: ``kernel`` names it (with the dispatch and the strategy's
+    decisions when known: ``where``), ``log`` is NVRTC's message."""
 
-    def __init__(self, kernel: str, arch: str, log: str):
-        super().__init__(f"NVRTC could not compile kernel `{kernel}` for {arch}:\n{log.strip()}")
-        self.kernel, self.arch, self.log = kernel, arch, log
+    def __init__(self, kernel: str, arch: str, log: str, where: str = ""):
+        super().__init__(f"NVRTC could not compile kernel `{kernel}`{where} for {arch}:\n{log.strip()}")
+        self.kernel, self.arch, self.log, self.where = kernel, arch, log, where
+
+
+def blame(source: str, log: str, plan: KernelPlan) -> str:
+    """`` (dispatch <entry>, <family>; strategy: <decisions>)``: the dispatch whose function holds the
+    first line NVRTC's log names, and the decisions that shaped it (the defaults: none)."""
+    import re
+
+    found = re.search(r"\((\d+)\): error", log)
+    entry = None
+    if found:
+        line = int(found.group(1))
+        heads = [(k + 1, m.group(1)) for k, text in enumerate(source.splitlines())
+                 for m in [re.match(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(', text)] if m]
+        entry = next((name for at, name in reversed(heads) if at <= line), None)
+    parts = []
+    if entry is not None:
+        k = int(entry.rsplit("_d", 1)[1]) if "_d" in entry else -1
+        family = plan.dispatches[k].family if 0 <= k < len(plan.dispatches) else ""
+        parts.append(f"dispatch {entry}" + (f", {family}" if family else ""))
+    decided = ", ".join(f"{d.kind}{' ' + d.subject if d.subject else ''}"
+                        f"{' = ' + str(d.value) if d.value is not None else ''}" for d in plan.decisions)
+    parts.append(f"strategy: {decided}" if decided else "default strategy")
+    return f" ({'; '.join(parts)})"
 
 
 def library_path() -> str | None:
@@ -90,7 +117,7 @@ def _text(lib: Any, prog: ctypes.c_void_p, size_fn: str, get_fn: str) -> str:
     return buf.value.decode(errors="replace")
 
 
-def _compile(source: str, arch: str, kernel: str) -> str:
+def _compile(source: str, arch: str, kernel: str, plan: KernelPlan | None = None) -> str:
     lib = _library()
     prog = ctypes.c_void_p()
     with _LOCK:
@@ -102,23 +129,25 @@ def _compile(source: str, arch: str, kernel: str) -> str:
             opts = [f"--gpu-architecture=compute_{arch.removeprefix('sm_')}".encode(), *(o.encode() for o in OPTIONS)]
             status = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
             if status != 0:
-                raise NvrtcError(kernel, arch, _text(lib, prog, "nvrtcGetProgramLogSize", "nvrtcGetProgramLog"))
+                log = _text(lib, prog, "nvrtcGetProgramLogSize", "nvrtcGetProgramLog")
+                raise NvrtcError(kernel, arch, log, blame(source, log, plan) if plan is not None else "")
             return _text(lib, prog, "nvrtcGetPTXSize", "nvrtcGetPTX")
         finally:
             lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
-def compile_ptx(source: str, arch: str = "sm_90", kernel: str = "") -> str:
+def compile_ptx(source: str, arch: str = "sm_90", kernel: str = "", plan: KernelPlan | None = None) -> str:
     """PTX of CUDA C ``source`` for ``arch`` (``sm_80``/``sm_90``: NVRTC's ``compute_80``/``compute_90``),
-    cached on disk; :class:`NvrtcError` names ``kernel`` when NVRTC rejects it."""
+    cached on disk; :class:`NvrtcError` names ``kernel`` when NVRTC rejects it (and, given its
+    ``plan``, the dispatch and the strategy's decisions)."""
     from arke.runtime.cache import cache_key, default_cache
 
     arch = arch_name(arch)
     key = cache_key(kind="ptx", target="cuda", source=source, arch=arch, nvrtc=version(), options=" ".join(OPTIONS))
-    data = default_cache().get_or_build(key, lambda: _compile(source, arch, kernel).encode(),
+    data = default_cache().get_or_build(key, lambda: _compile(source, arch, kernel, plan).encode(),
                                         meta={"target": "cuda", "arch": arch})
     return data.decode()
 
 
-__all__ = ["MISSING", "NvrtcError", "NvrtcMissingError", "arch_name", "assemble", "available", "compile_ptx",
+__all__ = ["MISSING", "NvrtcError", "NvrtcMissingError", "arch_name", "assemble", "available", "blame", "compile_ptx",
            "library_path", "ptxas_path", "version"]

@@ -1,0 +1,157 @@
+"""The GPU runtime of the cuda target and the llvm target's GPU flavour (arke.runtime.cuda).
+
+Without a GPU (this machine, CI) the tests check what a user meets there: a clear error that
+says what to do, architectures checked before anything compiles, and an NVRTC failure reported
+against the dispatch and the strategy that made it. With a GPU and cuda-python, every
+conformance case runs on both GPU targets against the reference interpreter, and calls keep
+the device rules of the other GPU target (tensors stay where they are; two devices, or an
+``out=`` on another device, are a GuardError before any launch).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import arke
+from arke.codegen.plan import make_plan
+from arke.runtime import cuda, nvrtc
+from arke.runtime.build import runnable_targets
+from arke.runtime.guards import GuardError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen"))
+from codegen_support import assert_matches, random_inputs, seeded, std_module, text_module
+from test_conformance import CASES, INT8, Case, scaled_atol
+
+SRC = """\
+kernel scale(x: f32[M, N], w: f32[N]) -> f32[M, N] {
+  return x[m, n] * w[n]
+}
+
+kernel pick(ids: i64[T], table: f32[V, D]) -> f32[T, D] {
+  return table[ids[t], d]
+}
+
+@strategy(scale, target = cuda) { warps = 8 }
+"""
+
+gpu = pytest.mark.skipif(not cuda.runnable(), reason="needs an NVIDIA GPU and cuda-python")
+no_gpu = pytest.mark.skipif(cuda.runnable(), reason="checks the no-GPU path")
+
+
+@no_gpu
+@pytest.mark.parametrize(("target", "arch"), [("cuda", None), ("cuda", "sm_80"), ("llvm", "sm_90")])
+def test_without_a_gpu_building_says_what_to_do(target: str, arch: str | None) -> None:
+    with pytest.raises(ValueError) as err:
+        arke.build(text_module(SRC), target=target, arch=arch)
+    assert isinstance(err.value, cuda.CudaUnavailableError)
+    assert "torch.cuda.is_available() is False" in str(err.value)
+    assert "akc build FILE --target" in str(err.value) and "--emit cubin" in str(err.value)
+
+
+@no_gpu
+def test_cuda_is_not_a_runnable_target_without_a_gpu() -> None:
+    assert "cuda" not in runnable_targets()
+    assert "llvm" in runnable_targets()
+
+
+def test_an_unknown_architecture_is_refused_before_anything_else() -> None:
+    with pytest.raises(ValueError, match="sm_75"):
+        arke.build(text_module(SRC), target="llvm", arch="sm_75")
+
+
+@pytest.mark.parametrize("target", ["triton", "mlir"])
+def test_arch_is_only_for_the_cuda_and_llvm_targets(target: str) -> None:
+    with pytest.raises(ValueError, match="arch='sm_90' is for the cuda and llvm targets"):
+        arke.build(text_module(SRC), target=target, arch="sm_90")
+
+
+def test_llvm_without_arch_still_runs_on_the_cpu() -> None:
+    lib = arke.build(text_module(SRC), target="llvm")
+    assert lib.on_host and lib.arch is None
+    x, w = torch.randn(3, 5), torch.randn(5)
+    torch.testing.assert_close(lib.scale(x, w), x * w)
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="needs NVRTC (pip install 'arke[cuda]')")
+def test_an_nvrtc_error_names_the_dispatch_and_the_strategy() -> None:
+    from arke.codegen.cuda import RENDERER
+
+    module = text_module(SRC)
+    strategy = module.strategies.for_kernel(module.kernel_map["scale"], "cuda")[0]
+    plan = make_plan(module.semantic, module.kernel_map["scale"], strategy, families=RENDERER.families)
+    source = RENDERER.render(plan).source
+    broken = source.replace("const long long gid", "this is not C; const long long gid", 1)
+    with pytest.raises(nvrtc.NvrtcError) as err:
+        nvrtc.compile_ptx(broken, "sm_90", kernel="scale", plan=plan)
+    text = str(err.value)
+    assert "`scale` (dispatch scale_d0" in text and "strategy: warps = 8" in text
+    assert "sm_90" in text and "error" in err.value.log
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="needs NVRTC (pip install 'arke[cuda]')")
+def test_compile_plan_makes_ptx_for_both_gpu_targets_without_a_gpu() -> None:
+    module = text_module(SRC)
+    for target in ("cuda", "llvm"):
+        renderer = cuda._renderer(target)
+        plan = make_plan(module.semantic, module.kernel_map["pick"], None, families=renderer.families)
+        artifact, ptx = cuda.compile_plan(plan, target, "sm_80")
+        assert ".visible .entry pick_d0" in ptx
+        assert [spec.entry for spec in artifact.launches] == ["pick_d0"]
+
+
+# -- on a GPU
+
+def _gpu_lib(module: arke.Module, target: str) -> arke.Module:
+    return arke.build(module, target=target, arch="sm_90" if target == "llvm" else None)
+
+
+@gpu
+@pytest.mark.parametrize("target", ["cuda", "llvm"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_gpu_matches_interpreter(case: Case, target: str) -> None:
+    module = std_module(case.module)
+    reference = module.kernels[case.kernel]
+    args = random_inputs(reference, case.dims, seeded(case.id), ids=case.ids, ties=case.ties)
+    want = reference(*args, **case.scalars)
+    got = getattr(_gpu_lib(module, target), case.kernel)(*args, **case.scalars)
+    atol = scaled_atol(case, want) if case.tol >= INT8 else case.tol
+    assert_matches(got, want, rtol=case.tol, atol=atol, what=f"{target} on the GPU {case.id}")
+
+
+@gpu
+@pytest.mark.parametrize("target", ["cuda", "llvm"])
+def test_cuda_tensors_stay_on_the_device(target: str) -> None:
+    lib = _gpu_lib(text_module(SRC), target)
+    x, w = torch.randn(33, 4097, device="cuda"), torch.randn(4097, device="cuda")
+    out = lib.scale(x, w)
+    assert out.device == x.device
+    torch.testing.assert_close(out, x * w)
+    host = lib.scale(x.cpu(), w.cpu())
+    assert host.device.type == "cpu"
+    given = torch.empty_like(x)
+    assert lib.scale(x, w, out=given) is given
+
+
+@gpu
+def test_two_devices_or_out_elsewhere_are_refused_before_launch() -> None:
+    lib = _gpu_lib(text_module(SRC), "cuda")
+    with pytest.raises(GuardError) as err:
+        lib.scale(torch.randn(3, 4, device="cuda"), torch.randn(4))
+    assert err.value.rule == "device"
+    with pytest.raises(GuardError) as err:
+        lib.scale(torch.randn(3, 4, device="cuda"), torch.randn(4, device="cuda"), out=torch.empty(3, 4))
+    assert err.value.rule == "device"
+
+
+@gpu
+@pytest.mark.parametrize("target", ["cuda", "llvm"])
+def test_a_bad_gather_on_the_gpu_is_the_interpreters_error(target: str) -> None:
+    lib = _gpu_lib(text_module(SRC), target)
+    ids = torch.tensor([0, 7, 1], device="cuda")
+    with pytest.raises(GuardError) as err:
+        lib.pick(ids, torch.randn(5, 3, device="cuda"))
+    assert err.value.rule == "index"
