@@ -178,7 +178,7 @@ static ak_body_fn ak_body;
 static void* ak_body_args;
 static void ak_trampoline() { ak_body(ak_body_args); ak_done[ak_cur] = 1; }
 /* One block: fibers round-robin until every thread has returned. Returns 0, or 2 when the threads
-   of a round stopped at different collectives (a barrier or shuffle inside a divergent branch). */
+   of a round stopped at different collectives, or some returned while others wait at one. */
 static int ak_run_block(unsigned threads) {
   const size_t stack = 128 * 1024;
   if (!ak_stacks) ak_stacks = (char*)malloc(stack * 1024);
@@ -199,12 +199,9 @@ static int ak_run_block(unsigned threads) {
       running += !ak_done[t];
     }
     if (!running) return 0;
-    long long at = -1;
-    for (unsigned t = 0; t < threads; ++t) {
-      if (ak_done[t]) continue;
-      if (at >= 0 && ak_arrivals[t] != at) return 2;
-      at = ak_arrivals[t];
-    }
+    if (running != (int)threads) return 2; /* some returned while others wait at a collective */
+    for (unsigned t = 1; t < threads; ++t)
+      if (ak_arrivals[t] != ak_arrivals[0]) return 2;
   }
 }
 static int ak_run_grid(long long gx, long long gy, long long gz, unsigned threads) {
@@ -251,13 +248,13 @@ def host_source(source: str, extra: str = "") -> str:
     for name, params in _ENTRY.findall(source):
         parts = [p.rsplit(" ", 1) for p in params.split(", ")]
         fields = "".join(f" {t} {n};" for t, n in parts)
-        unpack = ", ".join(f"a->{n}" for _, n in parts)
+        unpack = ", ".join(f"ak_a->{n}" for _, n in parts)
         drivers.append(
             f"struct ak_args_{name} {{{fields} }};\n"
-            f"static void ak_body_{name}(void* p) {{ ak_args_{name}* a = (ak_args_{name}*)p; {name}({unpack}); }}\n"
+            f"static void ak_body_{name}(void* p) {{ ak_args_{name}* ak_a = (ak_args_{name}*)p; {name}({unpack}); }}\n"
             f'extern "C" int run_{name}({params}, long long gx, long long gy, long long gz, unsigned threads) {{\n'
-            f"  ak_args_{name} a = {{{', '.join(n for _, n in parts)}}};\n"
-            f"  ak_body = ak_body_{name}; ak_body_args = &a;\n"
+            f"  ak_args_{name} ak_a = {{{', '.join(n for _, n in parts)}}};\n"
+            f"  ak_body = ak_body_{name}; ak_body_args = &ak_a;\n"
             "  return ak_run_grid(gx, gy, gz, threads);\n}")
     return "\n".join([SHIMS, extra, source, RUNNER, *drivers]) + "\n"
 
@@ -347,3 +344,10 @@ def run(module: arke.Module, kernel: str, *arrays: Any, renderer: CudaRenderer =
         outs.append(t.clone() if r in args or any(t is o for o in outs) else t)
     found = [o.numpy() if not any_torch and o.dtype != torch.bfloat16 else o for o in outs]
     return (found[0] if len(found) == 1 else tuple(found)), raised
+
+
+def nvrtc_available() -> bool:
+    """Whether NVRTC can be loaded (the GPU compile beside each host check)."""
+    from arke.runtime import nvrtc
+
+    return nvrtc.available()
