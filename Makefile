@@ -29,10 +29,12 @@ test: setup
 lint: setup
 	$(BIN)/ruff check $(CODE)
 	$(BIN)/mypy
+	$(BIN)/python -m arke fmt --check arke/stdlib examples
 
 fmt: setup
 	$(BIN)/ruff check --fix $(CODE)
 	$(BIN)/ruff format $(CODE)
+	$(BIN)/python -m arke fmt arke/stdlib examples
 
 bench: setup
 	$(BIN)/python benchmarks/check_speed.py

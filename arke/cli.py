@@ -3,6 +3,9 @@
 ::
 
     akc check PATH... [--format text|json]     check files, folders (every *.ak below) or - (stdin)
+    akc fmt PATH... [--check]                  rewrite files, folders (every *.ak below) in the canonical
+                                               layout; - formats stdin to stdout
+    akc lsp                                    the language server over stdio (for editors)
     akc ir PATH --stage semantic|strategy [--format text|json]
     akc demo [--kernels]                       the examples and a compiled decoder layer, next to torch
     akc --version
@@ -64,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--format", choices=("text", "json"), default="text",
                        help="text for people (default); json: LSP Diagnostic objects, 0-based ranges")
     check.set_defaults(handler=cmd_check)
+    from arke.cli_fmt import add_parser as add_fmt_parser
+
+    add_fmt_parser(sub)
+    from arke.cli_lsp import add_parser as add_lsp_parser
+
+    add_lsp_parser(sub)
 
     ir = sub.add_parser("ir", help="print the IR of a .ak file",
                         description="Check and lower a .ak file, then print its SemanticIR or StrategyIR.")

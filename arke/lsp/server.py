@@ -1,0 +1,342 @@
+"""``akc lsp``: the Arke language server (pygls), spoken over stdio.
+
+Each open document is checked by the same checker as ``akc check`` — when it is opened,
+and again a short while (the *debounce*, 150 ms by default) after the last change, so a
+burst of keystrokes costs one check. A check that a newer change has made stale is
+dropped: if it has not started it never runs, and if it has, its result is not
+published. Checks run on one worker thread, so hover and completion stay answerable
+while a check is running.
+
+A check's result becomes the document's index (:mod:`arke.lsp.index`) when its text has
+no syntax error, or when there is no index yet; otherwise the last good index stays, and
+requests carry positions across the edit (:mod:`arke.lsp.textmap`), so hover, definition
+and completion keep working while a line is half typed.
+
+Features: diagnostics (published, with related sites and quick-fix data), hover,
+go to definition, completion, document symbols, formatting and quick fixes.
+Initialization option ``{"debounceMs": N}`` sets the debounce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.capabilities import get_capability
+from pygls.lsp.server import LanguageServer
+from pygls.workspace import TextDocument
+
+from arke import __version__
+from arke.ir.strategy import DECISIONS
+from arke.lang.checker import CheckResult, check_text
+from arke.lang.render import Sources, uri_for
+from arke.lang.source import Span
+from arke.lsp.complete import complete
+from arke.lsp.convert import Text, to_diagnostic
+from arke.lsp.edits import document_symbols, format_edits, quick_fixes
+from arke.lsp.hover import hover_markdown
+from arke.lsp.index import DocumentIndex, Symbol
+from arke.lsp.textmap import TextMap
+
+log = logging.getLogger(__name__)
+
+#: Seconds between the last change and the check (a typing burst is checked once).
+DEBOUNCE_S = 0.15
+#: Syntax errors after which the parser had to recover item by item: the AST is partial.
+_SYNTAX = frozenset({"AK1001", "AK1002", "AK1003", "AK1006"})
+_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+_ITEM = re.compile(r"^[ \t]*(?:kernel[ \t]+(\w+)|@\s*strategy\s*\(([^)]*)|import\b|from\b)", re.MULTILINE)
+
+
+@dataclass
+class DocState:
+    """What the server keeps for one open document."""
+
+    uri: str
+    path: str  # the path given to the checker: the file, or `<uri>` for an unsaved buffer
+    index: DocumentIndex | None = None  # of the last text without syntax errors
+    index_version: int = -1
+    task: asyncio.Task[None] | None = None
+    checked: asyncio.Event = field(default_factory=asyncio.Event)  # set once the first check is in
+
+
+def doc_path(uri: str, document: TextDocument | None = None) -> str:
+    """The path the checker gets: the file for ``file:`` URIs (imports resolve next to it), else ``<uri>``."""
+    if uri.startswith("file:") and document is not None and document.path:
+        return document.path
+    return f"<{uri}>"
+
+
+@dataclass
+class Checked:
+    """One check's result, and the index built from it (on demand: after the diagnostics are out)."""
+
+    text: str
+    path: str
+    result: CheckResult
+    broken: bool  # a syntax error: the AST is partial
+    index: DocumentIndex | None = None
+
+    def build(self) -> None:
+        start = time.perf_counter()
+        self.index = DocumentIndex(self.text, self.path, self.result)
+        log.info("indexed %s in %.1f ms", self.path, (time.perf_counter() - start) * 1e3)
+
+
+class ArkeLanguageServer(LanguageServer):
+    """The language server: document states, the check worker and the debounce."""
+
+    def __init__(self) -> None:
+        super().__init__("akc-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.docs: dict[str, DocState] = {}
+        self.debounce = DEBOUNCE_S
+        # One worker: checks of one file never overlap, and the checker's module cache is not shared across threads.
+        self.checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="akc-check")
+
+    # ------------------------------------------------------------ checking
+
+    def schedule(self, uri: str, delay: float) -> None:
+        """Check ``uri`` after ``delay`` seconds, replacing (cancelling) a check already scheduled."""
+        state = self.docs.get(uri)
+        if state is None:
+            return
+        if state.task is not None and not state.task.done():
+            state.task.cancel()
+        state.task = asyncio.ensure_future(self._check_later(state, delay))
+
+    async def _check_later(self, state: DocState, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        document = self.workspace.get_text_document(state.uri)
+        text, version = document.source, document.version or 0
+        uris = {s.path: s.uri for s in self.docs.values()}  # a snapshot: the worker must not read `docs`
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(self.checker, self._check, state, text, version, document, uris)
+        except Exception:  # a checker bug must not silence the document for good
+            log.exception("checking %s failed", state.uri)
+            state.checked.set()
+            return
+        if result is None or state.uri not in self.docs or (document.version or 0) != version:
+            return  # a newer change came in while this ran: its own check will publish
+        diagnostics, checked = result
+        self.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=state.uri, diagnostics=diagnostics, version=version))
+        if not checked.broken or state.index is None:
+            # Published first: the index (for hover and completion) is built after, off the critical path,
+            # and a newer change does not cancel it (it is the newest good one even if that change breaks the file).
+            await asyncio.shield(self._adopt(state, checked, version))
+        state.checked.set()
+
+    async def _adopt(self, state: DocState, checked: Checked, version: int) -> None:
+        await asyncio.get_running_loop().run_in_executor(self.checker, checked.build)
+        if checked.index is not None and version > state.index_version:
+            state.index, state.index_version = checked.index, version
+        state.checked.set()
+
+    def _check(self, state: DocState, text: str, version: int, document: TextDocument,
+               uris: dict[str, str]) -> tuple[list[types.Diagnostic], Checked] | None:
+        """On the worker thread: check ``text`` (None when a newer change made it stale before it started)."""
+        if (document.version or 0) != version:
+            return None
+        start = time.perf_counter()
+        result = check_text(text, state.path)
+        sources = Sources({state.path: text})
+        diagnostics = [to_diagnostic(d, sources, document.position_codec, uris) for d in result.diagnostics]
+        broken = any(d.code in _SYNTAX for d in result.diagnostics if d.span.file == state.path)
+        log.info("checked %s (version %s) in %.1f ms", state.uri, version, (time.perf_counter() - start) * 1e3)
+        return diagnostics, Checked(text, state.path, result, broken)
+
+    async def ready(self, uri: str) -> DocState | None:
+        """The document's state once its first check is in (None for a document that is not open)."""
+        state = self.docs.get(uri)
+        if state is None:
+            return None
+        try:
+            await asyncio.wait_for(state.checked.wait(), timeout=60)
+        except asyncio.TimeoutError:
+            log.warning("no check of %s yet: answering without one", uri)
+        return state
+
+    # ------------------------------------------------------------ looking up
+
+    def text(self, uri: str) -> Text:
+        document = self.workspace.get_text_document(uri)
+        return Text(document.source, document.position_codec)
+
+    def file_text(self, path: str, codec_of: str) -> Text | None:
+        """The text of ``path``: an open document's, else the file's (None when unreadable)."""
+        for s in self.docs.values():
+            if s.path == path:
+                return self.text(s.uri)
+        try:
+            content = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        return Text(content, self.workspace.get_text_document(codec_of).position_codec)
+
+    def lookup(self, state: DocState, text: Text, offset: int) -> tuple[Symbol, int, int, str | None] | None:
+        """The symbol at ``offset`` of the current text, its extent there, and the enclosing strategy's target.
+
+        Uses the last good index; a position the edit since then has moved is carried across,
+        and one inside the edited region falls back on the word under the cursor.
+        """
+        index = state.index
+        if index is None:
+            return None
+        change = TextMap.between(index.text, text.text)
+        old = change.to_old(offset)
+        if old is not None:
+            occ = index.at(old)
+            start = change.to_new(occ.start) if occ else None
+            end = change.to_new(occ.end, end=True) if occ else None
+            if occ is not None and start is not None and end is not None:
+                strategy = index.strategy_at(occ.start)
+                return occ.symbol, start, end, strategy.target if strategy else None
+        return self._by_word(index, change, text.text, offset)
+
+    def _by_word(self, index: DocumentIndex, change: TextMap, text: str, offset: int
+                 ) -> tuple[Symbol, int, int, str | None] | None:
+        word = next((m for m in _WORD.finditer(text, max(0, offset - 64), offset + 64)
+                     if m.start() <= offset <= m.end()), None)
+        if word is None:
+            return None
+        items = list(_ITEM.finditer(text, 0, offset))
+        item = items[-1] if items else None
+        name = word.group()
+        if item is not None and item.group(2) is not None:  # in a strategy
+            target = re.search(r"\btarget\s*=\s*(\w+)", item.group(2))
+            if name in DECISIONS:
+                return Symbol("decision", name), word.start(), word.end(), target.group(1) if target else None
+        scope = index.scope_named(item.group(1)) if item is not None and item.group(1) else None
+        symbol = index.resolve(scope, name, change.prefix)
+        if symbol is None and scope is not None:  # an index of the statement being edited: its last binding
+            bound = [(s, how) for n, s, _, _, how in scope.indices if n == name]
+            if bound:
+                symbol = Symbol("index", name, scope.node.name, bound[-1][0], bound[-1][1])
+        return (symbol, word.start(), word.end(), None) if symbol is not None else None
+
+    def location(self, state: DocState, decl: Span) -> types.Location | None:
+        """Where ``decl`` is now: in this document (carried across edits since the index) or in another file."""
+        index = state.index
+        if index is not None and decl.file == index.path:
+            text = self.text(state.uri)
+            change = TextMap.between(index.text, text.text)
+            start, end = change.to_new(decl.start), change.to_new(decl.end, end=True)
+            if start is None or end is None:
+                start = end = change.prefix  # the definition was in the edited region
+            return types.Location(state.uri, text.range(start, end))
+        other = self.file_text(decl.file, state.uri)
+        if other is None:
+            return None
+        uri = next((s.uri for s in self.docs.values() if s.path == decl.file), uri_for(decl.file))
+        return types.Location(uri, other.range(decl.start, decl.end))
+
+
+def create_server() -> ArkeLanguageServer:
+    """A new language server with every feature registered (start it with ``start_io()``)."""
+    server = ArkeLanguageServer()
+
+    @server.feature(types.INITIALIZE)
+    def _initialize(ls: ArkeLanguageServer, params: types.InitializeParams) -> None:
+        read_options(ls, params.initialization_options)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def _did_open(ls: ArkeLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        ls.docs[uri] = DocState(uri, doc_path(uri, ls.workspace.get_text_document(uri)))
+        ls.schedule(uri, 0)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def _did_change(ls: ArkeLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
+        ls.schedule(params.text_document.uri, ls.debounce)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    def _did_save(ls: ArkeLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
+        for uri in ls.docs:  # files that import the saved one see its new text now (the cache keys on mtime)
+            if uri != params.text_document.uri:
+                ls.schedule(uri, ls.debounce)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def _did_close(ls: ArkeLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
+        state = ls.docs.pop(params.text_document.uri, None)
+        if state is not None and state.task is not None:
+            state.task.cancel()
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(params.text_document.uri, []))
+
+    @server.feature(types.TEXT_DOCUMENT_HOVER)
+    async def _hover(ls: ArkeLanguageServer, params: types.HoverParams) -> types.Hover | None:
+        state = await ls.ready(params.text_document.uri)
+        if state is None or state.index is None:
+            return None
+        text = ls.text(state.uri)
+        found = ls.lookup(state, text, text.offset(params.position))
+        if found is None:
+            return None
+        symbol, start, end, target = found
+        markdown = hover_markdown(state.index, symbol, target)
+        if markdown is None:
+            return None
+        formats = get_capability(ls.client_capabilities, "text_document.hover.content_format", None)
+        kind = types.MarkupKind.PlainText if formats and types.MarkupKind.Markdown not in formats \
+            else types.MarkupKind.Markdown
+        return types.Hover(types.MarkupContent(kind, markdown), text.range(start, end))
+
+    @server.feature(types.TEXT_DOCUMENT_DEFINITION)
+    async def _definition(ls: ArkeLanguageServer, params: types.DefinitionParams) -> list[types.Location] | None:
+        state = await ls.ready(params.text_document.uri)
+        if state is None:
+            return None
+        text = ls.text(state.uri)
+        found = ls.lookup(state, text, text.offset(params.position))
+        if found is None or found[0].decl is None:
+            return None
+        where = ls.location(state, found[0].decl)
+        return [where] if where is not None else None
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION,
+                    types.CompletionOptions(trigger_characters=[" ", "(", ",", "[", "=", "."]))
+    async def _completion(ls: ArkeLanguageServer, params: types.CompletionParams) -> types.CompletionList | None:
+        state = await ls.ready(params.text_document.uri)
+        if state is None:
+            return None
+        text = ls.text(state.uri)
+        formats = get_capability(ls.client_capabilities,
+                                 "text_document.completion.completion_item.documentation_format", [])
+        items = complete(text.text, text.offset(params.position), state.index, state.path,
+                         markdown=types.MarkupKind.Markdown in formats)
+        return types.CompletionList(is_incomplete=False, items=items)
+
+    @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
+    def _symbols(ls: ArkeLanguageServer, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol]:
+        uri = params.text_document.uri
+        state = ls.docs.get(uri)
+        return document_symbols(ls.text(uri), state.path if state else doc_path(uri))
+
+    @server.feature(types.TEXT_DOCUMENT_FORMATTING)
+    def _formatting(ls: ArkeLanguageServer, params: types.DocumentFormattingParams) -> list[types.TextEdit] | None:
+        uri = params.text_document.uri
+        state = ls.docs.get(uri)
+        return format_edits(ls.text(uri), state.path if state else doc_path(uri))
+
+    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
+                    types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]))
+    def _code_action(ls: ArkeLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        return quick_fixes(params.text_document.uri, ls.text(params.text_document.uri), params.context.diagnostics)
+
+    return server
+
+
+def read_options(server: ArkeLanguageServer, options: object) -> None:
+    """Apply initialization options (``{"debounceMs": N}``)."""
+    if isinstance(options, dict) and isinstance(options.get("debounceMs"), int | float):
+        server.debounce = max(0.0, float(options["debounceMs"]) / 1000)
+
+
+__all__ = ["DEBOUNCE_S", "ArkeLanguageServer", "create_server", "read_options"]
