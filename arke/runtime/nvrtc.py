@@ -57,7 +57,8 @@ def blame(source: str, log: str, plan: KernelPlan) -> str:
         entry = next((name for at, name in reversed(heads) if at <= line), None)
     parts = []
     if entry is not None:
-        k = int(entry.rsplit("_d", 1)[1]) if "_d" in entry else -1
+        ordinal = re.match(r".*_d(\d+)", entry)  # entries may carry a suffix (`_mv`, `s`)
+        k = int(ordinal.group(1)) if ordinal else -1
         family = plan.dispatches[k].family if 0 <= k < len(plan.dispatches) else ""
         parts.append(f"dispatch {entry}" + (f", {family}" if family else ""))
     decided = ", ".join(f"{d.kind}{' ' + d.subject if d.subject else ''}"
