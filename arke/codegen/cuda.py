@@ -217,4 +217,4 @@ class CudaRenderer(SIMTRenderer):
         return Artifact("cuda", source, tuple(launches), {"block": str(BLOCK)})
 
 
-RENDERER = CudaRenderer()
+RENDERER = CudaRenderer(frozenset(FAMILY_RENDERERS))

@@ -17,11 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from codegen_support import std_module
 from gpu_support import ARCHS, GPU_AK, KERNELS, assert_assembles_without_spills, run_cli, stdlib_source
 
 from arke.codegen.cuda import RENDERER
 from arke.codegen.cuda_expr import CONVERT
-from arke.codegen.llvm_nvptx import entry_name
+from arke.codegen.plan import make_plan
 from arke.runtime import nvrtc
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="no NVRTC (pip install 'arke[cuda]')")
@@ -33,6 +34,14 @@ def source(module: str, kernel: str) -> str:
 
 
 @cache
+def entries(module: str, kernel: str) -> list[tuple[str, int]]:
+    """(entry, threads per block) of each launch of a stdlib kernel's default plan."""
+    m = std_module(module)
+    plan = make_plan(m.semantic, m.kernel_map[kernel], None, families=RENDERER.families)
+    return [(spec.entry, dict(spec.options)["block"]) for spec in RENDERER.render(plan).launches]
+
+
+@cache
 def ptx(module: str, kernel: str, arch: str) -> str:
     return nvrtc.compile_ptx(source(module, kernel), arch, kernel=kernel)
 
@@ -40,7 +49,9 @@ def ptx(module: str, kernel: str, arch: str) -> str:
 @pytest.mark.parametrize(("module", "kernel"), KERNELS)
 def test_renders_cuda_c(module: str, kernel: str) -> None:
     text = source(module, kernel)
-    assert f'extern "C" __global__ void __launch_bounds__(128) {entry_name(kernel, 0)}(' in text
+    for entry, threads in entries(module, kernel):
+        assert f'extern "C" __global__ void __launch_bounds__({threads}) {entry}(' in text
+        assert threads % 32 == 0 and 32 <= threads <= 1024
     assert "#include" not in text  # NVRTC has no CUDA headers here
     assert "long long* __restrict__ err" in text
 
@@ -50,7 +61,9 @@ def test_renders_cuda_c(module: str, kernel: str) -> None:
 @pytest.mark.parametrize(("module", "kernel"), KERNELS)
 def test_nvrtc_compiles_for_each_arch(module: str, kernel: str, arch: str) -> None:
     text = ptx(module, kernel, arch)
-    assert f".target {arch}" in text and f".visible .entry {entry_name(kernel, 0)}(" in text
+    assert f".target {arch}" in text
+    for entry, _ in entries(module, kernel):
+        assert f".visible .entry {entry}(" in text
 
 
 @needs_nvrtc
