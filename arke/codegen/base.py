@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from arke.codegen.plan import KernelPlan
 
 #: Modules under arke.codegen that define a target's renderer.
-TARGET_MODULES = ("llvm", "triton", "mlir")
+TARGET_MODULES = ("llvm", "triton", "mlir", "cuda")
 
 
 @dataclass(frozen=True)
