@@ -1,7 +1,8 @@
 """``akc build FILE --target cuda [--arch sm_90|sm_80] --emit source|ptx|cubin``: the CUDA-C target.
 
-Each kernel's plan (one dispatch per op) is rendered by :mod:`arke.codegen.cuda`, compiled to
-PTX by NVRTC (:mod:`arke.runtime.nvrtc`) and, for ``cubin``, assembled by ``ptxas`` (no GPU
+Each kernel's plan (its rows, contractions and attention cores fused, every other op one
+dispatch) is rendered by :mod:`arke.codegen.cuda` once per strategy variant, compiled to PTX
+by NVRTC (:mod:`arke.runtime.nvrtc`) and, for ``cubin``, assembled by ``ptxas`` (no GPU
 needed). ``source`` writes the CUDA C (``<kernel>.<arch>.cu`` in a folder); a table of each
 entry's registers and spills follows ``ptx``/``cubin``, as ``--target llvm --arch`` prints.
 """
