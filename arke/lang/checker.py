@@ -4,6 +4,11 @@ Order of work: parse → resolve imports (each imported module is checked once p
 process and cached) → check every kernel's signature → check every body and lower it to
 SemanticIR → check strategies → warn. A kernel with errors is left out of the IR; the
 others are still checked, so one file reports all its problems at once.
+
+Each step is a function of its own (:func:`resolve_imports`, :func:`declare_kernel`,
+:func:`check_kernel`, :func:`late_checks`, :func:`finish`), so the language server can
+run the same steps item by item and re-check only what an edit changed
+(``arke.lsp.incremental``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from arke.ir import semantic
-from arke.ir.strategy import StrategySet
+from arke.ir.strategy import Strategy, StrategySet
 from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.exprs import BUILTINS
@@ -102,15 +107,46 @@ def check_text(text: str, path: str, _stack: tuple[str, ...] = (), _prefix: str 
 def _check_text(text: str, path: str, _stack: tuple[str, ...], _prefix: str) -> CheckResult:
     module, diags = parse(text, path)
     source = Source(path, text)
+    imported = resolve_imports(module.imports, path, diags, _stack)
+    own: dict[str, Signature] = {}
+    for k in module.kernels:
+        if declare_kernel(k, own, diags):
+            own[k.name] = build_signature(k, source, _prefix + k.name, diags)
+    scope = {**imported.scope, **own}  # a file's own kernels shadow imported ones
+    calls: dict[str, list[tuple[str, Span]]] = {}
+    own_functions: list[semantic.Function] = []
+    indices = dict(imported.indices)
+    for sig in own.values():
+        fn, indices[sig.ir_name], calls[sig.ir_name] = check_kernel(sig, scope, imported.failed, diags)
+        if fn is not None:
+            own_functions.append(fn)
+    strategies = late_checks(calls, module.strategies, scope, indices, diags)
+    return finish(diags, imported, tuple(own), own_functions, strategies, scope, indices, module)
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What a file's imports bring into scope (:func:`resolve_imports`); ``failed``: some import failed."""
+
+    scope: dict[str, Signature]
+    functions: tuple[semantic.Function, ...]
+    strategies: tuple[Strategy, ...]
+    indices: dict[str, dict[str, IndexInfo]]
+    failed: bool
+
+
+def resolve_imports(imports: tuple[ast.Import, ...], path: str, diags: list[Diagnostic],
+                    _stack: tuple[str, ...] = ()) -> Imported:
+    """Check the imports of file ``path`` (each imported module once per process) and gather what they bring."""
+    if not path.startswith("<") and os.path.isfile(path):
+        _stack = (*_stack, str(Path(path).resolve()))  # so a cycle back to this file is reported here
     scope: dict[str, Signature] = {}
     origin: dict[str, str] = {}
     functions: list[semantic.Function] = []
-    imported_strategies: list = []
+    imported_strategies: list[Strategy] = []
     indices: dict[str, dict[str, IndexInfo]] = {}
-    if not path.startswith("<") and os.path.isfile(path):
-        _stack = (*_stack, str(Path(path).resolve()))  # so a cycle back to this file is reported here
     import_failed = False
-    for imp in module.imports:
+    for imp in imports:
         loaded = _import(imp, path, _stack, diags)
         if loaded is None:
             import_failed = True
@@ -130,34 +166,47 @@ def _check_text(text: str, path: str, _stack: tuple[str, ...], _prefix: str) -> 
         functions.extend(loaded.functions)
         imported_strategies.extend(loaded.strategies.strategies)
         indices.update(loaded.indices)
-    own: dict[str, Signature] = {}
-    for k in module.kernels:
-        if k.name in own:
-            diags.append(make("AK2003", f"kernel `{k.name}` is defined twice", k.name_span,
-                              related=[Related(own[k.name].node.name_span, "first defined here")]))
-            continue
-        if k.name in BUILTINS and k.name not in _BUILTIN_KERNELS_OK:
-            diags.append(make("AK2003", f"kernel `{k.name}` has the name of a built-in function", k.name_span,
-                              hint="rename the kernel"))
-        own[k.name] = build_signature(k, source, _prefix + k.name, diags)
-    scope.update(own)  # a file's own kernels shadow imported ones
-    calls: dict[str, list[tuple[str, Span]]] = {}
-    own_functions: list[semantic.Function] = []
-    for sig in own.values():
-        kc = KernelChecker(sig, scope, diags)
-        kc.import_failed = import_failed
-        try:
-            fn = kc.check() if sig.ok else None
-        except RecursionError:  # one absurdly long expression: report it, check the other kernels
-            diags.append(make("AK1006", f"an expression of kernel `{sig.name}` is too long to check",
-                              sig.node.name_span, hint="split long expressions into named steps"))
-            fn = None
-        indices[sig.ir_name] = kc.indices
-        calls[sig.ir_name] = kc.calls
-        if fn is not None:
-            own_functions.append(fn)
+    return Imported(scope, tuple(functions), tuple(imported_strategies), indices, import_failed)
+
+
+def declare_kernel(k: ast.Kernel, own: dict[str, Signature], diags: list[Diagnostic]) -> bool:
+    """Report a kernel defined twice or named like a built-in; False for a second definition (never checked)."""
+    if k.name in own:
+        diags.append(make("AK2003", f"kernel `{k.name}` is defined twice", k.name_span,
+                          related=[Related(own[k.name].node.name_span, "first defined here")]))
+        return False
+    if k.name in BUILTINS and k.name not in _BUILTIN_KERNELS_OK:
+        diags.append(make("AK2003", f"kernel `{k.name}` has the name of a built-in function", k.name_span,
+                          hint="rename the kernel"))
+    return True
+
+
+def check_kernel(sig: Signature, scope: dict[str, Signature], import_failed: bool, diags: list[Diagnostic]
+                 ) -> tuple[semantic.Function | None, dict[str, IndexInfo], list[tuple[str, Span]]]:
+    """Check one kernel's body: its IR function (None after errors), its indices and the kernels it calls."""
+    kc = KernelChecker(sig, scope, diags)
+    kc.import_failed = import_failed
+    try:
+        fn = kc.check() if sig.ok else None
+    except RecursionError:  # one absurdly long expression: report it, check the other kernels
+        diags.append(make("AK1006", f"an expression of kernel `{sig.name}` is too long to check",
+                          sig.node.name_span, hint="split long expressions into named steps"))
+        fn = None
+    return fn, kc.indices, kc.calls
+
+
+def late_checks(calls: dict[str, list[tuple[str, Span]]], strategies: tuple[ast.Strategy, ...],
+                scope: dict[str, Signature], indices: dict[str, dict[str, IndexInfo]],
+                diags: list[Diagnostic]) -> StrategySet:
+    """What needs every kernel checked first: call cycles, then the strategies (their StrategyIR)."""
     _report_cycles(calls, diags)
-    strategies = check_strategies(module.strategies, scope, indices, diags)
+    return check_strategies(strategies, scope, indices, diags)
+
+
+def finish(diags: list[Diagnostic], imported: Imported, own: tuple[str, ...], own_functions: list[semantic.Function],
+           strategies: StrategySet, scope: dict[str, Signature], indices: dict[str, dict[str, IndexInfo]],
+           module: ast.Module) -> CheckResult:
+    """The result: diagnostics deduplicated and in file order, and the IR when none is an error."""
     diags = _dedupe(diags)
     errors = any(d.is_error for d in diags)
     sem = None
@@ -165,13 +214,13 @@ def _check_text(text: str, path: str, _stack: tuple[str, ...], _prefix: str) -> 
     if not errors:
         seen: set[str] = set()
         merged = []
-        for f in functions + own_functions:
+        for f in imported.functions + tuple(own_functions):
             if f.name not in seen:
                 seen.add(f.name)
                 merged.append(f)
         sem = semantic.Module(tuple(merged))
-        strat = StrategySet(tuple(imported_strategies) + strategies.strategies)
-    return CheckResult(tuple(diags), sem, strat, tuple(own), {n: s.ir_name for n, s in scope.items()}, indices,
+        strat = StrategySet(imported.strategies + strategies.strategies)
+    return CheckResult(tuple(diags), sem, strat, own, {n: s.ir_name for n, s in scope.items()}, indices,
                        scope, module)
 
 

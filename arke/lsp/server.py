@@ -1,16 +1,20 @@
 """``akc lsp``: the Arke language server (pygls), spoken over stdio.
 
 Each open document is checked by the same checker as ``akc check`` — when it is opened,
-and again a short while (the *debounce*, 150 ms by default) after the last change, so a
-burst of keystrokes costs one check. A check that a newer change has made stale is
-dropped: if it has not started it never runs, and if it has, its result is not
-published. Checks run on one worker thread, so hover and completion stay answerable
-while a check is running.
+and again a short while (the *debounce*, 30 ms by default) after the last change, so a
+burst of changes sent together costs one check. The check is incremental
+(:mod:`arke.lsp.incremental`): only the items an edit touched are parsed and checked
+again, and the diagnostics are exactly those of ``akc check`` on the whole text. A check
+that a newer change has made stale is dropped: if it has not started it never runs, and
+if it has, its result is not published. Checks run on one worker thread, so hover and
+completion stay answerable while a check is running.
 
 A check's result becomes the document's index (:mod:`arke.lsp.index`) when its text has
 no syntax error, or when there is no index yet; otherwise the last good index stays, and
 requests carry positions across the edit (:mod:`arke.lsp.textmap`), so hover, definition
-and completion keep working while a line is half typed.
+and completion keep working while a line is half typed. The index is built from the
+check's own parse, when a request first needs it: never between a change and its
+diagnostics.
 
 Features: diagnostics (published, with related sites and quick-fix data), hover,
 go to definition, completion, document symbols, formatting and quick fixes.
@@ -34,20 +38,21 @@ from pygls.workspace import TextDocument
 
 from arke import __version__
 from arke.ir.strategy import DECISIONS
-from arke.lang.checker import CheckResult, check_text
 from arke.lang.render import Sources, uri_for
 from arke.lang.source import Span
 from arke.lsp.complete import complete
 from arke.lsp.convert import Text, to_diagnostic
 from arke.lsp.edits import document_symbols, format_edits, quick_fixes
 from arke.lsp.hover import hover_markdown
+from arke.lsp.incremental import IncrementalChecker, Outcome
 from arke.lsp.index import DocumentIndex, Symbol
 from arke.lsp.textmap import TextMap
 
 log = logging.getLogger(__name__)
 
-#: Seconds between the last change and the check (a typing burst is checked once).
-DEBOUNCE_S = 0.15
+#: Seconds between the last change and the check (changes sent together are checked once). An edit
+#: costs the incremental check a few milliseconds, so the wait need only span a burst of changes.
+DEBOUNCE_S = 0.03
 #: Syntax errors after which the parser had to recover item by item: the AST is partial.
 _SYNTAX = frozenset({"AK1001", "AK1002", "AK1003", "AK1006"})
 _WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
@@ -60,10 +65,14 @@ class DocState:
 
     uri: str
     path: str  # the path given to the checker: the file, or `<uri>` for an unsaved buffer
-    index: DocumentIndex | None = None  # of the last text without syntax errors
+    incremental: IncrementalChecker
+    good: Checked | None = None  # the last check of a text without syntax errors (or the first check)
+    good_version: int = -1
+    index: DocumentIndex | None = None  # built from `good` when a request needs it
     index_version: int = -1
     task: asyncio.Task[None] | None = None
     checked: asyncio.Event = field(default_factory=asyncio.Event)  # set once the first check is in
+    indexing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 def doc_path(uri: str, document: TextDocument | None = None) -> str:
@@ -75,18 +84,19 @@ def doc_path(uri: str, document: TextDocument | None = None) -> str:
 
 @dataclass
 class Checked:
-    """One check's result, and the index built from it (on demand: after the diagnostics are out)."""
+    """One check's outcome, and the index built from it (on demand: after the diagnostics are out)."""
 
-    text: str
-    path: str
-    result: CheckResult
+    outcome: Outcome
     broken: bool  # a syntax error: the AST is partial
     index: DocumentIndex | None = None
 
-    def build(self) -> None:
-        start = time.perf_counter()
-        self.index = DocumentIndex(self.text, self.path, self.result)
-        log.info("indexed %s in %.1f ms", self.path, (time.perf_counter() - start) * 1e3)
+    def build(self) -> DocumentIndex:
+        if self.index is None:
+            start = time.perf_counter()
+            o = self.outcome
+            self.index = DocumentIndex(o.text, o.path, o.document_result())
+            log.info("indexed %s in %.1f ms", o.path, (time.perf_counter() - start) * 1e3)
+        return self.index
 
 
 class ArkeLanguageServer(LanguageServer):
@@ -128,17 +138,20 @@ class ArkeLanguageServer(LanguageServer):
         diagnostics, checked = result
         self.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=state.uri, diagnostics=diagnostics, version=version))
-        if not checked.broken or state.index is None:
-            # Published first: the index (for hover and completion) is built after, off the critical path,
-            # and a newer change does not cancel it (it is the newest good one even if that change breaks the file).
-            await asyncio.shield(self._adopt(state, checked, version))
+        if (not checked.broken or state.good is None) and version > state.good_version:
+            # The index (for hover and completion) is built from it when a request needs it (`ready`).
+            state.good, state.good_version = checked, version
         state.checked.set()
 
-    async def _adopt(self, state: DocState, checked: Checked, version: int) -> None:
-        await asyncio.get_running_loop().run_in_executor(self.checker, checked.build)
-        if checked.index is not None and version > state.index_version:
-            state.index, state.index_version = checked.index, version
-        state.checked.set()
+    async def _index(self, state: DocState) -> None:
+        """Bring the document's index up to its last good check (built on the worker, once per check)."""
+        async with state.indexing:
+            good, version = state.good, state.good_version
+            if good is None or version <= state.index_version:
+                return
+            index = await asyncio.get_running_loop().run_in_executor(self.checker, good.build)
+            if version > state.index_version:
+                state.index, state.index_version = index, version
 
     def _check(self, state: DocState, text: str, version: int, document: TextDocument,
                uris: dict[str, str]) -> tuple[list[types.Diagnostic], Checked] | None:
@@ -146,15 +159,21 @@ class ArkeLanguageServer(LanguageServer):
         if (document.version or 0) != version:
             return None
         start = time.perf_counter()
-        result = check_text(text, state.path)
+        outcome = state.incremental.check(text)
+        checked = time.perf_counter()
+        found = outcome.result.diagnostics
         sources = Sources({state.path: text})
-        diagnostics = [to_diagnostic(d, sources, document.position_codec, uris) for d in result.diagnostics]
-        broken = any(d.code in _SYNTAX for d in result.diagnostics if d.span.file == state.path)
-        log.info("checked %s (version %s) in %.1f ms", state.uri, version, (time.perf_counter() - start) * 1e3)
-        return diagnostics, Checked(text, state.path, result, broken)
+        diagnostics = [to_diagnostic(d, sources, document.position_codec, uris) for d in found]
+        broken = any(d.code in _SYNTAX for d in found if d.span.file == state.path)
+        how = (f"whole: {outcome.full}" if outcome.full is not None else
+               f"{outcome.parsed} items parsed, {outcome.checked} kernels checked")
+        log.info("checked %s (version %s) in %.1f ms (%s); converted in %.1f ms", state.uri, version,
+                 (checked - start) * 1e3, how, (time.perf_counter() - checked) * 1e3)
+        return diagnostics, Checked(outcome, broken)
 
     async def ready(self, uri: str) -> DocState | None:
-        """The document's state once its first check is in (None for a document that is not open)."""
+        """The document's state once its first check is in and its index is of its last good check
+        (None for a document that is not open)."""
         state = self.docs.get(uri)
         if state is None:
             return None
@@ -162,6 +181,10 @@ class ArkeLanguageServer(LanguageServer):
             await asyncio.wait_for(state.checked.wait(), timeout=60)
         except asyncio.TimeoutError:
             log.warning("no check of %s yet: answering without one", uri)
+        try:
+            await self._index(state)
+        except Exception:  # an index bug must not take the request down: answer from the last index
+            log.exception("indexing %s failed", uri)
         return state
 
     # ------------------------------------------------------------ looking up
@@ -250,7 +273,8 @@ def create_server() -> ArkeLanguageServer:
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def _did_open(ls: ArkeLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
         uri = params.text_document.uri
-        ls.docs[uri] = DocState(uri, doc_path(uri, ls.workspace.get_text_document(uri)))
+        path = doc_path(uri, ls.workspace.get_text_document(uri))
+        ls.docs[uri] = DocState(uri, path, IncrementalChecker(path))
         ls.schedule(uri, 0)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)

@@ -11,7 +11,7 @@ function activate(context) {
   const server = { command, args, transport: TransportKind.stdio };
   client = new LanguageClient("arke", "Arke (akc lsp)", server, {
     documentSelector: [{ scheme: "file", language: "arke" }, { scheme: "untitled", language: "arke" }],
-    initializationOptions: { debounceMs: settings.get("server.debounceMs", 150) },
+    initializationOptions: { debounceMs: settings.get("server.debounceMs", 30) },
   });
   context.subscriptions.push(client);
   return client.start();

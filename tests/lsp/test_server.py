@@ -146,6 +146,45 @@ async def test_diagnostics_match_akc_check_and_clear_when_fixed(client: Language
     assert list((await published(client, uri, 2)).diagnostics) == []
 
 
+def akc_check_json(path: Path, text: str) -> list[dict[str, object]]:
+    """What ``akc check --format json`` reports for ``text`` saved at ``path``."""
+    from arke.cli import main as akc
+
+    path.write_text(text, encoding="utf-8")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        akc(["check", "--format", "json", str(path)])
+    diagnostics: list[dict[str, object]] = json.loads(out.getvalue())["files"][0]["diagnostics"]
+    return diagnostics
+
+
+async def test_edits_of_parts_of_the_text_publish_what_akc_check_gives(client: LanguageClient,
+                                                                       workspace: Path) -> None:
+    path = workspace / "incremental.ak"
+    uri = await open_doc(client, path, PROGRAM)
+    text = PROGRAM
+    steps = [  # (old, new): replace the first `old` by `new`, as an editor sends it (a range and its text)
+        ("exp(c[b, h, i, j] - mx[", "exp(c[b, h, i, j] - mxx["),  # an unknown name
+        ("from std.nn", "# A header.\n\nfrom std.nn"),  # everything below moves down two lines
+        ("kernel probs", "kernel attention2(x: f32[N]) -> f32[N] { return x }\n\nkernel probs"),
+        ("return softmax(x)", "return softmax(x"),  # a syntax error
+        ("kernel attention2", "kernel attention"),  # defined twice: related information
+        ("return softmax(x", "return softmax(x)"),
+        ("mxx[", "mx["),
+    ]
+    for version, (old, new) in enumerate(steps, start=2):
+        start = text.index(old)
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            [types.TextDocumentContentChangePartial(
+                range=types.Range(where(text, old), where(text, old, delta=len(old))), text=new)]))
+        text = text[:start] + new + text[start + len(old):]
+        got = (await published(client, uri, version)).diagnostics
+        assert [CONVERTER.unstructure(d) for d in got] == akc_check_json(path, text), (old, new)
+    codes = [d.code for d in got]
+    assert codes == ["AK2003"] and got[0].related_information
+
+
 async def test_related_information_points_at_the_first_definition(client: LanguageClient, workspace: Path) -> None:
     text = ("kernel f(x: f32[N]) -> f32[N] {\n  y[i] = x[i]\n  y[i] = x[i] * 2.0\n  return y\n}\n")
     uri = await open_doc(client, workspace / "twice.ak", text)
