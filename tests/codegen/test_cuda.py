@@ -166,3 +166,43 @@ def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert status == 2 and "sm_90" in err
     status, _, err = run_cli(capsys, "build", str(path), "--target", "cuda", "--emit", "asm")
     assert status == 2 and "source, ptx or cubin" in err
+
+
+STRATEGIES = GPU_AK + """
+@strategy(mm, target = cuda, when M > 64) { tile m = 64, n = 64, k = 32; warps = 4; stages = 2 }
+@strategy(add2, target = cuda) { warps = 8 }
+"""
+
+
+def test_cli_builds_each_strategy_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "k.ak"
+    path.write_text(STRATEGIES, encoding="utf-8")
+    status, _, _ = run_cli(capsys, "build", str(path), "--target", "cuda", "-o", str(tmp_path / "cu"))
+    assert status == 0
+    # mm's strategy has a `when`: a call may also take the defaults, so both are built
+    assert sorted(p.name for p in (tmp_path / "cu").iterdir()) == [
+        "add2.sm_90.cu", "mm.defaults.sm_90.cu", "mm.strategy.sm_90.cu"]
+    tuned = (tmp_path / "cu" / "mm.strategy.sm_90.cu").read_text()
+    default = (tmp_path / "cu" / "mm.defaults.sm_90.cu").read_text()
+    assert "__launch_bounds__(128) mm_d0(" in tuned and "__launch_bounds__(256) mm_d0(" in default
+    assert "ak_mma_bf16" in tuned and "ak_cp_async16" in tuned
+
+
+@needs_nvrtc
+@needs_ptxas
+def test_cli_reports_warps_and_shared_memory_per_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "k.ak"
+    path.write_text(STRATEGIES, encoding="utf-8")
+    status, _, err = run_cli(capsys, "build", str(path), "--target", "cuda", "--emit", "ptx", "--kernel", "mm")
+    assert status == 0
+    rows = [line.split() for line in err.splitlines() if line.startswith("mm.")]
+    assert {r[0] for r in rows} == {"mm.strategy", "mm.defaults"}, err
+
+
+def test_cli_an_impossible_decision_is_reported_against_the_kernel(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "k.ak"
+    path.write_text(GPU_AK + "@strategy(mm, target = cuda) { tile m = 64, n = 64, k = 20 }\n", encoding="utf-8")
+    status, _, err = run_cli(capsys, "build", str(path), "--target", "cuda", "--emit", "source", "--kernel", "mm")
+    assert status == 1 and "Traceback" not in err
+    assert "`mm` (tile m, tile n, tile k)" in err and "tile k = 20" in err
