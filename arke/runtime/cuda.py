@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -172,27 +173,53 @@ class CudaKernel(DeviceKernel):
             found = self._dims[key] = torch.tensor(values, dtype=torch.int64, device=dev)
         return found
 
+    def launches_for(self, dims: dict[str, int]) -> list[Launch]:
+        """What a call with these dims launches, in order (a dispatch whose grid is empty is left out)."""
+        out = []
+        for spec, grid, scratch, options in self._launches:
+            size = [evaluate(g, dims) for g in grid]
+            if 0 in size:
+                continue
+            size += [1] * (3 - len(size))
+            words = max(1, evaluate(scratch, dims)) if scratch is not None else 1
+            out.append(Launch(spec.entry, (size[0], size[1], size[2]), int(options.get("block", 128)),
+                              int(options.get("shared", 0)), words, spec.buffers))
+        return out
+
     def launch_all(self, buffers: list[torch.Tensor], dims: dict[str, int], dev: torch.device) -> list[torch.Tensor]:
         d = driver()
         module = self.loaded(dev)
         dim_array = self.dims_on(dev, dims)
         stream = d.CUstream(torch.cuda.current_stream(dev).cuda_stream)
         words: list[torch.Tensor] = []
-        for spec, grid, scratch, options in self._launches:
-            size = [evaluate(g, dims) for g in grid]
-            if 0 in size:
-                continue
-            size += [1] * (3 - len(size))
-            ws = torch.zeros(max(1, evaluate(scratch, dims)) if scratch is not None else 1, dtype=torch.int64,
-                             device=dev)
+        for launch in self.launches_for(dims):
+            ws = torch.zeros(launch.words, dtype=torch.int64, device=dev)  # word 0: the error word
             words.append(ws[:1])
-            pointers = [buffers[i].data_ptr() for i in spec.buffers] + [dim_array.data_ptr(), ws.data_ptr()]
-            holders = [ctypes.c_void_p(p) for p in pointers]
-            params = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
-            _check(d.cuLaunchKernel(module.functions[spec.entry], *size, int(options.get("block", 128)), 1, 1,
-                                    int(options.get("shared", 0)), stream, ctypes.addressof(params), 0),
-                   f"launching {spec.entry}")
+            pointers = [buffers[i].data_ptr() for i in launch.buffers] + [dim_array.data_ptr(), ws.data_ptr()]
+            params, _held = kernel_params(pointers)
+            _check(d.cuLaunchKernel(module.functions[launch.entry], *launch.grid, launch.block, 1, 1, launch.shared,
+                                    stream, ctypes.addressof(params), 0), f"launching {launch.entry}")
         return words
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a call: its entry, grid (x, y, z), threads per block, dynamic shared memory
+    (bytes), error/scratch words and the plan buffers it takes."""
+
+    entry: str
+    grid: tuple[int, int, int]
+    block: int
+    shared: int
+    words: int
+    buffers: tuple[int, ...]
+
+
+def kernel_params(pointers: list[int]) -> tuple[ctypes.Array[ctypes.c_void_p], list[ctypes.c_void_p]]:
+    """``cuLaunchKernel``'s ``kernelParams``: an array of addresses, each of one argument's value (here
+    every argument is a pointer). The second item keeps the values alive until the launch is queued."""
+    held = [ctypes.c_void_p(p) for p in pointers]
+    return (ctypes.c_void_p * len(held))(*[ctypes.addressof(h) for h in held]), held
 
 
 @cache
@@ -227,5 +254,6 @@ def build_kernel(module: ir.Module, ir_name: str, strategy: Any, threads: int = 
     return CudaKernel(plan, artifact, module, ptx, arch, target, threads)
 
 
-__all__ = ["CudaError", "CudaKernel", "CudaUnavailableError", "LoadedModule", "bindings_available", "build_arch",
-           "build_kernel", "compile_plan", "device_arch", "image", "require_gpu", "runnable"]
+__all__ = ["CudaError", "CudaKernel", "CudaUnavailableError", "Launch", "LoadedModule", "bindings_available",
+           "build_arch", "build_kernel", "compile_plan", "device_arch", "image", "kernel_params", "require_gpu",
+           "runnable"]

@@ -155,3 +155,58 @@ def test_a_bad_gather_on_the_gpu_is_the_interpreters_error(target: str) -> None:
     with pytest.raises(GuardError) as err:
         lib.pick(ids, torch.randn(5, 3, device="cuda"))
     assert err.value.rule == "index"
+
+
+# -- what a call launches (no GPU needed: the driver is only called with these)
+
+MM = """\
+kernel mm(a: bf16[M, K], b: bf16[K, N]) -> f32[M, N] {
+  return sum(f32(a[m, k]) * f32(b[k, n]) for k)
+}
+
+kernel attend(q: bf16[B, H, S, D], k: bf16[B, G, T, D], v: bf16[B, G, T, D]) -> bf16[B, H, S, D]
+  where H % G == 0
+{
+  let R = H / G
+  s[b, h, i, j] = sum(f32(q[b, h, i, d]) * f32(k[b, h / R, j, d]) for d) / sqrt(f32(D))
+  mx[b, h, i] = max(s[b, h, i, j] for j)
+  p[b, h, i, j] = exp(s[b, h, i, j] - mx[b, h, i])
+  return bf16(sum(p[b, h, i, j] * f32(v[b, h / R, j, d]) for j) / sum(p[b, h, i, j] for j))
+}
+"""
+
+
+def _kernel(name: str) -> cuda.CudaKernel:
+    module = text_module(MM)
+    renderer = cuda._renderer("cuda")
+    plan = make_plan(module.semantic, module.kernel_map[name], None, families=renderer.families)
+    return cuda.CudaKernel(plan, renderer.render(plan), module.semantic, "", "sm_90", "cuda")
+
+
+def test_the_dims_choose_what_launches_and_its_shape() -> None:
+    kernel = _kernel("mm")
+    decode = kernel.launches_for({"M": 3, "K": 19, "N": 37})
+    assert [launch.entry for launch in decode] == ["mm_d0_mv"]  # M <= 4: the matrix-vector form only
+    tiled = kernel.launches_for({"M": 130, "K": 72, "N": 129})
+    assert [launch.entry for launch in tiled] == ["mm_d0"]
+    (launch,) = tiled
+    assert launch.grid == (4, 1, 1) and launch.block == 256  # 2 x 2 tiles of 128 x 128, 8 warps
+    assert 48 * 1024 < launch.shared <= 99 * 1024 and launch.words == 1
+    assert launch.buffers == (0, 1, 2)
+
+
+def test_attention_decode_launches_split_kv_with_its_scratch() -> None:
+    kernel = _kernel("attend")
+    decode = kernel.launches_for({"B": 1, "H": 8, "G": 2, "S": 1, "T": 4096, "D": 64})
+    assert len(decode) == 1 and decode[0].entry.endswith("s") and decode[0].words > 16
+    prefill = kernel.launches_for({"B": 1, "H": 8, "G": 2, "S": 512, "T": 512, "D": 64})
+    assert len(prefill) == 1 and not prefill[0].entry.endswith("s") and prefill[0].grid[0] > 1
+
+
+def test_kernel_params_point_at_each_argument() -> None:
+    import ctypes
+
+    values = [0x1000, 0xDEAD0, 0]
+    params, held = cuda.kernel_params(values)
+    got = [ctypes.cast(params[k], ctypes.POINTER(ctypes.c_void_p)).contents.value or 0 for k in range(3)]
+    assert got == values and len(held) == 3
