@@ -519,3 +519,15 @@ def test_build_triton_usage_errors(fake_triton: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(triton_aot, "require_triton", missing)
     status, _, stderr = run(capsys, "build", str(fake_triton), "--target", "triton", "--emit", "ptx")
     assert status == 2 and "pip install triton" in stderr
+
+
+def test_fmt_and_lsp_are_akc_commands(tmp_path: Path) -> None:
+    """`akc fmt` and `akc lsp` are reachable through the real entry point (not only their modules)."""
+    messy = tmp_path / "messy.ak"
+    messy.write_text("kernel f(x: f32[N]) -> f32[N] {  return x[n]*2 }\n", encoding="utf-8")
+    done = akc("fmt", "--check", str(messy))
+    assert done.returncode == 1 and "messy.ak" in done.stdout
+    assert akc("fmt", str(messy)).returncode == 0
+    assert messy.read_text(encoding="utf-8") == "kernel f(x: f32[N]) -> f32[N] {\n  return x[n] * 2\n}\n"
+    helped = akc("lsp", "--help")
+    assert helped.returncode == 0 and "language server" in helped.stdout
