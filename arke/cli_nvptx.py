@@ -88,9 +88,10 @@ def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Calla
                 cubin, assembled = nvptx.assemble(ptx, arch)
                 warps = {spec.entry: dict(spec.options).get("block", BLOCK) // 32 for spec in artifact.launches}
                 shared = {spec.entry: dict(spec.options).get("shared", 0) for spec in artifact.launches}
+                stages = {spec.entry: dict(spec.options).get("stages", 1) for spec in artifact.launches}
                 entries += [CompiledEntry(called, e.entry, arch, "", b"", e.registers, e.spills, e.stack,
-                                          shared.get(e.entry, 0), warps.get(e.entry, BLOCK // 32), 1, ())
-                            for e in assembled]
+                                          shared.get(e.entry, 0), warps.get(e.entry, BLOCK // 32),
+                                          stages.get(e.entry, 1), ()) for e in assembled]
             outputs.append((called, ptx, cubin))
     _write(outputs, "cu" if args.emit == "source" else args.emit, args.output, arch)
     if entries:

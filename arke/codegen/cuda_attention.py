@@ -315,7 +315,7 @@ class AttentionKernel:
         if self.split:
             words = HEADER_WORDS + self.gate * (self.tasks + ceil_div(self.tasks * self.C * self.slot, 2))
             scratch = dim_str(words)
-        options = (("block", b.threads), ("shared", b.shared()))
+        options = (("block", b.threads), ("shared", b.shared()), ("stages", b.stages))
         launch = LaunchSpec(self.entry, None, tuple(self.buffers()), scratch,
                             (dim_str(self.tasks * self.C * self.gate),), options)
         return text, launch

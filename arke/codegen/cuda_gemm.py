@@ -267,7 +267,7 @@ class _TensorCore:
         shared = max(2 * self.stages * stage, 4 * slab * (self.bn + 4))
         grid: Dim = batch_count(g) * n_m * n_n
         launch = LaunchSpec(g.name, None, tuple(g.plan.buffer_index(b) for b in g.args), None, (dim_str(grid),),
-                            (("block", self.threads), ("shared", shared)))
+                            (("block", self.threads), ("shared", shared), ("stages", self.stages)))
         return g.text(), launch
 
     def aligned(self, d: Direct, name: str) -> str | None:

@@ -139,7 +139,7 @@ class _Simt:
         self.epilogue()
         grid: Dim = batch_count(g) * n_m * n_n
         launch = LaunchSpec(g.name, None, tuple(g.plan.buffer_index(b) for b in g.args), None, (dim_str(grid),),
-                            (("block", self.threads), ("shared", self.shared)))
+                            (("block", self.threads), ("shared", self.shared), ("stages", 2 if self.double else 1)))
         return g.text(), launch
 
     def shares(self) -> tuple[int, int]:

@@ -261,12 +261,12 @@ def test_strategy_sets_the_launch() -> None:
     module = text_module(SOURCE)
     tiled = cuda_host.host_kernel(module, "mm_bf16", RENDERER, strategy(module, "mm_bf16", 1)).launches
     # 4 stages of a 64 × 64 tile of a (rows along k, 8 elements of padding) and 64 × 32 of b (rows along n)
-    assert [dict(s.options) for s in tiled] == [{"block": 128, "shared": 4 * 2 * (64 * 72 + 64 * 40)}]
+    assert [dict(s.options) for s in tiled] == [{"block": 128, "shared": 4 * 2 * (64 * 72 + 64 * 40), "stages": 4}]
     default = cuda_host.host_kernel(module, "mm_bf16", RENDERER).launches
     assert [s.entry for s in default] == ["mm_bf16_d0", "mm_bf16_d0_mv"]
     # 3 stages of 128 × 32 and 32 × 128 tiles, or the 128 × 128 f32 outputs staged for the epilogue
     shared = max(3 * 2 * (128 * 40 + 32 * 136), 4 * 128 * 132)
-    assert dict(default[0].options) == {"block": 256, "shared": shared}
+    assert dict(default[0].options) == {"block": 256, "shared": shared, "stages": 3}
 
 
 BAD = """
