@@ -16,7 +16,8 @@ and a contracted ``a * b + c`` would not.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import sympy
 
@@ -34,28 +35,34 @@ from arke.ir.shapes import Dim, dim_str
 PRELUDE = CONVERT + HELPERS + WARP
 
 
-class CudaFunction:
-    """Emits one dispatch as a ``__global__`` function: one thread per element of the result."""
+class CText:
+    """What every CUDA-C function emitter shares: lines at a depth, C blocks whose values
+    :class:`~arke.codegen.cuda_expr.CExpr` forgets when they close, buffers, and dims computed once
+    at the top of the function. Subclasses set ``plan``, ``lines``, ``prologue``, ``depth``,
+    ``dims`` and ``x``."""
 
-    def __init__(self, plan: KernelPlan, dispatch: Dispatch, name: str):
-        self.plan, self.d, self.name = plan, dispatch, name
-        self.op = dispatch.op
-        self.lines: list[str] = []
-        self.prologue: list[str] = []
-        self.depth = 1
-        self.dims: dict[str, str] = {}
-        self.current: dict[str, str] = {}
-        self.extent: dict[str, Dim] = {a.name: a.extent for a in self.op.axes}
-        if not isinstance(self.op, ir.MapOp):
-            self.extent.update({a.name: a.extent for a in self.op.reduce_axes})
-        exprs = [self.op.lhs, self.op.rhs] if isinstance(self.op, ir.ContractOp) else [self.op.body]
-        used = {self.op.result} | {x.src for e in exprs for x in _loads(e)}
-        self.args = sorted(used, key=plan.buffer_index)
-        self.x = CExpr(self.emit, lambda a: self.current[a], lambda r: self.dim(r.dim), self.load)
-        self.parallel_extent: Dim = sympy.Integer(1)
+    plan: KernelPlan
+    lines: list[str]
+    prologue: list[str]
+    depth: int
+    dims: dict[str, str]
+    x: CExpr
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.depth + line)
+
+    @contextmanager
+    def block(self, head: str) -> Iterator[None]:
+        """``head {`` ... ``}``: values computed inside are not reused after it."""
+        self.emit(f"{head} {{")
+        self.depth += 1
+        self.x.push()
+        try:
+            yield
+        finally:
+            self.x.pop()
+            self.depth -= 1
+            self.emit("}")
 
     def buffer(self, name: str) -> Buffer:
         return self.plan.buffers[self.plan.buffer_index(name)]
@@ -91,6 +98,27 @@ class CudaFunction:
         if d.is_Pow and d.exp.is_Integer and int(d.exp) > 0:
             return " * ".join([self.dim(d.base)] * int(d.exp))
         raise UnsupportedError(f"dim {dim_str(d)} cannot be computed on this target")
+
+
+class CudaFunction(CText):
+    """Emits one dispatch as a ``__global__`` function: one thread per element of the result."""
+
+    def __init__(self, plan: KernelPlan, dispatch: Dispatch, name: str):
+        self.plan, self.d, self.name = plan, dispatch, name
+        self.op = dispatch.op
+        self.lines: list[str] = []
+        self.prologue: list[str] = []
+        self.depth = 1
+        self.dims: dict[str, str] = {}
+        self.current: dict[str, str] = {}
+        self.extent: dict[str, Dim] = {a.name: a.extent for a in self.op.axes}
+        if not isinstance(self.op, ir.MapOp):
+            self.extent.update({a.name: a.extent for a in self.op.reduce_axes})
+        exprs = [self.op.lhs, self.op.rhs] if isinstance(self.op, ir.ContractOp) else [self.op.body]
+        used = {self.op.result} | {x.src for e in exprs for x in _loads(e)}
+        self.args = sorted(used, key=plan.buffer_index)
+        self.x = CExpr(self.emit, lambda a: self.current[a], lambda r: self.dim(r.dim), self.load)
+        self.parallel_extent: Dim = sympy.Integer(1)
 
     # -- memory
     def offset(self, buf: Buffer, subs: tuple[ir.SExpr, ...]) -> str:

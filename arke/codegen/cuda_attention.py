@@ -74,10 +74,10 @@ import sympy
 
 from arke.codegen.attention import KEY, QUERY, VALUE, Attention
 from arke.codegen.base import LaunchSpec, UnsupportedError
+from arke.codegen.cuda import CText
 from arke.codegen.cuda_attention_blocks import DECODE_ROWS, HEADER_WORDS, NEG_INF, SPLIT_TILES, Choices
 from arke.codegen.cuda_attention_loops import main_loop
 from arke.codegen.cuda_expr import STORAGE, CExpr
-from arke.codegen.llvm import _fraction
 from arke.codegen.plan import Buffer, Dispatch, KernelPlan
 from arke.codegen.triton_gemm import decided, product
 from arke.ir import semantic as ir
@@ -105,7 +105,7 @@ def render_attention(plan: KernelPlan, dispatch: Dispatch, entry: str) -> tuple[
     return "\n\n".join(texts), launches
 
 
-class AttentionKernel:
+class AttentionKernel(CText):
     """Emits one attention kernel (see the module doc): the prologue, rows, key range, results and
     the split merge here; the key loop of each form in :mod:`arke.codegen.cuda_attention_loops`."""
 
@@ -146,23 +146,6 @@ class AttentionKernel:
         self.values: dict[str, str] = {}  # a value computed here (the raw scores) -> its C variable
         self.x = CExpr(self.emit, lambda a: self.at[a], lambda r: self.dim(r.dim), self.load)
 
-    # -- text
-    def emit(self, line: str) -> None:
-        self.lines.append("  " * self.depth + line)
-
-    @contextmanager
-    def block(self, head: str) -> Iterator[None]:
-        """``head { ... }``: a C block whose values CExpr forgets when it closes."""
-        self.emit(head + " {")
-        self.depth += 1
-        self.x.push()
-        try:
-            yield
-        finally:
-            self.x.pop()
-            self.depth -= 1
-            self.emit("}")
-
     def serial(self, head: str) -> AbstractContextManager[None]:
         """A loop the compiler must not unroll: a thread's share of a tile's elements (unrolled and
         interleaved, their 64-bit index arithmetic takes the registers the accumulators need)."""
@@ -180,41 +163,6 @@ class AttentionKernel:
         finally:
             self.x.pop()
             self.at = saved
-
-    def dim(self, d: Dim) -> str:
-        """The C name (or literal) of dim expression ``d`` (a ``long long`` computed once, up front)."""
-        d = sympy.sympify(d)
-        if d.is_Integer:
-            return f"{int(d)}LL"
-        key = dim_str(d)
-        if key not in self.dims:
-            text = self._dim(d)
-            name = f"dim{len(self.dims)}"
-            self.prologue.append(f"  const long long {name} = {text};")
-            self.dims[key] = name
-        return self.dims[key]
-
-    def _dim(self, d: sympy.Expr) -> str:
-        if d.is_Symbol:
-            if d.name not in self.plan.dims:
-                raise UnsupportedError(f"dim {d.name} is not bound by a parameter of `{self.plan.name}`")
-            return f"dims[{self.plan.dims.index(d.name)}]"
-        if d.is_Add or d.is_Mul:
-            if any(a.is_Rational and not a.is_Integer for a in d.args):
-                raise UnsupportedError(f"dim {dim_str(d)} is not an integer expression")
-            return f" {'+' if d.is_Add else '*'} ".join(f"({self.dim(a)})" for a in d.args)
-        if isinstance(d, sympy.floor):  # dims are positive; numerators may not be: floor, not truncation
-            num, den = _fraction(d.args[0])
-            return f"ak_fdiv_dim({self.dim(num)}, {self.dim(den)})"
-        if isinstance(d, sympy.Mod):
-            return f"ak_mod_dim({self.dim(d.args[0])}, {self.dim(d.args[1])})"
-        if d.is_Pow and d.exp.is_Integer and int(d.exp) > 0:
-            return " * ".join([self.dim(d.base)] * int(d.exp))
-        raise UnsupportedError(f"dim {dim_str(d)} cannot be computed on this target")
-
-    # -- memory
-    def buffer(self, name: str) -> Buffer:
-        return self.plan.buffers[self.plan.buffer_index(name)]
 
     def pointer(self, name: str) -> str:
         return f"b{self.plan.buffer_index(name)}"

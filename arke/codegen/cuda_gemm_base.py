@@ -110,19 +110,6 @@ class GemmText(CudaFunction):
         return self.dim(self.extent[axis])
 
     @contextmanager
-    def block(self, head: str) -> Iterator[None]:
-        """``head {`` ... ``}``: values computed inside are not reused after it."""
-        self.emit(f"{head} {{")
-        self.depth += 1
-        self.x.push()
-        try:
-            yield
-        finally:
-            self.x.pop()
-            self.depth -= 1
-            self.emit("}")
-
-    @contextmanager
     def at(self, index: dict[str, str]) -> Iterator[None]:
         """Axes bound to these C values (and a fresh scope of values) while inside."""
         saved = dict(self.current)
