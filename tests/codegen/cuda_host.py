@@ -351,3 +351,18 @@ def nvrtc_available() -> bool:
     from arke.runtime import nvrtc
 
     return nvrtc.available()
+
+
+def check_host_case(case: Any, renderer: CudaRenderer = RENDERER, what: str = "cuda (host)") -> None:
+    """A conformance case (``test_conformance.Case``) through the host-compiled CUDA C equals the
+    interpreter; the error word must stay clear on in-range inputs. libm (glibc here, libdevice on a
+    GPU, torch in the interpreter) differs by ulps, so the int8 chains are measured as on a
+    reassociating target."""
+    from test_conformance import check_case
+
+    def call(module: arke.Module, *args: Any, **scalars: Any) -> Any:
+        got, err = run(module, case.kernel, *args, renderer=renderer, **scalars)
+        assert err == 0, f"{what} {case.id}: the error word was raised on in-range inputs"
+        return got
+
+    check_case(case, call, what, reassociates=True)

@@ -14,6 +14,7 @@ until ``arke.runtime.build`` can run it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,17 +157,24 @@ def test_some_target_runs_here() -> None:
     assert RUNNABLE, f"no registered target ({TARGETS}) can run on this machine"
 
 
+def check_case(case: Case, run: Callable[..., Any], what: str, reassociates: bool = False) -> None:
+    """``run(module, *args, **scalars)`` (a compiled ``case.kernel``) on the case's random inputs equals
+    the interpreter at the case's tolerance; ``reassociates``: the target may reorder float sums,
+    so the int8 chains are measured against their output's scale (:func:`scaled_atol`)."""
+    module = std_module(case.module)
+    reference = module.kernels[case.kernel]
+    args = random_inputs(reference, case.dims, seeded(case.id), ids=case.ids, ties=case.ties)
+    want = reference(*args, **case.scalars)
+    got = run(module, *args, **case.scalars)
+    atol = scaled_atol(case, want) if reassociates and case.tol >= INT8 else case.tol
+    assert_matches(got, want, rtol=case.tol, atol=atol, what=f"{what} {case.id}")
+
+
 @pytest.mark.parametrize("target", targets())
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_stdlib_kernel_matches_interpreter(case: Case, target: str) -> None:
-    module = std_module(case.module)
-    reference = module.kernels[case.kernel]
-    compiled = build(module, target).kernels[case.kernel]
-    args = random_inputs(reference, case.dims, seeded(case.id), ids=case.ids, ties=case.ties)
-    want = reference(*args, **case.scalars)
-    got = compiled(*args, **case.scalars)
-    atol = scaled_atol(case, want) if target in REASSOCIATING and case.tol >= INT8 else case.tol
-    assert_matches(got, want, rtol=case.tol, atol=atol, what=f"{target} {case.id}")
+    check_case(case, lambda module, *args, **scalars: build(module, target).kernels[case.kernel](*args, **scalars),
+               target, target in REASSOCIATING)
 
 
 @pytest.mark.parametrize("target", targets())

@@ -26,7 +26,7 @@ import pytest
 import torch
 from codegen_support import BF16_TOL, F16_TOL, assert_matches, random_inputs, seeded, std_module, text_module
 from gpu_support import ARCHS
-from test_conformance import CASES, INT8, Case, scaled_atol
+from test_conformance import CASES, Case
 
 from arke.codegen.base import UnsupportedError
 from arke.codegen.cuda import CudaRenderer
@@ -73,14 +73,7 @@ def test_some_conformance_cases_have_attention() -> None:
 
 @pytest.mark.parametrize("case", ATTENTION_CASES, ids=lambda c: c.id)
 def test_conformance_case(case: Case) -> None:
-    module = std_module(case.module)
-    reference = module.kernels[case.kernel]
-    args = random_inputs(reference, case.dims, seeded(case.id), ids=case.ids, ties=case.ties)
-    want = reference(*args, **case.scalars)
-    got, err = cuda_host.run(module, case.kernel, *args, renderer=RENDERER, **case.scalars)
-    assert err == 0, f"cuda {case.id}: the error word was raised on in-range inputs"
-    atol = scaled_atol(case, want) if case.tol >= INT8 else case.tol
-    assert_matches(got, want, rtol=case.tol, atol=atol, what=f"cuda attention (host) {case.id}")
+    cuda_host.check_host_case(case, RENDERER, "cuda attention (host)")
 
 
 # ---------------------------------------------------------------- GQA in f32, bf16, f16

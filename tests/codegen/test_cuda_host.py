@@ -11,8 +11,8 @@ from __future__ import annotations
 import cuda_host
 import numpy as np
 import pytest
-from codegen_support import assert_matches, random_inputs, seeded, std_module, text_module
-from test_conformance import CASES, INT8, Case, scaled_atol
+from codegen_support import random_inputs, seeded, std_module, text_module
+from test_conformance import CASES, Case
 
 pytestmark = pytest.mark.skipif(not cuda_host.available(), reason="no g++")
 
@@ -21,15 +21,7 @@ IDIV = "kernel idiv(x: i32[N], y: i32[N]) -> i32[N] {\n  return x[n] / y[n]\n}\n
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_host_cuda_matches_interpreter(case: Case) -> None:
-    module = std_module(case.module)
-    reference = module.kernels[case.kernel]
-    args = random_inputs(reference, case.dims, seeded(case.id), ids=case.ids, ties=case.ties)
-    want = reference(*args, **case.scalars)
-    got, err = cuda_host.run(module, case.kernel, *args, **case.scalars)
-    assert err == 0, f"cuda {case.id}: the error word was raised on in-range inputs"
-    # libm (glibc here, libdevice on a GPU, torch in the interpreter) differs by ulps: see scaled_atol
-    atol = scaled_atol(case, want) if case.tol >= INT8 else case.tol
-    assert_matches(got, want, rtol=case.tol, atol=atol, what=f"cuda (host) {case.id}")
+    cuda_host.check_host_case(case)
 
 
 @pytest.mark.parametrize("bad", [5, -1, 1 << 40])

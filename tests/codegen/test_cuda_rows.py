@@ -39,7 +39,7 @@ from codegen_support import (
     text_module,
 )
 from gpu_support import ARCHS, assert_assembles_without_spills
-from test_conformance import CASES, INT8, Case, scaled_atol
+from test_conformance import CASES, Case
 
 import arke
 from arke.codegen.base import UnsupportedError
@@ -230,14 +230,7 @@ def test_rows_cases_cover_the_row_kernels() -> None:
 
 @pytest.mark.parametrize("case", ROW_CASES, ids=lambda c: c.id)
 def test_rows_conformance_case_matches_interpreter(case: Case) -> None:
-    module = std_module(case.module)
-    reference = module.kernels[case.kernel]
-    args = random_inputs(reference, case.dims, seeded(case.id), ids=case.ids, ties=case.ties)
-    want = reference(*args, **case.scalars)
-    got, err = run(module, case.kernel, *args, **case.scalars)
-    assert err == 0, f"cuda rows {case.id}: the error word was raised on in-range inputs"
-    atol = scaled_atol(case, want) if case.tol >= INT8 else case.tol
-    assert_matches(got, want, rtol=case.tol, atol=atol, what=f"cuda rows (host) {case.id}")
+    cuda_host.check_host_case(case, ROWS, "cuda rows (host)")
 
 
 # ---------------------------------------------------------------- dtypes and ragged rows

@@ -23,8 +23,8 @@ from arke.runtime.build import runnable_targets
 from arke.runtime.guards import GuardError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen"))
-from codegen_support import assert_matches, random_inputs, seeded, std_module, text_module
-from test_conformance import CASES, INT8, Case, scaled_atol
+from codegen_support import text_module
+from test_conformance import CASES, Case, check_case
 
 SRC = """\
 kernel scale(x: f32[M, N], w: f32[N]) -> f32[M, N] {
@@ -113,13 +113,8 @@ def _gpu_lib(module: arke.Module, target: str) -> arke.Module:
 @pytest.mark.parametrize("target", ["cuda", "llvm"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_gpu_matches_interpreter(case: Case, target: str) -> None:
-    module = std_module(case.module)
-    reference = module.kernels[case.kernel]
-    args = random_inputs(reference, case.dims, seeded(case.id), ids=case.ids, ties=case.ties)
-    want = reference(*args, **case.scalars)
-    got = getattr(_gpu_lib(module, target), case.kernel)(*args, **case.scalars)
-    atol = scaled_atol(case, want) if case.tol >= INT8 else case.tol
-    assert_matches(got, want, rtol=case.tol, atol=atol, what=f"{target} on the GPU {case.id}")
+    check_case(case, lambda module, *args, **scalars: getattr(_gpu_lib(module, target), case.kernel)(*args, **scalars),
+               f"{target} on the GPU", reassociates=True)
 
 
 @gpu
