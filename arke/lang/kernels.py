@@ -10,7 +10,7 @@ kernel calls become call ops.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -48,13 +48,45 @@ class IndexInfo:
     reduced: bool
 
 
-def _children(e: ast.Expr) -> Iterator[ast.Expr]:
-    for f in fields(e):
-        v = getattr(e, f.name)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def children(e: ast.Expr) -> Iterator[ast.Expr]:
+    """The expressions directly inside ``e``, in field order."""
+    names = _FIELDS.get(type(e))
+    if names is None:  # `fields()` is slow next to the walk itself: once per node type
+        names = _FIELDS[type(e)] = tuple(f.name for f in fields(e))
+    for name in names:
+        v = getattr(e, name)
         if isinstance(v, ast.Expr):
             yield v
         elif isinstance(v, tuple):
             yield from (x for x in v if isinstance(x, ast.Expr))
+
+
+_children = children
+
+
+def subscript_names(e: ast.Expr, unbound: Callable[[str], bool]) -> list[tuple[str, Span]]:
+    """The names used in subscripts of ``e`` (outside the reductions that bind them) for which
+    ``unbound`` holds, each with its first use, in the order the checker meets them."""
+    out: list[tuple[str, Span]] = []
+
+    def walk(x: ast.Expr, hidden: frozenset[str], in_sub: bool) -> None:
+        if isinstance(x, ast.Name):
+            if in_sub and x.id not in hidden and all(n != x.id for n, _ in out) and unbound(x.id):
+                out.append((x.id, x.span))
+        elif isinstance(x, ast.Index):
+            for sub in x.indices:
+                walk(sub, hidden, True)
+        elif isinstance(x, ast.Reduce):
+            walk(x.body, hidden | frozenset(x.indices), in_sub)
+        else:
+            for c in children(x):
+                walk(c, hidden, in_sub)
+
+    walk(e, frozenset(), False)
+    return out
 
 
 class KernelChecker(ExprLowering):
@@ -253,25 +285,8 @@ class KernelChecker(ExprLowering):
 
     def implicit_indices(self, e: ast.Expr) -> tuple[list[str], list[Span]]:
         """Names used as subscripts in a `return` that are nothing else: the result's free indices."""
-        names: list[str] = []
-        spans: list[Span] = []
-
-        def walk(x: ast.Expr, hidden: frozenset[str], in_sub: bool) -> None:
-            if isinstance(x, ast.Name):
-                if in_sub and x.id not in hidden and x.id not in names and self.is_unbound(x.id):
-                    names.append(x.id)
-                    spans.append(x.span)
-            elif isinstance(x, ast.Index):
-                for sub in x.indices:
-                    walk(sub, hidden, True)
-            elif isinstance(x, ast.Reduce):
-                walk(x.body, hidden | frozenset(x.indices), in_sub)
-            else:
-                for c in _children(x):
-                    walk(c, hidden, in_sub)
-
-        walk(e, frozenset(), False)
-        return names, spans
+        found = subscript_names(e, self.is_unbound)
+        return [n for n, _ in found], [span for _, span in found]
 
     # ------------------------------------------------------------ reductions
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from arke.ir.strategy import DECISIONS
 from arke.lang import ast
 from arke.lang.checker import CheckResult, find_module
 from arke.lang.exprs import BUILTINS
+from arke.lang.kernels import children as _children
+from arke.lang.kernels import subscript_names
 from arke.lang.signatures import Signature
 from arke.lang.source import Source, Span
 from arke.lsp.facts import KernelFacts, kernel_facts
@@ -84,21 +85,6 @@ def name_span(source: Source, within: Span, name: str) -> Span:
     """The span of the first whole-word ``name`` inside ``within`` (``within`` itself if absent)."""
     m = re.compile(rf"(?<![A-Za-z_0-9]){re.escape(name)}(?![A-Za-z_0-9])").search(source.text, within.start, within.end)
     return source.span(m.start(), m.end()) if m else within
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _children(e: ast.Expr) -> Iterator[ast.Expr]:
-    names = _FIELDS.get(type(e))
-    if names is None:  # `fields()` is slow next to the walk itself: once per node type
-        names = _FIELDS[type(e)] = tuple(f.name for f in fields(e))
-    for name in names:
-        v = getattr(e, name)
-        if isinstance(v, ast.Expr):
-            yield v
-        elif isinstance(v, tuple):
-            yield from (x for x in v if isinstance(x, ast.Expr))
 
 
 class DocumentIndex:
@@ -353,24 +339,7 @@ def _names(e: ast.Expr) -> list[ast.Name]:
 
 def _free_indices(e: ast.Expr, known: set[str]) -> list[tuple[str, Span]]:
     """The names used in subscripts of ``e`` that name nothing else, with their first use (the checker's order)."""
-    out: list[tuple[str, Span]] = []
-
-    def walk(x: ast.Expr, hidden: frozenset[str], in_sub: bool) -> None:
-        if isinstance(x, ast.Name):
-            if (in_sub and x.id not in hidden and x.id not in known and x.id not in LITERALS
-                    and all(n != x.id for n, _ in out)):
-                out.append((x.id, x.span))
-        elif isinstance(x, ast.Index):
-            for sub in x.indices:
-                walk(sub, hidden, True)
-        elif isinstance(x, ast.Reduce):
-            walk(x.body, hidden | frozenset(x.indices), in_sub)
-        else:
-            for c in _children(x):
-                walk(c, hidden, in_sub)
-
-    walk(e, frozenset(), False)
-    return out
+    return subscript_names(e, lambda n: n not in known and n not in LITERALS)
 
 
 def _param_span(sig: Signature, name: str) -> Span | None:
