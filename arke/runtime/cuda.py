@@ -145,6 +145,7 @@ class CudaKernel(DeviceKernel):
         self.target, self.ptx, self.arch = target, ptx, arch
         self._loaded: dict[int, LoadedModule] = {}
         self._dims: dict[tuple[int, tuple[int, ...]], torch.Tensor] = {}
+        self._planned: dict[tuple[int, ...], list[Launch]] = {}  # dims -> launches (decode repeats its dims)
         self._launches = [(spec, [parse_dim(g) for g in spec.grid],
                            parse_dim(spec.scratch) if spec.scratch else None, dict(spec.options))
                           for spec in artifact.launches]
@@ -174,7 +175,17 @@ class CudaKernel(DeviceKernel):
         return found
 
     def launches_for(self, dims: dict[str, int]) -> list[Launch]:
-        """What a call with these dims launches, in order (a dispatch whose grid is empty is left out)."""
+        """What a call with these dims launches, in order (a dispatch whose grid is empty is left out);
+        worked out once per set of dim values, not on every call."""
+        key = tuple(dims[d] for d in self.plan.dims)
+        found = self._planned.get(key)
+        if found is None:
+            if len(self._planned) >= 64:
+                self._planned.pop(next(iter(self._planned)))
+            found = self._planned[key] = self._plan_launches(dims)
+        return found
+
+    def _plan_launches(self, dims: dict[str, int]) -> list[Launch]:
         out = []
         for spec, grid, scratch, options in self._launches:
             size = [evaluate(g, dims) for g in grid]
