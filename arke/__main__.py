@@ -2,7 +2,7 @@
 
 import sys
 
-from arke.cli import main
+from arke.cli.app import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -153,7 +153,7 @@ def build(path_or_module: str | os.PathLike[str] | Module, target: str = "llvm",
     GPU flavour there. Without a GPU both are a clear error; ``akc build --emit ptx|cubin`` still
     compiles them.
     """
-    from arke.runtime.build import Library
+    from arke.library import Library
 
     module = path_or_module if isinstance(path_or_module, Module) else load(path_or_module)
     return Library(module, target, threads, device, arch)

@@ -63,7 +63,7 @@ def iree_flags() -> tuple[str, ...]:
 
 def no_team() -> bool:
     """``ARKE_NO_TEAM``: run parallel launches on a Python thread pool, not the native worker team
-    (``arke.runtime.team``)."""
+    (``arke.targets.llvm.team``)."""
     return _flag("ARKE_NO_TEAM")
 
 

@@ -278,7 +278,7 @@ def library(module: str, target: str = "llvm") -> Any:
 
 def mlir_available() -> str | None:
     """None when the mlir target can run here, else why not (IREE missing)."""
-    from arke.runtime.iree import iree_available
+    from arke.targets.mlir.kernel import iree_available
 
     return None if iree_available() else "IREE is not installed (pip install 'arke[mlir]')"
 

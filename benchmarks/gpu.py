@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 import arke
-from arke.cli_build import random_inputs
+from arke.cli.build import random_inputs
 from arke.lang.checker import stdlib_path
 
 STDLIB = ("std.nn", "std.attention", "std.moe", "std.decoder")
@@ -154,7 +154,7 @@ def build_for(module: arke.Module, column: str) -> Any:
     target, needs_arch = TARGETS[column]
     if not needs_arch:
         return arke.build(module, target=target)
-    from arke.runtime.cuda import build_arch
+    from arke.targets.nvidia.driver import build_arch
 
     return arke.build(module, target=target, arch=build_arch(torch.device("cuda")))
 
@@ -163,7 +163,7 @@ def check_stdlib(device: torch.device, only: Iterable[str] | None = None, dims: 
                  seed: int = 0, column: str = "triton") -> list[Check]:
     """Each stdlib kernel (``only``: names as ``std.nn.rmsnorm`` or ``rmsnorm``) built for ``column``'s
     target (:data:`TARGETS`), on ``device``, against the reference interpreter on the CPU."""
-    from arke.codegen.base import UnsupportedError
+    from arke.targets.artifact import UnsupportedError
 
     wanted = set(only) if only is not None else None
     out = []
@@ -389,7 +389,7 @@ def layer_rows(device: torch.device, shape: LayerShape = LayerShape(), compile_t
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
     import arke.models
-    from arke.demo_layer import llama_config
+    from arke.cli.demo_layer import llama_config
 
     config = llama_config(shape.hidden, shape.intermediate, shape.heads, shape.kv_heads, shape.head_dim)
     torch.manual_seed(0)

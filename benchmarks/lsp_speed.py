@@ -41,7 +41,7 @@ EDITS = 100
 HOVERS = 100
 TARGET_S = 0.100
 # The server logs how long each check and index build takes (to stderr): the table shows those too.
-SERVER = [sys.executable, "-c", "from arke.cli_lsp import main; main()", "--log-level", "info"]
+SERVER = [sys.executable, "-c", "from arke.cli.lsp import main; main()", "--log-level", "info"]
 
 
 class Client(LanguageClient):

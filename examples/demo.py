@@ -16,7 +16,7 @@ Exits with status 1 when any result disagrees.
 
 import sys
 
-from arke.demo import main
+from arke.cli.demo import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import arke
-from arke import cli
+from arke.cli import app as cli
 from arke.lang import checker
 from arke.lang.checker import CheckResult
 from arke.lang.diagnostics import make
@@ -306,7 +306,7 @@ def test_ir_of_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
 def test_check_imports_no_torch_triton_or_llvmlite(files: Path) -> None:
     code = (
         "import sys\n"
-        "from arke.cli import main\n"
+        "from arke.cli.app import main\n"
         f"status = main(['check', {str(files / 'good.ak')!r}, {str(files / 'bad.ak')!r}])\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'llvmlite', 'rich'))\n"
         "print('STATUS', status, 'HEAVY', heavy)\n"
@@ -381,7 +381,7 @@ def test_demo_compares_the_interpreter_with_torch(wrong: bool, capsys: pytest.Ca
 def test_layer_demo_checks_and_times_a_small_layer(capsys: pytest.CaptureFixture[str]) -> None:
     """The demo's decoder layer, shrunk: built, checked against the interpreter and transformers, timed."""
     pytest.importorskip("transformers")
-    from arke.demo_layer import DemoShape, run_layer_demo
+    from arke.cli.demo_layer import DemoShape, run_layer_demo
 
     status = run_layer_demo(shape=DemoShape(hidden=64, mlp=96, heads=4, kv_heads=2, head_dim=16, prefill=7, steps=3))
     out = capsys.readouterr().out
@@ -436,13 +436,13 @@ kernel mm(a: bf16[M, K], b: bf16[K, N]) -> f32[M, N] {
 
 
 class _FakeTritonRenderer:
-    """Stands in for arke.codegen.triton: hand-written artifacts that follow the target's contract."""
+    """Stands in for arke.targets.triton.render: hand-written artifacts that follow the target's contract."""
 
     name = "triton"
     families = frozenset({"attention", "contraction", "rows"})
 
     def render(self, plan: Any) -> Any:
-        from arke.codegen.base import Artifact, LaunchSpec
+        from arke.targets.artifact import Artifact, LaunchSpec
 
         if len(plan.dims) == 1:
             opts: tuple[tuple[str, int], ...] = (("BLOCK_N", 1024), ("num_warps", 4), ("num_stages", 1))
@@ -459,12 +459,12 @@ class _FakeTritonRenderer:
 def fake_triton(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A .ak file with a pointwise kernel and a matmul, and a stand-in Triton renderer."""
     pytest.importorskip("triton")
-    import arke.codegen
+    import arke.targets.triton
 
-    fake = types.ModuleType("arke.codegen.triton")
+    fake = types.ModuleType("arke.targets.triton.render")
     fake.RENDERER = _FakeTritonRenderer()  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "arke.codegen.triton", fake)
-    monkeypatch.setattr(arke.codegen, "triton", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "arke.targets.triton.render", fake)
+    monkeypatch.setattr(arke.targets.triton, "render", fake, raising=False)
     path = tmp_path / "gpu.ak"
     path.write_text(_TRITON_AK, encoding="utf-8")
     return path
@@ -505,7 +505,7 @@ def test_build_triton_tiles_too_big_is_AK4012_at_the_decision(fake_triton: Path,
 
 def test_build_triton_usage_errors(fake_triton: Path, monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:
-    from arke.runtime import triton_aot
+    from arke.targets.triton import aot as triton_aot
 
     status, _, stderr = run(capsys, "build", str(fake_triton), "--target", "triton", "--arch", "sm_70",
                             "--emit", "ptx")

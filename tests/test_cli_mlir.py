@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import arke.runtime.build  # noqa: F401  (imported before a test hides IREE: it lists runnable targets at import)
-from arke import cli
-from arke.runtime import iree
+import arke.library  # noqa: F401  (imported before a test hides IREE: it lists runnable targets at import)
+from arke.cli import app as cli
+from arke.targets.mlir import kernel as iree
 
 needs_iree = pytest.mark.skipif(not iree.iree_available(), reason="IREE is not installed (pip install 'arke[mlir]')")
 

@@ -6,7 +6,7 @@ give the reference interpreter's answer under any legal strategy.
 
 The vocabulary is :data:`DECISIONS`: each entry says whether the decision names indices
 (``tile i = 128, j = 64``) or operands (``pack w``) or takes one value (``warps = 8``),
-which values are legal, and which targets use it.
+and which values are legal; the targets say which decisions they honour.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 from arke.ir.semantic import Cond
 
-TARGETS = ("llvm", "triton", "cuda", "mlir")
-GPU_TARGETS = frozenset({"triton", "cuda"})
 ALGORITHMS = ("materialized", "flash", "split_kv")
 
 
@@ -27,7 +25,8 @@ class DecisionSpec:
     ``subject``: ``"index"`` (items name kernel indices), ``"operand"`` (items name tensor
     parameters) or ``"none"`` (a single value). ``values``: ``"none"`` (no value allowed),
     ``"pos"`` (integer >= 1), ``"pow2"`` (a power of two), ``"split"`` (integer >= 2) or
-    ``"enum"`` (one of ``choices``). ``targets``: where it has an effect.
+    ``"enum"`` (one of ``choices``). Where it has an effect is each target's to say
+    (:attr:`arke.targets.base.Target.honours`).
     """
 
     name: str
@@ -36,7 +35,6 @@ class DecisionSpec:
     meaning: str
     choices: tuple[str, ...] = ()
     maximum: int | None = None
-    targets: frozenset[str] = frozenset(TARGETS)
     value_required: bool = True
 
 
@@ -51,24 +49,14 @@ DECISIONS: dict[str, DecisionSpec] = {
                      value_required=False),
         DecisionSpec("split", "index", "split",
                      "split a reduced index into this many chunks combined in a fixed order"),
-        DecisionSpec("threads", "none", "pos", "number of CPU worker threads", maximum=1024,
-                     targets=frozenset({"llvm", "mlir"})),
-        DecisionSpec("warps", "none", "pow2", "warps per GPU program", maximum=32, targets=GPU_TARGETS),
-        DecisionSpec("stages", "none", "pos", "software-pipelining stages of GPU loads", maximum=8,
-                     targets=GPU_TARGETS),
+        DecisionSpec("threads", "none", "pos", "number of CPU worker threads", maximum=1024),
+        DecisionSpec("warps", "none", "pow2", "warps per GPU program", maximum=32),
+        DecisionSpec("stages", "none", "pos", "software-pipelining stages of GPU loads", maximum=8),
         DecisionSpec("algorithm", "none", "enum", "lowering algorithm of the kernel's attention core",
                      choices=ALGORITHMS),
-        # no upstream MLIR transform packs one operand of a linalg op into panels
         DecisionSpec("pack", "operand", "none", "repack the operand into panels once, before the loops",
-                     targets=frozenset({"llvm", "triton", "cuda"}), value_required=False),
+                     value_required=False),
     )
-}
-
-#: (decision, target) -> the values that target can honour, where fewer than the decision's
-#: ``choices``: the MLIR target writes attention as linalg ops over whole tensors, so only the
-#: materialized algorithm (online softmax and split-KV need rewrites upstream MLIR lacks).
-TARGET_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("algorithm", "mlir"): ("materialized",),
 }
 
 

@@ -31,7 +31,7 @@ import sympy
 from arke.ir import semantic as S
 from arke.ir import shapes
 from arke.ir.dtypes import can_store
-from arke.ir.strategy import DECISIONS, TARGET_CHOICES, TARGETS, Decision, DecisionSpec, StrategySet
+from arke.ir.strategy import DECISIONS, Decision, DecisionSpec, StrategySet
 from arke.ir.text import quote, sexpr_text, type_text, value_text
 
 #: Unary ops on floats only; ``neg abs relu`` take any number and ``not`` a bool.
@@ -423,8 +423,10 @@ def strategy_problems(s: StrategySet, module: S.Module | None = None) -> list[st
     funcs = {f.name: f for f in module.functions} if module else {}
     for n, st in enumerate(s.strategies):
         where = f"strategy {n} (@{st.kernel}{'' if st.target is None else ' target ' + st.target})"
-        if st.target is not None and st.target not in TARGETS:
-            out.append(f"{where}: unknown target {st.target!r}: expected one of {', '.join(TARGETS)}")
+        from arke.targets.base import names as target_names
+
+        if st.target is not None and st.target not in target_names():
+            out.append(f"{where}: unknown target {st.target!r}: expected one of {', '.join(target_names())}")
         kernel = funcs.get(st.kernel)
         if module is not None and kernel is None:
             out.append(f"{where}: no kernel @{st.kernel} in the module")
@@ -444,10 +446,13 @@ def _decision_problems(d: Decision, target: str | None, kernel: S.Function | Non
     spec = DECISIONS.get(d.kind)
     if spec is None:
         return [f"unknown decision `{d.kind}`: expected one of {', '.join(DECISIONS)}"]
+    from arke.targets import base as targets  # the registry: each target's facts, nothing heavy
+
     out = []
-    if target in TARGETS and target not in spec.targets:
-        out.append(f"`{d.kind}` has no effect on target {target} (it applies to {', '.join(sorted(spec.targets))})")
-    allowed = TARGET_CHOICES.get((d.kind, target)) if target is not None else None
+    honouring = targets.honouring(d.kind)
+    if target in targets.names() and target not in honouring:
+        out.append(f"`{d.kind}` has no effect on target {target} (it applies to {', '.join(sorted(honouring))})")
+    allowed = targets.narrowed_choices(d.kind, target)
     if allowed is not None and d.value not in allowed:
         out.append(f"target {target} cannot lower `{d.kind} = {d.value}` (only {', '.join(allowed)})")
     if spec.subject == "none" and d.subject is not None:

@@ -50,10 +50,12 @@ def _check(s: ast.Strategy, sigs: Mapping[str, Signature], indices: Mapping[str,
         error("AK4001", f"strategy for `{s.kernel}`, but no kernel of that name is in scope", s.kernel_span,
               hint=f"did you mean `{guess}`?" if guess else None, replacement=guess)
         return None
-    if s.target is not None and s.target not in sir.TARGETS:
-        guess = did_you_mean(s.target, sir.TARGETS)
+    from arke.targets import base as targets  # the registry: each target's facts, nothing heavy
+
+    if s.target is not None and s.target not in targets.names():
+        guess = did_you_mean(s.target, targets.names())
         error("AK4006", f"unknown target `{s.target}`", s.target_span or s.span,
-              hint=f"did you mean `{guess}`?" if guess else "targets are " + ", ".join(sir.TARGETS),
+              hint=f"did you mean `{guess}`?" if guess else "targets are " + ", ".join(targets.names()),
               replacement=guess)
         return None
     when = None
@@ -90,9 +92,12 @@ def _decision(d: ast.Decision, target: str | None, indices: Mapping[str, IndexIn
             hint=f"did you mean `{guess}`?" if guess else "decisions are " + ", ".join(sir.DECISIONS),
             replacement=guess)
         return []
-    if target is not None and target not in spec.targets:
+    from arke.targets import base as targets
+
+    honouring = targets.honouring(d.name)
+    if target is not None and target not in honouring:
         err("AK4009", f"`{d.name}` has no effect on target `{target}`", d.name_span,  # type: ignore[operator]
-            hint="it applies to " + ", ".join(sorted(spec.targets)))
+            hint="it applies to " + ", ".join(sorted(honouring)))
         return []  # warned, and left out of the StrategyIR: it would mean nothing there
     if spec.subject == "none":
         if d.items or d.value is None:
@@ -102,9 +107,9 @@ def _decision(d: ast.Decision, target: str | None, indices: Mapping[str, IndexIn
         value = _value(spec, d.value, d.span, err)
         if value is _BAD:
             return []
-        allowed = sir.TARGET_CHOICES.get((d.name, target)) if target is not None else None
+        allowed = targets.narrowed_choices(d.name, target)
         if allowed is not None and value not in allowed:
-            others = sorted(t for t in spec.targets if (d.name, t) not in sir.TARGET_CHOICES)
+            others = sorted(t for t in honouring if targets.narrowed_choices(d.name, t) is None)
             err("AK4004", f"target `{target}` cannot lower `{d.name} = {value}`", d.span,  # type: ignore[operator]
                 hint=f"on `{target}` write " + " or ".join(f"`{d.name} = {c}`" for c in allowed)
                 + f", or move it to a block for {', '.join(others)}",

@@ -1,6 +1,6 @@
 """The Arke language server (``akc lsp``): diagnostics, hover, definitions, completion and more for `.ak` files.
 
-:func:`arke.lsp.server.create_server` builds the server; ``akc lsp`` (:mod:`arke.cli_lsp`)
+:func:`arke.lsp.server.create_server` builds the server; ``akc lsp`` (:mod:`arke.cli.lsp`)
 runs it over stdio. The modules:
 
 * ``server`` — the pygls server: document states, debounced checks, the LSP features;

@@ -26,7 +26,8 @@ from lsprotocol import types
 
 from arke.ir.dtypes import DTYPES
 from arke.ir.shapes import dim_str
-from arke.ir.strategy import DECISIONS, TARGET_CHOICES, TARGETS
+from arke.ir.strategy import DECISIONS
+from arke.targets import base as targets
 from arke.lang.checker import find_module, stdlib_modules
 from arke.lang.parser import parse
 from arke.lang.signatures import Signature
@@ -146,7 +147,7 @@ class Completer:
         if spec is None:
             return []
         if re.fullmatch(r"\s*\w+\s*=\s*\w*", stmt):  # `algorithm = |`
-            choices = TARGET_CHOICES.get((spec.name, target), spec.choices) if target else spec.choices
+            choices = targets.narrowed_choices(spec.name, target) or spec.choices
             return [_item(c, K.EnumMember, f"{spec.name} = {c}", sort="1") for c in choices]
         if re.search(r"=\s*\w*$", stmt):  # a value: `tile i = |`
             return []
@@ -158,7 +159,7 @@ class Completer:
 
     def _strategy_header(self, rest: str, kernel: str) -> list[types.CompletionItem]:
         if re.search(r"\btarget\s*=\s*\w*$", rest):
-            return [_item(t, K.EnumMember, target_doc(t), sort="1") for t in TARGETS]
+            return [_item(t, K.EnumMember, target_doc(t), sort="1") for t in targets.names()]
         if re.search(r"\bwhen\b", rest):
             sig = self.index.signatures.get(kernel) if self.index else None
             return [_item(d, K.TypeParameter, "dim", sort="1") for d in (sig.dims if sig else ())]

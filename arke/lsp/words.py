@@ -2,14 +2,15 @@
 
 The *lists* come from the implementation (built-ins and reductions from
 :mod:`arke.lang.exprs`, dtypes from :mod:`arke.ir.dtypes`, decisions and targets from
-:mod:`arke.ir.strategy`); only the one-line explanations are written here, taken from
+:mod:`arke.ir.strategy`, and where they have an effect from the targets' registry); only the one-line explanations are written here, taken from
 ``spec/language.md``. A test checks that every built-in has one.
 """
 
 from __future__ import annotations
 
 from arke.ir.dtypes import DTYPES
-from arke.ir.strategy import DECISIONS, TARGET_CHOICES, TARGETS, DecisionSpec
+from arke.ir.strategy import DECISIONS, DecisionSpec
+from arke.targets import base as targets
 from arke.lang.exprs import BUILTINS, MATH_BINARY, MATH_UNARY, REDUCTIONS
 
 #: Keywords (reserved everywhere, spec §2).
@@ -71,15 +72,13 @@ def dtype_doc(name: str) -> str:
 
 def target_doc(name: str) -> str:
     """One line on a strategy target."""
-    return {"llvm": "CPU code through LLVM (and its GPU flavour for NVIDIA)",
-            "triton": "GPU kernels written in Triton", "cuda": "CUDA C compiled by NVRTC",
-            "mlir": "linalg on tensors, compiled by IREE"}.get(name, name)
+    return targets.get(name).description if name in targets.names() else name
 
 
 def decision_values(spec: DecisionSpec, target: str | None = None) -> str:
     """The legal values of a decision in words (for ``target``, where it restricts them)."""
     if spec.values == "enum":
-        choices = TARGET_CHOICES.get((spec.name, target), spec.choices) if target else spec.choices
+        choices = targets.narrowed_choices(spec.name, target) or spec.choices
         return "one of " + ", ".join(f"`{c}`" for c in choices)
     if spec.values == "none":
         return "no value"
@@ -97,9 +96,10 @@ def decision_subject(spec: DecisionSpec) -> str:
 
 
 def decision_targets(spec: DecisionSpec) -> str:
-    if spec.targets == frozenset(TARGETS):
+    honouring = targets.honouring(spec.name)
+    if honouring == targets.names():
         return "every target"
-    return ", ".join(f"`{t}`" for t in TARGETS if t in spec.targets)
+    return ", ".join(f"`{t}`" for t in honouring)
 
 
 def decision_doc(name: str, target: str | None = None) -> str:
@@ -117,7 +117,7 @@ def decision_doc(name: str, target: str | None = None) -> str:
 
 def decisions_for(target: str | None) -> list[str]:
     """The decisions that have an effect on ``target`` (all of them when the strategy has no target)."""
-    return [n for n, spec in DECISIONS.items() if target is None or target in spec.targets]
+    return [n for n in DECISIONS if target is None or target in targets.honouring(n)]
 
 
 __all__ = [

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from arke.runtime.plan import CompiledLayer, LayerConfig
+from arke.models.layer import CompiledLayer, LayerConfig
 
 #: model_type -> the transformers class prefix of its modules.
 SUPPORTED = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "mixtral": "Mixtral"}
@@ -105,7 +105,7 @@ def from_transformers(layer: Any, config: Any, target: str = "llvm", max_seq: in
     """Compile a transformers decoder layer (Llama, Qwen2, Mistral, Mixtral) for ``target``.
 
     ``weights``: ``"f32"``, ``"bf16"`` or ``"int8"`` (weight-only, one scale per output channel).
-    The layer's own module is only read. Returns a :class:`~arke.runtime.plan.CompiledLayer`::
+    The layer's own module is only read. Returns a :class:`~arke.models.layer.CompiledLayer`::
 
         cache = compiled.new_cache(batch=1)
         y = compiled(x, positions, cache)   # x: [B, T, D]; positions: int64 [B, T]

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from arke.codegen.base import Artifact
-from arke.codegen.plan import KernelPlan
 from arke.ir import semantic as ir
 from arke.ir.shapes import evaluate
+from arke.plan.dispatch import KernelPlan
 from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
+from arke.targets.artifact import Artifact
 
 
 class DeviceKernel:
@@ -58,7 +58,7 @@ class DeviceKernel:
         dev = home if home.type == "cuda" else self.device()
         given = None
         if out is not None:
-            from arke.runtime.cpu import check_out
+            from arke.runtime.outputs import check_out
 
             given = check_out(fn, out, dims, args, home)
         buffers: list[torch.Tensor] = []

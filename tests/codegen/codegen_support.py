@@ -16,15 +16,15 @@ import numpy as np
 import torch
 
 import arke
-from arke.codegen.base import renderers
 from arke.ir.dtypes import DType
 from arke.ir.shapes import evaluate
 from arke.lang.checker import stdlib_modules, stdlib_path
-from arke.runtime.build import TARGETS_RUNNABLE, Library
+from arke.library import TARGETS_RUNNABLE, Library
+from arke.targets import base as targets
 from arke.runtime.guards import TORCH_DTYPES
 
 #: Every registered target, and those that can run on this machine.
-TARGETS = tuple(r.name for r in renderers())
+TARGETS = targets.names()
 RUNNABLE = tuple(t for t in TARGETS if t in TARGETS_RUNNABLE)
 STDLIB = tuple(stdlib_modules())
 

@@ -1,6 +1,6 @@
 """Run the CUDA-C target's kernels on the host: each translation unit compiled as C++ by g++.
 
-There is no GPU here, so the CUDA C that :mod:`arke.codegen.cuda` renders is checked by
+There is no GPU here, so the CUDA C that :mod:`arke.targets.cuda.render` renders is checked by
 compiling it, after a prelude of shims (``__global__``, ``__launch_bounds__``, ``blockIdx`` ...
 and host versions of the CUDA device functions glibc lacks), into a shared library with
 ``g++ -O1 -ffp-contract=off`` (NVRTC compiles with ``--fmad=false``: no contraction either).
@@ -10,7 +10,7 @@ collective — ``__syncthreads``, a ``__shfl_*_sync`` shuffle, an ``ak_mma_*`` (
 exchanged and multiplied as the PTX ISA lays them out) — and the block goes on when every thread
 has, so shared memory, warp reductions and tensor-core tiles mean on the host what they mean on
 the GPU. Threads that reach different collectives fail the run (the rule of
-:mod:`arke.codegen.cuda_warp`). :func:`run` allocates the plan's buffers, launches each dispatch
+:mod:`arke.targets.cuda.warp`). :func:`run` allocates the plan's buffers, launches each dispatch
 over its grid with a zeroed error/scratch array and returns the results as the runtimes do
 (NumPy for NumPy inputs, torch otherwise) with the error word.
 
@@ -34,9 +34,9 @@ from typing import Any
 import torch
 
 import arke
-from arke.codegen.base import LaunchSpec
-from arke.codegen.cuda import RENDERER, CudaRenderer
-from arke.codegen.plan import KernelPlan, make_plan
+from arke.targets.artifact import LaunchSpec
+from arke.targets.cuda.render import RENDERER, CudaRenderer
+from arke.plan.dispatch import KernelPlan, make_plan
 from arke.ir.shapes import evaluate, parse_dim
 from arke.ir.strategy import Strategy
 from arke.runtime.guards import TORCH_DTYPES, prepare_args
@@ -348,7 +348,7 @@ def run(module: arke.Module, kernel: str, *arrays: Any, renderer: CudaRenderer =
 
 def nvrtc_available() -> bool:
     """Whether NVRTC can be loaded (the GPU compile beside each host check)."""
-    from arke.runtime import nvrtc
+    from arke.targets.cuda import nvrtc
 
     return nvrtc.available()
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from codegen_support import STDLIB, std_module
 
-from arke import cli
-from arke.codegen.plan import make_plan
+from arke.cli import app as cli
+from arke.plan.dispatch import make_plan
 
 #: the architectures every GPU artifact is built for
 ARCHS = ("sm_80", "sm_90")
@@ -45,7 +45,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
 
 def assert_assembles_without_spills(ptx: str, arch: str) -> None:
     """ptxas assembles ``ptx`` for ``arch``, every entry with no spills and a legal register count."""
-    from arke.runtime import nvptx
+    from arke.targets.nvidia import ptx as nvptx
 
     cubin, entries = nvptx.assemble(ptx, arch)
     assert cubin and entries

@@ -9,7 +9,7 @@ targets) are in range; out-of-range ids are tests/runtime/test_cpu.py's business
 
 A new stdlib kernel without a case here fails ``test_every_stdlib_kernel_has_cases``; a new
 target file in ``arke/codegen`` is picked up automatically (it is skipped, with the reason,
-until ``arke.runtime.build`` can run it).
+until ``arke.library`` can run it).
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from codegen_support import (
     text_module,
 )
 
-from arke.codegen.contraction import Contraction
-from arke.codegen.plan import make_plan
+from arke.plan.contraction import Contraction
+from arke.plan.dispatch import make_plan
 
 KERNELS = """
 kernel nn(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return sum(a[m, k] * b[k, n] for k) }

@@ -1,4 +1,4 @@
-"""The LLVM target's own 16-bit float conversions (``arke.codegen.llvm_convert``) are exact:
+"""The LLVM target's own 16-bit float conversions (``arke.targets.llvm.convert``) are exact:
 every half and bfloat widens to the float torch gives, and floats (random, near every
 rounding boundary, subnormal, huge, infinite, NaN) round to the half/bfloat torch gives."""
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from arke.codegen.llvm_convert import narrow, widen
-from arke.runtime.cpu import _Loaded, compile_object
+from arke.targets.llvm.convert import narrow, widen
+from arke.targets.llvm.jit import Loaded as _Loaded, compile_object
 
 KINDS = {"bfloat": torch.bfloat16, "half": torch.float16}
 

@@ -28,11 +28,11 @@ from codegen_support import BF16_TOL, F16_TOL, assert_matches, random_inputs, se
 from gpu_support import ARCHS
 from test_conformance import CASES, Case
 
-from arke.codegen.base import UnsupportedError
-from arke.codegen.cuda import CudaRenderer
-from arke.codegen.plan import KernelPlan, make_plan
+from arke.targets.artifact import UnsupportedError
+from arke.targets.cuda.render import CudaRenderer
+from arke.plan.dispatch import KernelPlan, make_plan
 from arke.ir.shapes import evaluate, parse_dim
-from arke.runtime import nvrtc
+from arke.targets.cuda import nvrtc
 
 pytestmark = pytest.mark.skipif(not cuda_host.available(), reason="no g++")
 
@@ -327,7 +327,7 @@ def _source(module: str, kernel: str) -> str:
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize(("module", "kernel"), STD_ATTENTION + OURS, ids=lambda v: v)
 def test_assembles_without_spills(module: str, kernel: str, arch: str) -> None:
-    from arke.runtime import nvptx
+    from arke.targets.nvidia import ptx as nvptx
 
     ptx = nvrtc.compile_ptx(_source(module, kernel), arch, kernel=kernel)
     _, entries = nvptx.assemble(ptx, arch)

@@ -29,12 +29,12 @@ from codegen_support import BF16_TOL, F16_TOL, STDLIB, assert_matches, random_in
 from test_conformance import CASES, INT8, Case
 
 import arke
-from arke.codegen.base import UnsupportedError
-from arke.codegen.cuda import PRELUDE, CudaRenderer
-from arke.codegen.cuda_gemm import render_contraction
-from arke.codegen.cuda_gemm_mv import MV_ROWS
-from arke.codegen.llvm_nvptx import entry_name
-from arke.codegen.plan import KernelPlan, make_plan
+from arke.targets.artifact import UnsupportedError
+from arke.targets.cuda.render import PRELUDE, CudaRenderer
+from arke.targets.cuda.gemm import render_contraction
+from arke.targets.cuda.gemm_mv import MV_ROWS
+from arke.targets.llvm.nvptx import entry_name
+from arke.plan.dispatch import KernelPlan, make_plan
 from arke.ir.strategy import Strategy
 
 pytestmark = pytest.mark.skipif(not cuda_host.available(), reason="no g++")
@@ -316,7 +316,8 @@ def _contraction_sources() -> tuple[str, dict[str, dict[str, int]]]:
 
 def test_every_stdlib_contraction_assembles_without_spills() -> None:
     pytest.importorskip("nvidia.cuda_nvrtc")
-    from arke.runtime import nvptx, nvrtc
+    from arke.targets.nvidia import ptx as nvptx
+    from arke.targets.cuda import nvrtc
 
     if nvptx.ptxas_path() is None:
         pytest.skip("no ptxas")

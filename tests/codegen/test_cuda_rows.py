@@ -1,4 +1,4 @@
-"""The CUDA-C target's rows family (arke/codegen/cuda_rows.py): one block per row, warp-shuffle reductions.
+"""The CUDA-C target's rows family (arke/targets/cuda/rows.py): one block per row, warp-shuffle reductions.
 
 No GPU is needed: the kernels run in the host simulator (``cuda_host``: g++, every thread of a
 block a fiber, shuffles and barriers as on the GPU) and are compiled by NVRTC and ptxas.
@@ -42,12 +42,12 @@ from gpu_support import ARCHS, assert_assembles_without_spills
 from test_conformance import CASES, Case
 
 import arke
-from arke.codegen.base import UnsupportedError
-from arke.codegen.cuda import PRELUDE, CudaRenderer
-from arke.codegen.cuda_rows import render_rows
-from arke.codegen.plan import KernelPlan, make_plan
+from arke.targets.artifact import UnsupportedError
+from arke.targets.cuda.render import PRELUDE, CudaRenderer
+from arke.targets.cuda.rows import render_rows
+from arke.plan.dispatch import KernelPlan, make_plan
 from arke.ir.strategy import Decision, Strategy
-from arke.runtime import nvrtc
+from arke.targets.cuda import nvrtc
 
 pytestmark = pytest.mark.skipif(not cuda_host.available(), reason="no g++")
 

@@ -13,7 +13,7 @@ import random
 import pytest
 from codegen_support import RUNNABLE, assert_matches, build, random_inputs, seeded, text_module
 
-from arke.codegen.plan import make_plan
+from arke.plan.dispatch import make_plan
 
 SAMPLES = 14
 

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from codegen_support import assert_matches, random_inputs, seeded, std_module, text_module
 
-from arke.codegen.llvm import LLVMRenderer
-from arke.codegen.plan import make_plan
-from arke.runtime.cpu import CPUKernel, compile_object, host_vector_bits
+from arke.targets.llvm.render import LLVMRenderer
+from arke.plan.dispatch import make_plan
+from arke.targets.llvm.kernel import CPUKernel
+from arke.targets.llvm.jit import compile_object, host_vector_bits
 
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
                                 reason="the ISA variants named here are x86-64 CPUs")

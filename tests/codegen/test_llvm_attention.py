@@ -6,7 +6,7 @@ results for any thread count.
 
 Each algorithm is forced by a ``@strategy`` on its own copy of the kernel: the source below
 is generated from a few bodies, one kernel per (body, algorithm). (The file is named after
-arke/codegen/llvm_attention.py: tests/stdlib already has a test_attention.py, and test
+arke/targets/llvm/attention.py: tests/stdlib already has a test_attention.py, and test
 modules need distinct names.)
 """
 
@@ -27,9 +27,9 @@ from codegen_support import (
     text_module,
 )
 
-from arke.codegen.attention import QUERY, Attention
-from arke.codegen.llvm import LLVMRenderer
-from arke.codegen.plan import KernelPlan, make_plan
+from arke.plan.attention import QUERY, Attention
+from arke.targets.llvm.render import LLVMRenderer
+from arke.plan.dispatch import KernelPlan, make_plan
 from arke.ir import semantic as ir
 from arke.runtime.guards import GuardError
 
@@ -345,7 +345,8 @@ def test_thread_count_gives_bit_identical_results(algorithm: str) -> None:
 @pytest.mark.parametrize("bits", [256, 128])
 def test_narrower_vectors(bits: int) -> None:
     """AVX2- and SSE-width code (LLVM legalises it on any x86): transposes, exp, masks."""
-    from arke.runtime.cpu import CPUKernel, compile_object
+    from arke.targets.llvm.kernel import CPUKernel
+    from arke.targets.llvm.jit import compile_object
 
     mod = module()
     for name in ("causal_auto", "softcap_materialized"):
@@ -379,7 +380,8 @@ def test_a_contraction_op_as_scores() -> None:
     from codegen_support import std_module
 
     from arke.passes import run_passes
-    from arke.runtime.cpu import CPUKernel, compile_object, host_renderer
+    from arke.targets.llvm.kernel import CPUKernel
+    from arke.targets.llvm.jit import compile_object, host_renderer
     from arke.runtime.interp import run_function
 
     mod = std_module("std.attention")

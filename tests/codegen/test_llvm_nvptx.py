@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from gpu_support import ARCHS, GPU_AK, KERNELS, assert_assembles_without_spills, run_cli, stdlib_source
 
-from arke.codegen.llvm_nvptx import RENDERER, entry_name
-from arke.codegen.llvm_nvptx_math import FUNCTIONS, nvptx_math
-from arke.runtime import nvptx
+from arke.targets.llvm.nvptx import RENDERER, entry_name
+from arke.targets.llvm.nvptx_math import FUNCTIONS, nvptx_math
+from arke.targets.nvidia import ptx as nvptx
 
 needs_ptxas = pytest.mark.skipif(nvptx.ptxas_path() is None, reason="no ptxas (it ships with Triton)")
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from codegen_support import STDLIB, std_module, text_module
 
-from arke.codegen.mlir import RENDERER, fixed_dims
-from arke.codegen.plan import KernelPlan, make_plan
+from arke.targets.mlir.render import RENDERER, fixed_dims
+from arke.plan.dispatch import KernelPlan, make_plan
 from arke.ir import semantic as ir
 from arke.ir import strategy as sir
 
@@ -90,7 +90,7 @@ def test_stdlib_transform_applies(module: str, kernel: str, tmp_path: Path) -> N
 
 def test_whole_stdlib_compiles_for_cuda_sm80() -> None:
     """Every stdlib kernel in one module, compiled for CUDA sm_80 (no GPU needed)."""
-    from arke.runtime.iree import compile_vmfb
+    from arke.targets.mlir.kernel import compile_vmfb
 
     funcs = []
     for m, k in KERNELS:

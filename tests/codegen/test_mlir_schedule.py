@@ -1,6 +1,6 @@
 """The MLIR target's strategy half: `parallel_dims`, transform scripts, notes and their checks.
 
-Unit tests read the script text :func:`arke.codegen.mlir_schedule.schedule` writes for small
+Unit tests read the script text :func:`arke.targets.mlir.schedule.schedule` writes for small
 kernels; the end-to-end tests render kernels with the MLIR renderer, apply the script with
 ``iree-opt --transform-interpreter`` (from the venv's IREE; skipped without it) and verify
 the result with ``iree-opt`` again.
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import arke
-from arke.codegen.mlir_schedule import Note, OpLoops, note_diagnostics, parallel_dims, schedule, transform_module
-from arke.codegen.plan import KernelPlan, make_plan
+from arke.targets.mlir.schedule import Note, OpLoops, note_diagnostics, parallel_dims, schedule, transform_module
+from arke.plan.dispatch import KernelPlan, make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 IREE_OPT = Path(sys.executable).parent / "iree-opt"
@@ -236,7 +236,7 @@ def test_mlir_lowers_only_the_materialized_algorithm() -> None:
 
 
 def _renderer() -> Any:
-    return pytest.importorskip("arke.codegen.mlir").RENDERER
+    return pytest.importorskip("arke.targets.mlir.render").RENDERER
 
 
 def _apply(payload: str, script: str, tmp_path: Path) -> str:

@@ -21,8 +21,9 @@ from codegen_support import STDLIB, TARGETS, std_module, text_module
 from test_dtypes import SOURCE as DTYPE_SOURCE
 
 import arke
-from arke.codegen.base import Artifact, renderer
-from arke.codegen.plan import make_plan
+from arke.targets import base as targets
+from arke.targets.artifact import Artifact
+from arke.plan.dispatch import make_plan
 from arke.ir.shapes import free_dims, parse_dim
 
 # Kernels with strategies: rendered with each of them (the `parallel` axis changes the launch).
@@ -53,7 +54,7 @@ def render_all(label: str, kernel: str, target: str) -> list[Artifact]:
     module = load(label)
     ir_name = module.kernel_map[kernel]
     strategies = [None, *module.strategies.for_kernel(ir_name, target)]
-    return [renderer(target).render(make_plan(module.semantic, ir_name, s)) for s in strategies]
+    return [targets.get(target).renderer().render(make_plan(module.semantic, ir_name, s)) for s in strategies]
 
 
 KERNELS = pytest.mark.parametrize(("label", "kernel"), every_kernel(), ids=lambda v: str(v))
@@ -66,9 +67,9 @@ def test_rendering_is_deterministic(label: str, kernel: str, target: str) -> Non
     module = load(label)
     ir_name = module.kernel_map[kernel]
     plan = make_plan(module.semantic, ir_name)
-    first = renderer(target).render(plan)
-    assert renderer(target).render(plan) == first
-    assert renderer(target).render(make_plan(module.semantic, ir_name)) == first
+    first = targets.get(target).renderer().render(plan)
+    assert targets.get(target).renderer().render(plan) == first
+    assert targets.get(target).renderer().render(make_plan(module.semantic, ir_name)) == first
     assert first.target == target
 
 
@@ -128,7 +129,7 @@ def test_llvm_text_parses_and_launches_match_it(label: str, kernel: str) -> None
 
 def test_unknown_target_names_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown target 'cpu'") as info:
-        renderer("cpu")
+        targets.get("cpu")
     for t in TARGETS:
         assert t in str(info.value)
 

@@ -1,4 +1,4 @@
-"""The rows family (arke/codegen/rows.py) and its LLVM form (arke/codegen/llvm_rows.py).
+"""The rows family (arke/plan/rows.py) and its LLVM form (arke/targets/llvm/rows.py).
 
 * the matcher groups a normalisation's statistics and the map that uses them into one
   dispatch, keeps per-row statistics out of memory, and refuses every group that would change
@@ -30,9 +30,9 @@ from codegen_support import (
 )
 
 import arke
-from arke.codegen.llvm import LLVMRenderer
-from arke.codegen.plan import Dispatch, KernelPlan, make_plan, op_exprs
-from arke.codegen.rows import RowGroup
+from arke.targets.llvm.render import LLVMRenderer
+from arke.plan.dispatch import Dispatch, KernelPlan, make_plan, op_exprs
+from arke.plan.rows import RowGroup
 from arke.ir import semantic as ir
 
 #: Kernels written for these tests: groups that are legal, and some that must not be made.
@@ -172,7 +172,7 @@ def rows_dispatches(plan: KernelPlan) -> list[Dispatch]:
 
 
 def assert_legal(plan: KernelPlan) -> None:
-    """Every rows group of the plan keeps its promises (see arke/codegen/rows.py)."""
+    """Every rows group of the plan keeps its promises (see arke/plan/rows.py)."""
     for d in rows_dispatches(plan):
         assert isinstance(d.pattern, RowGroup) and len(d.members) >= 2
         r = d.pattern.rows
@@ -351,7 +351,7 @@ def test_softmax_reads_its_exp_back_instead_of_computing_it_twice() -> None:
 
 def test_row_loops_are_vector_code() -> None:
     pytest.importorskip("llvmlite")
-    from arke.runtime.cpu import assembly, host_renderer, optimise
+    from arke.targets.llvm.jit import assembly, host_renderer, optimise
 
     source = host_renderer().render(plan_of("std.nn", "softmax")).source
     text = str(optimise(source))

@@ -17,7 +17,7 @@ import pytest
 import torch
 from codegen_support import assert_matches, build, random_inputs, seeded, text_module
 
-from arke.runtime import gpu
+from arke.targets.triton import kernel as gpu
 from arke.runtime.guards import GuardError
 
 pytestmark = pytest.mark.skipif(not gpu.runnable(), reason="triton cannot run here (no triton, no GPU, no interpreter)")

@@ -1,8 +1,8 @@
-"""The Triton target's fused families: contractions (``arke/codegen/triton_gemm.py``) and attention
-(``arke/codegen/triton_attention.py``), run in Triton's interpreter against the reference interpreter.
+"""The Triton target's fused families: contractions (``arke/targets/triton/gemm.py``) and attention
+(``arke/targets/triton/attention.py``), run in Triton's interpreter against the reference interpreter.
 
 Kernels are planned with the contraction and attention families on (whatever the target's
-renderer declares) and launched by the Triton runtime (``arke.runtime.gpu``) on CPU tensors
+renderer declares) and launched by the Triton runtime (``arke.targets.triton.kernel``) on CPU tensors
 under ``TRITON_INTERPRET=1`` (``tests/conftest.py`` sets it unless the environment does).
 Shapes are tiny and ragged (the interpreter is slow); strategies change the blocks and the
 attention algorithm, never the result.
@@ -17,9 +17,9 @@ import torch
 from codegen_support import BF16_TOL, HALF_ATTENTION, assert_matches, random_inputs, seeded, std_module, text_module
 
 import arke
-from arke.codegen.plan import make_plan
-from arke.codegen.triton import TritonRenderer
-from arke.runtime import gpu
+from arke.plan.dispatch import make_plan
+from arke.targets.triton.render import TritonRenderer
+from arke.targets.triton import kernel as gpu
 from arke.runtime.guards import GuardError
 
 pytest.importorskip("triton")

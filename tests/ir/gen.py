@@ -22,14 +22,12 @@ from arke.ir.dtypes import DType, can_store
 from arke.ir.strategy import (
     ALGORITHMS,
     DECISIONS,
-    GPU_TARGETS,
-    TARGET_CHOICES,
-    TARGETS,
     Decision,
     Strategy,
     StrategySet,
 )
 from arke.ir.text import cond_text
+from arke.targets import base as targets
 from arke.ir.verify import ARITHMETIC, FLOAT_UNARY, NUMERIC_UNARY
 
 SYMBOLS = ("M", "N", "K", "H", "G")
@@ -278,7 +276,7 @@ def strategy_sets(draw: st.DrawFn, module: S.Module) -> StrategySet:
     out = []
     for _ in range(draw(st.integers(0, 3))):
         f = draw(st.sampled_from(module.functions))
-        target = draw(st.none() | st.sampled_from(TARGETS))
+        target = draw(st.none() | st.sampled_from(targets.names()))
         symbols = [b.dim for b in f.bindings]
         when = draw(st.none() | conds(tuple(symbols))) if symbols else None
         decisions = draw(st.lists(decisions_for(f, target), max_size=5))
@@ -295,7 +293,7 @@ def decisions_for(f: S.Function, target: str | None) -> st.SearchStrategy[Decisi
     pow2 = st.integers(0, 5).map(lambda e: 2**e)
     options: list[st.SearchStrategy[Decision]] = [
         st.builds(Decision, st.just("algorithm"), st.none(),
-                  st.sampled_from(TARGET_CHOICES.get(("algorithm", target or ""), ALGORITHMS))),
+                  st.sampled_from(targets.narrowed_choices("algorithm", target) or ALGORITHMS)),
     ]
     if free or reduced:
         index = st.sampled_from(free + reduced)
@@ -306,11 +304,11 @@ def decisions_for(f: S.Function, target: str | None) -> st.SearchStrategy[Decisi
         options.append(st.builds(Decision, st.just("parallel"), st.sampled_from(free), st.none() | st.integers(1, 64)))
     if reduced:
         options.append(st.builds(Decision, st.just("split"), st.sampled_from(reduced), st.integers(2, 64)))
-    if tensors and (target is None or target in DECISIONS["pack"].targets):
+    if tensors and (target is None or target in targets.honouring("pack")):
         options.append(st.builds(Decision, st.just("pack"), st.sampled_from(tensors), st.none()))
-    if target is None or target in DECISIONS["threads"].targets:
+    if target is None or target in targets.honouring("threads"):
         options.append(st.builds(Decision, st.just("threads"), st.none(), st.integers(1, 1024)))
-    if target is None or target in GPU_TARGETS:
+    if target is None or {"warps", "stages"} <= targets.get(target).honours:
         options += [st.builds(Decision, st.just("warps"), st.none(), pow2),
                     st.builds(Decision, st.just("stages"), st.none(), st.integers(1, 8))]
     return st.one_of(options)

@@ -1,4 +1,4 @@
-"""The formatter (``arke.lang.fmt``) and ``akc fmt`` (``arke.cli_fmt``).
+"""The formatter (``arke.lang.fmt``) and ``akc fmt`` (``arke.cli.fmt``).
 
 What must hold for every program: formatting is idempotent, keeps every comment, and
 keeps the meaning (the SemanticIR and StrategyIR texts, or the diagnostics, are the same).
@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import arke
-from arke.cli import UsageError
-from arke.cli_fmt import add_parser
+from arke.cli.app import UsageError
+from arke.cli.fmt import add_parser
 from arke.ir import text as ir_text
 from arke.lang.fmt import WIDTH, FormatError, format_source
 from arke.lang.parser import _lark

@@ -326,7 +326,7 @@ NASTY = {
 def test_cli_survives_nasty_input(name: str) -> None:
     cmd = _akc()
     if cmd is None:
-        pytest.skip("arke/cli.py is not there yet")
+        pytest.skip("arke/cli/app.py is not there yet")
     env = {k: v for k, v in os.environ.items() if k != "AKC_DEBUG"}
     proc = subprocess.run([*cmd, "check", "-"], input=NASTY[name], capture_output=True, timeout=120,
                           env=env, cwd=ROOT, check=False)

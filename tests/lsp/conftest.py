@@ -18,7 +18,7 @@ from pygls.protocol import default_converter
 from pytest_lsp import ClientServerConfig, LanguageClient
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 
-SERVER = [sys.executable, "-c", "from arke.cli_lsp import main; main()"]
+SERVER = [sys.executable, "-c", "from arke.cli.lsp import main; main()"]
 
 
 def _record(client: LanguageClient, params: types.PublishDiagnosticsParams) -> None:

@@ -6,7 +6,8 @@ import pytest
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
-from arke.ir.strategy import DECISIONS, TARGET_CHOICES, TARGETS
+from arke.ir.strategy import DECISIONS
+from arke.targets import base as targets
 from arke.lang.checker import check_text
 from arke.lang.exprs import BUILTINS, REDUCTIONS
 from arke.lsp.complete import complete
@@ -136,10 +137,10 @@ def test_every_builtin_reduction_and_decision_is_explained() -> None:
     for name, spec in DECISIONS.items():
         assert spec.meaning in decision_doc(name)
     assert "`materialized`" in decision_doc("algorithm", "mlir") and "flash" not in decision_doc("algorithm", "mlir")
-    for target in TARGETS:
+    for target in targets.names():
         got = set(decisions_for(target))
-        assert got == {n for n, s in DECISIONS.items() if target in s.targets}
-    assert ("algorithm", "mlir") in TARGET_CHOICES
+        assert got == {n for n in DECISIONS if n in targets.get(target).honours}
+    assert targets.narrowed_choices("algorithm", "mlir") == ("materialized",)
 
 
 def labels(text: str, cursor: str, index: DocumentIndex | None, delta: int = 0, markdown: bool = True) -> set[str]:

@@ -134,7 +134,7 @@ async def test_diagnostics_match_akc_check_and_clear_when_fixed(client: Language
     assert char.range.start == where(text, "😋")
     assert char.range.end.character - char.range.start.character == 2
 
-    from arke.cli import main as akc
+    from arke.cli.app import main as akc
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -148,7 +148,7 @@ async def test_diagnostics_match_akc_check_and_clear_when_fixed(client: Language
 
 def akc_check_json(path: Path, text: str) -> list[dict[str, object]]:
     """What ``akc check --format json`` reports for ``text`` saved at ``path``."""
-    from arke.cli import main as akc
+    from arke.cli.app import main as akc
 
     path.write_text(text, encoding="utf-8")
     out = io.StringIO()

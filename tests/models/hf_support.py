@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import transformers
 
-from arke.runtime.plan import CompiledLayer, quantize_int8
+from arke.models.layer import CompiledLayer, quantize_int8
 
 ARCHS = ("llama", "qwen2", "mistral", "mixtral")
 PREFIX = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "mixtral": "Mixtral"}

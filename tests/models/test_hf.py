@@ -36,9 +36,9 @@ from hf_support import (
 from safetensors.torch import save_file
 
 import arke.models
-from arke.runtime import gpu
+from arke.targets.triton import kernel as gpu
 from arke.runtime.errors import DTypeError, GuardError, ShapeError
-from arke.runtime.plan import CompiledLayer, KVCache
+from arke.models.layer import CompiledLayer, KVCache
 
 TARGETS = ("llvm", "triton")
 PREFILL, DECODE = 9, 16

@@ -30,8 +30,8 @@ import torch
 
 import arke
 from arke.lang.checker import stdlib_path
-from arke.runtime import cpu
-from arke.runtime.build import Library
+from arke.targets.llvm import kernel as cpu
+from arke.library import Library
 from arke.runtime.guards import GuardError
 
 ROOT = Path(__file__).resolve().parents[2]

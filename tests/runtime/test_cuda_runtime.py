@@ -1,4 +1,4 @@
-"""The GPU runtime of the cuda target and the llvm target's GPU flavour (arke.runtime.cuda).
+"""The GPU runtime of the cuda target and the llvm target's GPU flavour (arke.targets.nvidia.driver).
 
 Without a GPU (this machine, CI) the tests check what a user meets there: a clear error that
 says what to do, architectures checked before anything compiles, and an NVRTC failure reported
@@ -17,9 +17,11 @@ import pytest
 import torch
 
 import arke
-from arke.codegen.plan import make_plan
-from arke.runtime import cuda, nvrtc
-from arke.runtime.build import runnable_targets
+from arke.targets import base as targets
+from arke.plan.dispatch import make_plan
+from arke.targets.nvidia import driver as cuda
+from arke.targets.cuda import nvrtc
+from arke.library import runnable_targets
 from arke.runtime.guards import GuardError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen"))
@@ -65,7 +67,7 @@ def test_an_unknown_architecture_is_refused_before_anything_else() -> None:
 
 @pytest.mark.parametrize("target", ["triton", "mlir"])
 def test_arch_is_only_for_the_cuda_and_llvm_targets(target: str) -> None:
-    with pytest.raises(ValueError, match="arch='sm_90' is for the cuda and llvm targets"):
+    with pytest.raises(ValueError, match="arch='sm_90' is for the llvm and cuda targets"):
         arke.build(text_module(SRC), target=target, arch="sm_90")
 
 
@@ -78,7 +80,7 @@ def test_llvm_without_arch_still_runs_on_the_cpu() -> None:
 
 @pytest.mark.skipif(not nvrtc.available(), reason="needs NVRTC (pip install 'arke[cuda]')")
 def test_an_nvrtc_error_names_the_dispatch_and_the_strategy() -> None:
-    from arke.codegen.cuda import RENDERER
+    from arke.targets.cuda.render import RENDERER
 
     module = text_module(SRC)
     strategy = module.strategies.for_kernel(module.kernel_map["scale"], "cuda")[0]
@@ -95,9 +97,9 @@ def test_an_nvrtc_error_names_the_dispatch_and_the_strategy() -> None:
 @pytest.mark.skipif(not nvrtc.available(), reason="needs NVRTC (pip install 'arke[cuda]')")
 def test_compile_plan_makes_ptx_for_both_gpu_targets_without_a_gpu() -> None:
     module = text_module(SRC)
-    for target in ("cuda", "llvm"):
-        renderer = cuda._renderer(target)
-        plan = make_plan(module.semantic, module.kernel_map["pick"], None, families=renderer.families)
+    for name in ("cuda", "llvm"):
+        target = targets.get(name)
+        plan = target.plan(module.semantic, module.kernel_map["pick"], None, "sm_80")
         artifact, ptx = cuda.compile_plan(plan, target, "sm_80")
         assert ".visible .entry pick_d0" in ptx
         assert [spec.entry for spec in artifact.launches] == ["pick_d0"]
@@ -173,7 +175,7 @@ kernel attend(q: bf16[B, H, S, D], k: bf16[B, G, T, D], v: bf16[B, G, T, D]) -> 
 
 def _kernel(name: str) -> cuda.CudaKernel:
     module = text_module(MM)
-    renderer = cuda._renderer("cuda")
+    renderer = targets.get("cuda").renderer()
     plan = make_plan(module.semantic, module.kernel_map[name], None, families=renderer.families)
     return cuda.CudaKernel(plan, renderer.render(plan), module.semantic, "", "sm_90", "cuda")
 

@@ -41,9 +41,9 @@ def test_check_runs_under_the_interpreter() -> None:
     if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         pytest.skip("needs TRITON_INTERPRET=1 (tests/conftest.py sets it)")
     try:
-        import arke.codegen.triton  # noqa: F401
+        import arke.targets.triton.render  # noqa: F401
     except ImportError:
-        pytest.skip("arke.codegen.triton (the Triton renderer) is not available yet")
+        pytest.skip("arke.targets.triton.render (the Triton renderer) is not available yet")
     bench = gpu_script()
     checks = bench.check_stdlib(torch.device("cpu"), only=FAST)
     assert sorted(c.name for c in checks) == sorted(FAST)

@@ -21,8 +21,8 @@ import torch
 
 import arke
 from arke.lang.checker import stdlib_path
-from arke.runtime import iree
-from arke.runtime.build import Library, runnable_targets
+from arke.targets.mlir import kernel as iree
+from arke.library import Library, runnable_targets
 from arke.runtime.cache import CacheWarning, default_cache
 from arke.runtime.guards import TORCH_DTYPES, GuardError
 
@@ -216,7 +216,7 @@ def test_arch_is_only_for_cuda() -> None:
 
 @needs_iree
 def test_the_abi_storage_types_match_the_renderer() -> None:
-    from arke.codegen.mlir import abi_dtype
+    from arke.targets.mlir.render import abi_dtype
 
     spelled = {torch.float32: "f32", torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64"}
     for dtype, stored in TORCH_DTYPES.items():

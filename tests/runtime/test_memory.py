@@ -1,4 +1,4 @@
-"""Memory plans (arke.runtime.memory) and the plans of compiled decoder layers (arke.runtime.plan).
+"""Memory plans (arke.runtime.memory) and the plans of compiled decoder layers (arke.models.layer).
 
 * placement: two buffers alive at a common step never share a byte; offsets are multiples of
   ALIGN; the arena covers every buffer and is at least the peak of live bytes (equal to it for
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from arke.runtime.memory import ALIGN, MemoryPlan, Slot
-from arke.runtime.plan import CompiledLayer, LayerConfig
+from arke.models.layer import CompiledLayer, LayerConfig
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.int64)
 

@@ -1,4 +1,4 @@
-"""Weights packed once into the contraction kernels' panels (``arke.runtime.cpu.pack_panels``)."""
+"""Weights packed once into the contraction kernels' panels (``arke.targets.llvm.kernel.pack_panels``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import arke
-from arke.runtime.cpu import host_panel_width, pack_panels
+from arke.targets.llvm.jit import host_panel_width
+from arke.targets.llvm.panels import pack_panels
 
 NR = host_panel_width()
 
@@ -46,7 +47,7 @@ def test_epilogues_and_prologues_with_panels(lib: object) -> None:
     gu, wd = torch.randn(2 * f, d, generator=g), torch.randn(d, f, generator=g)
     want = lib.mlp(h, wn, gu[:f], gu[f:], wd)  # type: ignore[attr-defined]
     packed = pack_panels(gu, NR)
-    from arke.runtime.cpu import register_panels
+    from arke.targets.llvm.panels import register_panels
 
     gate, up = packed[:f], packed[f:]
     register_panels(gate, NR)

@@ -1,4 +1,4 @@
-"""The native worker team (``arke.runtime.team``): the same bits as one thread or the thread pool,
+"""The native worker team (``arke.targets.llvm.team``): the same bits as one thread or the thread pool,
 concurrent callers, a forked child, and the knob that turns it off."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import arke
-from arke.runtime import team
+from arke.targets.llvm import team
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
                                 reason="the native team is x86-64 only (elsewhere the thread pool runs)")

@@ -15,10 +15,10 @@ import pytest
 pytest.importorskip("triton")
 
 import arke
-from arke.codegen.base import Artifact, LaunchSpec
-from arke.codegen.plan import KernelPlan, make_plan
-from arke.codegen.triton import RENDERER as TRITON
-from arke.runtime import triton_aot
+from arke.targets.artifact import Artifact, LaunchSpec
+from arke.plan.dispatch import KernelPlan, make_plan
+from arke.targets.triton.render import RENDERER as TRITON
+from arke.targets.triton import aot as triton_aot
 
 ADD_AK = "kernel add2(x: f32[N], y: f32[N]) -> f32[N] {\n  return x[n] + y[n]\n}\n"
 ADD_PY = '''import triton

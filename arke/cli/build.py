@@ -1,0 +1,200 @@
+"""``akc build`` and ``akc run``: compile a file's kernels for a target, and run one on random inputs.
+
+    akc build FILE --target llvm [--kernel NAME] [--emit source|asm|obj] [-o PATH]
+    akc build FILE --target llvm --arch sm_90|sm_80 [--kernel NAME] [--emit ptx|cubin] [-o PATH]
+    akc build FILE --target triton [--arch sm_90|sm_80] [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
+    akc build FILE --target cuda [--arch sm_90|sm_80] [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
+    akc build FILE --target mlir [--device cpu|cuda] [--arch sm_80] [--kernel NAME]
+                   [--emit source|transform|vmfb] [-o PATH]
+    akc run FILE KERNEL --dims M=128,N=4097 [--threads N] [--repeat R]
+
+``build --target triton`` needs no GPU: ``ptx``/``cubin`` compile through ``triton.compile`` for
+the architecture and print each entry's registers, spills and shared memory; a strategy whose
+tiles need more than the architecture has is error ``AK4012`` at the decision that set them.
+``build --target mlir`` (see :mod:`arke.targets.mlir.build_cli`) writes MLIR, transform scripts, or IREE's
+``.vmfb`` for the CPU or a CUDA architecture (no GPU needed).
+``run`` makes random inputs from the kernel's signature and the dims, runs the compiled
+kernel and the reference interpreter, and prints the largest difference and the times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+EMITS = ("source", "asm", "obj", "ptx", "cubin", "transform", "vmfb")
+
+
+def add_commands(sub: Any) -> None:
+    """Register the subcommands on ``akc``'s subparsers."""
+    build = sub.add_parser("build", help="compile a .ak file's kernels for a target",
+                           description="Compile kernels and write what the target made.")
+    build.add_argument("path", metavar="FILE")
+    build.add_argument("--target", default="llvm", help="the target (default: llvm)")
+    build.add_argument("--kernel", help="only this kernel (default: every kernel the file defines)")
+    build.add_argument("--emit", choices=EMITS, default="source",
+                       help="source: the target's source (LLVM IR, Triton's Python, or MLIR); asm: host assembly; "
+                            "obj: object code; ptx, cubin: the triton target's compiled kernels; transform: the "
+                            "mlir target's transform scripts; vmfb: the mlir target's IREE binaries")
+    build.add_argument("--arch", default=None,
+                       help="the GPU architecture: llvm (with --emit ptx|cubin) and triton sm_90 or sm_80 (triton's "
+                            "default sm_90); mlir with --device cuda sm_80, sm_86, sm_87 or sm_89 (default sm_80; "
+                            "its PTX also runs on sm_90)")
+    build.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                       help="mlir: build for this CPU or for an NVIDIA GPU (default cpu)")
+    build.add_argument("-o", "--output", help="write here instead of standard output (needed for obj and vmfb; "
+                                              "ptx/cubin/vmfb: a file for one entry, else a folder)")
+    build.set_defaults(handler=cmd_build)
+
+    run = sub.add_parser("run", help="run a kernel on random inputs and compare it with the interpreter",
+                         description="Run KERNEL of FILE on random inputs of the given dims.")
+    run.add_argument("path", metavar="FILE")
+    run.add_argument("kernel", metavar="KERNEL")
+    run.add_argument("--dims", default="", help="dim values, as M=128,N=4097")
+    run.add_argument("--target", default="llvm")
+    run.add_argument("--threads", type=int, default=None)
+    run.add_argument("--repeat", type=int, default=5, help="timed runs (the median is shown)")
+    run.add_argument("--seed", type=int, default=0)
+    run.set_defaults(handler=cmd_run)
+
+
+def _usage(message: str) -> Exception:
+    from arke.cli.app import UsageError
+
+    return UsageError(message)
+
+
+def _library(path: str, target: str) -> Any:
+    from arke.cli.app import load_or_report
+    from arke.library import Library
+    from arke.targets import base as targets
+
+    module = load_or_report(path)
+    if isinstance(module, int):
+        return module
+    try:
+        why = targets.get(target).unavailable()
+    except ValueError as err:
+        raise _usage(str(err)) from None
+    if why is not None:
+        raise _usage(f"target `{target}` cannot run here: {why}")
+    return Library(module, target, None)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """``akc build``: hand the file to the target's own build command (through the registry)."""
+    from arke.targets import base as targets
+
+    try:
+        target = targets.get(args.target)
+    except ValueError as err:
+        raise _usage(str(err)) from None
+    if args.emit not in target.emits:
+        raise _usage(f"--emit {args.emit} is for --target {' or '.join(targets.for_emit(args.emit))}; the "
+                     f"{target.name} target emits {', '.join(target.emits)}")
+    device = getattr(args, "device", "cpu")
+    if device != "cpu":
+        takers = []
+        for other in targets.all_targets():
+            try:
+                other.check_options(device, None)
+                takers.append(other.name)
+            except ValueError:
+                continue
+        if target.name not in takers:
+            raise _usage(f"--device {device} is for --target {' or '.join(takers)}")
+    return target.build_command(args)
+
+
+def load_kernels(args: argparse.Namespace) -> tuple[Any, list[str]] | int:
+    """The checked module of ``args.path`` and the kernels to build (``--kernel``, else every kernel
+    the file defines); the exit status instead when the file has errors (already reported)."""
+    from arke.cli.app import load_or_report
+
+    module = load_or_report(args.path)
+    if isinstance(module, int):
+        return module
+    names = [args.kernel] if args.kernel else list(module.names)
+    for n in names:
+        if n not in module.kernel_map:
+            raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
+    return module, names
+
+
+def parse_dims(text: str) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition("=")
+        if not name.isidentifier() or not value.strip().isdigit() or int(value) < 1:
+            raise _usage(f"--dims takes NAME=VALUE pairs with positive values, as M=128,N=4097; not `{part}`")
+        dims[name] = int(value)
+    return dims
+
+
+def random_inputs(fn: Any, dims: dict[str, int], seed: int) -> list[Any]:
+    """Random tensors for a kernel's parameters (integer tensors are small non-negative values)."""
+    import torch
+
+    from arke.ir.shapes import evaluate
+    from arke.runtime.guards import TORCH_DTYPES
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for p in fn.params:
+        if p.type.rank == 0:
+            out.append(p.default if p.default is not None else 1)
+            continue
+        try:
+            shape = tuple(evaluate(d, dims) for d in p.type.shape)
+        except ValueError:
+            missing = sorted({s.name for d in p.type.shape for s in getattr(d, "free_symbols", ())} - set(dims))
+            raise _usage(f"give every dim of `{p.name}` with --dims (missing: {', '.join(missing)})") from None
+        dtype = TORCH_DTYPES[p.type.dtype]
+        if dtype.is_floating_point:
+            out.append(torch.randn(shape, generator=g).to(dtype))
+        elif dtype == torch.bool:
+            out.append(torch.rand(shape, generator=g) > 0.5)
+        else:
+            out.append(torch.randint(0, 2, shape, generator=g, dtype=dtype))
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``akc run``: the compiled kernel against the interpreter, on random inputs."""
+    import torch
+
+    from arke.runtime.guards import GuardError
+
+    lib = _library(args.path, args.target)
+    if isinstance(lib, int):
+        return lib
+    if args.kernel not in lib.kernels:
+        raise _usage(f"`{args.path}` has no kernel `{args.kernel}`; it has: {', '.join(lib.kernels)}")
+    kernel = lib.kernels[args.kernel]
+    fn = kernel.function
+    inputs = random_inputs(fn, parse_dims(args.dims), args.seed)
+    try:
+        got = kernel(*inputs, threads=args.threads)
+        times = []
+        for _ in range(max(1, args.repeat)):
+            start = time.perf_counter()
+            kernel(*inputs, threads=args.threads)
+            times.append(time.perf_counter() - start)
+        want = lib.module.kernels[args.kernel](*inputs)
+    except GuardError as err:
+        print(f"akc: {err}", file=sys.stderr)
+        return 1
+    got_t = got if isinstance(got, tuple) else (got,)
+    want_t = want if isinstance(want, tuple) else (want,)
+    worst = 0.0
+    for a, b in zip(got_t, want_t):
+        if a.numel():
+            worst = max(worst, float((a.double() - b.double()).abs().max()))
+    times.sort()
+    shapes = " ".join(str(list(t.shape)) for t in inputs if isinstance(t, torch.Tensor))
+    print(f"{args.kernel} on {args.target}: inputs {shapes}")
+    print(f"  max |{args.target} - interpreter| = {worst:.3g}")
+    print(f"  time: {times[len(times) // 2] * 1e3:.3f} ms (median of {len(times)}, {lib.threads} threads)")
+    return 0

@@ -1,0 +1,161 @@
+"""``arke.build``: compile a checked module for a target into a :class:`Library` of callable kernels.
+
+Kernels compile on first use (a module that imports ``std.nn`` does not compile all of it).
+A kernel's strategy is chosen per call: the first of its strategies for the target whose
+``when`` holds for the call's dims; each choice compiles once. Object code goes through the
+on-disk cache, keyed by everything that could change it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from arke.ir import strategy as sir
+from arke.runtime.guards import eval_cond, prepare_args
+from arke.runtime.pool import evict_oldest
+from arke.targets import base as targets
+
+if TYPE_CHECKING:
+    from arke.api import Module
+    from arke.targets.llvm.kernel import CPUKernel
+
+
+def runnable_targets() -> tuple[str, ...]:
+    """The targets that can run on this machine now (each target says: ``llvm`` always; ``triton``
+    with the triton package and a CUDA GPU, or ``TRITON_INTERPRET=1``; ``mlir`` with IREE installed;
+    ``cuda`` with a CUDA GPU and the driver bindings)."""
+    return targets.runnable()
+
+
+#: The runnable targets, as found when this module was imported (see :func:`runnable_targets`).
+TARGETS_RUNNABLE = runnable_targets()
+
+
+class Kernel:
+    """A kernel of a built library: call it like the function it is."""
+
+    def __init__(self, library: Library, name: str, ir_name: str):
+        self.library, self.name, self.ir_name = library, name, ir_name
+        # Looked up once: calls are the hot path.
+        self.function = library.module.semantic.get(ir_name)
+        self._strategies = library.module.strategies.for_kernel(ir_name, library.target)
+        self._variants: dict[int, CPUKernel] = {}
+        self._lock = threading.Lock()
+        params = self.function.params
+        # the fast path applies when the tensor parameters come first (positional calls fill them)
+        leading = [p.name for p in params[:sum(1 for p in params if p.type.rank)]]
+        tensors = [p.name for p in params if p.type.rank]
+        self._tensor_params = tensors if leading == tensors else []
+        self._scalar_params = [p.name for p in params if not p.type.rank]
+        self._calls: dict[tuple[Any, ...], tuple[dict[str, int], CPUKernel, dict[str, Any]]] = {}
+
+    def __repr__(self) -> str:
+        return f"<arke kernel {self.name} ({self.library.target})>"
+
+    def strategies(self) -> tuple[sir.Strategy, ...]:
+        return self._strategies
+
+    def variant(self, index: int) -> CPUKernel:
+        """The compiled form for strategy ``index`` (-1: no strategy, the defaults)."""
+        with self._lock:
+            if index not in self._variants:
+                strategy = self.strategies()[index] if index >= 0 else None
+                self._variants[index] = _compile(self.library, self.ir_name, strategy)
+            return self._variants[index]
+
+    def choose(self, dims: dict[str, int]) -> int:
+        """The strategy in force for a call with these dims (-1: none, the defaults)."""
+        for k, s in enumerate(self.strategies()):
+            if s.when is None or eval_cond(s.when, dims):
+                return k
+        return -1
+
+    def __call__(self, *arrays: Any, threads: int | None = None, out: Any = None, **scalars: Any) -> Any:
+        """Check the call (shapes, dtypes, `where` clauses, ``out=``) before anything runs, then run it.
+
+        Decode calls the same kernel on the same shapes again and again, so a call whose
+        arguments are CPU torch tensors (scalars left at their defaults) is keyed by the
+        tensors' shapes and dtypes: a signature that passed every check before maps straight
+        to its dims, strategy variant and default scalars (the checks depend on nothing else).
+        """
+        key = self._signature(arrays) if not scalars else None
+        if key is not None:
+            hit = self._calls.get(key)
+            if hit is not None:
+                dims, variant, defaults = hit
+                args = dict(zip(self._tensor_params, arrays))
+                args.update(defaults)
+                return variant.run_prepared(args, dims, False, threads, out)
+        args, dims, any_torch = prepare_args(self.function, arrays, scalars, keep_device=not self.library.on_host)
+        variant = self.variant(self.choose(dims))
+        if key is not None:
+            if len(self._calls) >= 64:  # a bounded memo: shapes that keep changing fall back to full checks
+                evict_oldest(self._calls)
+            self._calls[key] = (dims, variant, {n: args[n] for n in self._scalar_params})
+        return variant.run_prepared(args, dims, not any_torch, threads, out)
+
+    def _signature(self, arrays: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """The shapes, dtypes and device of a call that fills exactly the tensor parameters with plain tensors
+        on one device (the CPU for a target that runs on the host)."""
+        if len(arrays) != len(self._tensor_params):
+            return None
+        key = []
+        where = None
+        for a in arrays:
+            if type(a) is not torch.Tensor or a.requires_grad:
+                return None
+            if where is None:
+                where = a.device
+                if where.type != "cpu" and self.library.on_host:
+                    return None
+            elif a.device != where:
+                return None
+            key.append((a.shape, a.dtype))
+        return (where, *key)
+
+    def source(self) -> str:
+        """The target source of the kernel's default variant (``akc build --emit source``)."""
+        return self.variant(-1).artifact.source
+
+
+class Library:
+    """The kernels of a module built for one target: ``lib.rmsnorm(x, w)`` or ``lib.kernels["rmsnorm"]``.
+
+    ``device``: where the mlir target runs its kernels, ``"cpu"`` (default) or ``"cuda"`` (an
+    NVIDIA GPU); every other target takes only ``"cpu"`` (triton and cuda pick their device
+    themselves). ``arch``: the GPU architecture of the ``cuda`` target (default: the device's), or
+    ``"sm_80"``/``"sm_90"`` to run the ``llvm`` target's GPU flavour on an NVIDIA GPU.
+    """
+
+    def __init__(self, module: Module, target: str, threads: int | None, device: str = "cpu",
+                 arch: str | None = None):
+        from arke.runtime.host import run_threads
+
+        found = targets.get(target)  # an unknown name: a ValueError naming the targets
+        arch = found.check_options(device, arch)  # a ValueError saying which values it takes
+        found.require(device, arch)  # a ValueError saying what to install or do
+        self.module, self.target, self.threads, self.device = module, target, run_threads(threads), device
+        self.arch, self.backend = arch, found
+        #: whether kernels run on this CPU (arguments are moved there; no device is kept)
+        self.on_host = found.on_host(device, arch)
+        self.kernels = {name: Kernel(self, name, ir_name) for name, ir_name in module.kernel_map.items()}
+
+    def __getattr__(self, name: str) -> Kernel:
+        kernels = self.__dict__.get("kernels", {})
+        if name in kernels:
+            return kernels[name]
+        raise AttributeError(f"no kernel `{name}` in this library; it has: {', '.join(kernels)}")
+
+    def __dir__(self) -> list[str]:
+        return [*super().__dir__(), *self.kernels]
+
+
+def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> CPUKernel:
+    """Compile one variant through the library's target (which plans, renders, compiles and caches)."""
+    compiled: CPUKernel = library.backend.build_kernel(library.module.semantic, ir_name, strategy,
+                                                       threads=library.threads, device=library.device,
+                                                       arch=library.arch)
+    return compiled

@@ -1,0 +1,527 @@
+"""Executable plans for whole decoder layers: one compiled object per layer and target.
+
+A :class:`CompiledLayer` holds
+
+* the kernels of ``std.decoder`` built for its target, with the attention specialised by
+  shape: one new token per sequence (decode) runs ``split_kv``, more (prefill) ``flash``;
+* its weights, packed once at load: q, k and v projections fused into one matrix, gate and up
+  into another (the kernels read them as two views), optionally as bf16 or int8 (one f32 scale
+  per output channel) weight-only copies;
+* a memory plan per call shape (:mod:`arke.runtime.memory`): the activations between kernels
+  and each kernel's temporaries placed in one arena by lifetime, so a decode step allocates
+  nothing but its result;
+* KV caches (:meth:`CompiledLayer.new_cache`) preallocated to ``max_seq`` slots, contiguous per
+  layer (``[batch, kv_heads, max_seq, head_dim]`` for keys and for values).
+
+A call ``layer(x, positions, cache)`` checks everything first (hidden size, positions against
+``max_seq``, the cache's batch and room, devices) so a bad call changes nothing, then runs
+``attn_in`` (norm, QKV, rotary), appends the T new keys and values to the cache, runs the
+attention over the cache, ``attn_out`` and the MLP (``mlp``, or ``moe_route`` → one ``expert``
+call per expert on the tokens routed to it → ``moe_combine``), and advances the cache.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from arke.runtime.errors import GuardError
+from arke.runtime.memory import MemoryPlan
+from arke.runtime.pool import evict_oldest
+
+WEIGHT_KINDS = ("f32", "bf16", "int8")
+SUFFIX = {"f32": "", "bf16": "_bf16", "int8": "_int8"}
+
+#: The layer's own module: std.decoder, with the attention specialised by shape.
+LAYER_SOURCE = """import std.decoder
+
+@strategy(attn_cached, when T == 1) { algorithm = split_kv }
+@strategy(attn_cached) { algorithm = flash }
+@strategy(attn_window, when T == 1) { algorithm = split_kv }
+@strategy(attn_window) { algorithm = flash }
+"""
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    """What a decoder layer computes: sizes, norm epsilon, rotary frequencies, window, experts."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    eps: float
+    inv_freq: tuple[float, ...]  # head_dim / 2 rotary frequencies (any rope type's, precomputed)
+    rope_scale: float = 1.0  # the rope type's attention scaling of cos and sin
+    window: int | None = None  # sliding-window attention: the keys a query sees, its own included
+    experts: int = 0  # 0: a dense SwiGLU MLP; else a mixture of this many SwiGLU experts
+    top_k: int = 2
+
+    def __post_init__(self) -> None:
+        if self.heads % self.kv_heads:
+            raise ValueError(f"{self.heads} query heads cannot share {self.kv_heads} KV heads evenly")
+        if len(self.inv_freq) * 2 != self.head_dim:
+            raise ValueError(f"{len(self.inv_freq)} rotary frequencies for a head dim of {self.head_dim}")
+
+
+class KVCache:
+    """Keys and values of every token a layer has seen, preallocated to ``max_seq`` slots."""
+
+    def __init__(self, owner: CompiledLayer, batch: int):
+        c = owner.config
+        shape = (batch, c.kv_heads, owner.max_seq, c.head_dim)
+        self.owner, self.batch = owner, batch
+        self.k = torch.zeros(shape, dtype=torch.float32, device=owner.device)
+        self.v = torch.zeros(shape, dtype=torch.float32, device=owner.device)
+        self.length = 0  # slots filled (the same for every sequence of the batch)
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+    def __repr__(self) -> str:
+        return f"<KV cache: batch {self.batch}, {self.length} of {self.owner.max_seq} slots>"
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``w ≈ scale[:, None] * q``: symmetric int8 per output channel (row), round to nearest."""
+    w = w.float()
+    scale = (w.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny)
+    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q.contiguous(), scale.contiguous()
+
+
+class _Call:
+    """One kernel, called with planned outputs and temporaries; each call shape is checked once."""
+
+    def __init__(self, kernel: Any, keep_device: bool):
+        from arke.runtime.guards import prepare_args, scalar_tensor
+
+        self.kernel, self.keep_device = kernel, keep_device
+        self.fn = kernel.function
+        self._prepare, self._scalar = prepare_args, scalar_tensor
+        self._tensors = [p.name for p in self.fn.params if p.type.rank]
+        self._scalars = {p.name: p for p in self.fn.params if not p.type.rank}
+        self._memo: dict[tuple[Any, ...], tuple[dict[str, int], Any]] = {}
+        self._scalar_memo: dict[tuple[str, Any], torch.Tensor] = {}
+        self._cpu = not keep_device
+
+    def scalar(self, name: str, value: Any) -> torch.Tensor:
+        """The 0-d tensor of a scalar argument (the same values recur: eps, a window, the step's n)."""
+        key = (name, value)
+        found = self._scalar_memo.get(key)
+        if found is None:
+            if len(self._scalar_memo) >= 64:
+                evict_oldest(self._scalar_memo)
+            found = self._scalar(self.fn, self._scalars[name], value)
+            self._scalar_memo[key] = found
+        return found
+
+    def resolve(self, tensors: list[torch.Tensor], scalars: dict[str, Any]) -> tuple[dict[str, int], Any]:
+        """The dims and compiled variant for a call with these tensors (fully checked the first time)."""
+        key = tuple((t.shape, t.dtype, t.device) for t in tensors)
+        hit = self._memo.get(key)
+        if hit is None:
+            _, dims, _ = self._prepare(self.fn, tensors, scalars, keep_device=self.keep_device)
+            hit = (dims, self.kernel.variant(self.kernel.choose(dims)))
+            if len(self._memo) >= 32:
+                evict_oldest(self._memo)
+            self._memo[key] = hit
+        return hit
+
+    def __call__(self, tensors: list[torch.Tensor], scalars: dict[str, Any], out: Any,
+                 temps: dict[int, torch.Tensor] | None = None) -> Any:
+        dims, variant = self.resolve(tensors, scalars)
+        args = dict(zip(self._tensors, tensors))
+        for name, p in self._scalars.items():
+            args[name] = self.scalar(name, scalars.get(name, p.default))
+        if self._cpu:  # the outputs are the memory plan's: no overlap or shape checks per call
+            return variant.run_prepared(args, dims, False, None, out, temps=temps, planned=True)
+        return variant.run_prepared(args, dims, False, None, out)
+
+
+class _Reference:
+    """One kernel run on the reference interpreter (the oracle), its results copied into the planned outputs."""
+
+    def __init__(self, kernel: Any):
+        self.kernel = kernel
+        self._tensors = [p.name for p in kernel.function.params if p.type.rank]
+
+    def resolve(self, tensors: list[torch.Tensor], scalars: dict[str, Any]) -> tuple[dict[str, int], Any]:
+        raise NotImplementedError("the reference interpreter has no compiled variants")
+
+    def __call__(self, tensors: list[torch.Tensor], scalars: dict[str, Any], out: Any,
+                 temps: dict[int, torch.Tensor] | None = None) -> Any:
+        got = self.kernel(*tensors, **scalars)
+        for o, g in zip(out if isinstance(out, tuple) else (out,), got if isinstance(got, tuple) else (got,)):
+            o.copy_(g)
+        return out
+
+
+@dataclass
+class _Shape:
+    """What one call shape (batch, tokens) needs: its memory plan and arena."""
+
+    memory: MemoryPlan
+    arena: torch.Tensor
+    views: dict[str, torch.Tensor]
+    temps: dict[str, dict[int, torch.Tensor]]  # kernel step -> its temporaries (CPU only)
+
+
+class CompiledLayer:
+    """A decoder layer compiled for one target: ``y = layer(x, positions, cache)``.
+
+    ``x``: float ``[B, T, hidden]``; ``positions``: int64 ``[B, T]`` (the rotary positions);
+    ``cache``: from :meth:`new_cache` with the same ``B``. The call appends its T tokens to the
+    cache and returns ``y`` like ``x`` (its dtype, its device).
+
+    ``target="reference"`` runs the same plan with every kernel on the reference interpreter:
+    the oracle a compiled layer is checked against.
+
+    Calls from several threads are serialised: each call shape has one arena.
+    """
+
+    def __init__(self, config: LayerConfig, weights: dict[str, torch.Tensor], *, target: str = "llvm",
+                 max_seq: int = 4096, weights_dtype: str = "f32", name: str = "decoder layer",
+                 threads: int | None = None):
+        import arke
+
+        if weights_dtype not in WEIGHT_KINDS:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHT_KINDS)}, not {weights_dtype!r}")
+        if max_seq < 1:
+            raise ValueError(f"max_seq must be at least 1, not {max_seq}")
+        self.config, self.target, self.max_seq, self.kind, self.name = config, target, max_seq, weights_dtype, name
+        self.device = torch.device("cpu")
+        if target not in ("llvm", "reference"):
+            from arke.targets.triton import kernel as gpu
+
+            self.device = gpu.device()
+        module = arke.loads(LAYER_SOURCE, "<decoder layer>")
+        if target == "reference":
+            kernels = module.kernels
+
+            def call(name: str) -> _Call | _Reference:
+                return _Reference(kernels[name])
+        else:
+            built = arke.build(module, target=target, threads=threads)
+            kernels = built.kernels
+
+            def call(name: str) -> _Call | _Reference:
+                return _Call(kernels[name], target != "llvm")
+        # f32 weights on the CPU are packed once into the panels the contraction kernels read
+        self.nr = 0
+        if target == "llvm" and weights_dtype == "f32":
+            from arke.targets.llvm.jit import host_panel_width
+
+            self.nr = host_panel_width()
+        self.weights = self._pack(weights)
+        s = SUFFIX[weights_dtype]
+        self._attn_in = call("attn_in" + s)
+        self._attn = call("attn_window" if config.window else "attn_cached")
+        self._attn_out = call("attn_out" + s)
+        if config.experts:
+            self._route = call("moe_route")
+            self._expert = call("expert" + s)
+            self._combine = call("moe_combine")
+        else:
+            self._mlp = call("mlp" + s)
+        self._shapes: dict[tuple[int, int], _Shape] = {}
+        self._lock = threading.Lock()
+        self._calling = threading.Lock()
+
+    def __repr__(self) -> str:
+        c = self.config
+        mlp = f"{c.experts} experts (top {c.top_k})" if c.experts else f"MLP {c.intermediate}"
+        return (f"<{self.name} on {self.target}: hidden {c.hidden}, {c.heads} heads / {c.kv_heads} KV heads of "
+                f"{c.head_dim}, {mlp}, {self.kind} weights, max_seq {self.max_seq}>")
+
+    # -- weights
+    def _weight(self, w: torch.Tensor, into: dict[str, torch.Tensor], name: str) -> None:
+        """``into[name]`` (and ``name + "_s"``, the int8 scales) in this layer's weight kind."""
+        w = w.detach().float().contiguous()
+        if self.kind == "bf16":
+            into[name] = w.to(torch.bfloat16).to(self.device)
+        elif self.kind == "int8":
+            q, scale = quantize_int8(w)
+            into[name], into[name + "_s"] = q.to(self.device), scale.to(self.device)
+        elif self.nr:  # f32 on the CPU: packed into the contraction kernels' panels, once
+            from arke.targets.llvm.panels import pack_panels
+
+            into[name] = pack_panels(w, self.nr)
+        else:
+            into[name] = w.to(self.device)
+
+    def _split(self, into: dict[str, torch.Tensor], tag: str, dense: torch.Tensor) -> None:
+        """The gate and up halves of a fused ``[2F, D]`` matrix, as ``tag.g`` and ``tag.u`` (int8: their
+        scales as ``tag.g_s``, ``tag.u_s``): views of one tensor. Panels whose halves do not fall on a
+        panel boundary (F not a multiple of nr) are packed half by half from ``dense`` instead."""
+        f = self.config.intermediate
+        whole = into.pop(tag)
+        into[tag + ".g"], into[tag + ".u"] = whole[:f], whole[f:]
+        if self.kind == "int8":
+            scales = into.pop(tag + "_s")
+            into[tag + ".g_s"], into[tag + ".u_s"] = scales[:f], scales[f:]
+        if self.nr:
+            from arke.targets.llvm.panels import pack_panels, register_panels
+
+            if f % self.nr:
+                into[tag + ".g"], into[tag + ".u"] = pack_panels(dense[:f], self.nr), pack_panels(dense[f:], self.nr)
+            else:  # the halves start at panels 0 and f / nr of the packed matrix
+                register_panels(into[tag + ".g"], self.nr)
+                register_panels(into[tag + ".u"], self.nr)
+
+    def _pack(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Fused and converted weights: ``qkv`` [(H + 2G) E, D], ``gu`` [2F, D] (gate rows, then up)."""
+        c = self.config
+        need = ["input_norm", "q", "k", "v", "o", "post_norm"]
+        need += ["router", "experts_gate_up", "experts_down"] if c.experts else ["gate", "up", "down"]
+        missing = [n for n in need if n not in raw]
+        if missing:
+            raise ValueError(f"{self.name}: missing weights {', '.join(missing)}")
+        d, e = c.hidden, c.head_dim
+        want = {"input_norm": (d,), "post_norm": (d,), "q": (c.heads * e, d), "k": (c.kv_heads * e, d),
+                "v": (c.kv_heads * e, d), "o": (d, c.heads * e)}
+        if c.experts:
+            want |= {"router": (c.experts, d), "experts_gate_up": (c.experts, 2 * c.intermediate, d),
+                     "experts_down": (c.experts, d, c.intermediate)}
+        else:
+            want |= {"gate": (c.intermediate, d), "up": (c.intermediate, d), "down": (d, c.intermediate)}
+        for n, shape in want.items():
+            if tuple(raw[n].shape) != shape:
+                raise ValueError(f"{self.name}: weight {n!r} has shape {list(raw[n].shape)}, expected {list(shape)}")
+        out: dict[str, torch.Tensor] = {}
+        dev, f32 = self.device, torch.float32
+        out["wn1"] = raw["input_norm"].detach().to(dev, f32).contiguous()
+        out["wn2"] = raw["post_norm"].detach().to(dev, f32).contiguous()
+        out["inv_freq"] = torch.tensor(c.inv_freq, dtype=f32, device=dev)
+        self._weight(torch.cat([raw["q"], raw["k"], raw["v"]]), out, "qkv")
+        for part, heads in (("q", c.heads), ("k", c.kv_heads), ("v", c.kv_heads)):
+            bias = raw.get(part + "_bias")
+            out["b" + part] = (bias.detach().to(dev, f32).reshape(heads, e).contiguous() if bias is not None
+                               else torch.zeros(heads, e, dtype=f32, device=dev))
+        self._weight(raw["o"], out, "o")
+        if c.experts:
+            out["router"] = raw["router"].detach().to(dev, f32).contiguous()
+            for x in range(c.experts):
+                dense = raw["experts_gate_up"][x].detach().float()
+                self._weight(dense, out, f"gu{x}")
+                self._split(out, f"gu{x}", dense)
+                self._weight(raw["experts_down"][x], out, f"down{x}")
+        else:
+            dense = torch.cat([raw["gate"], raw["up"]]).detach().float()
+            self._weight(dense, out, "gu")
+            self._split(out, "gu", dense)
+            self._weight(raw["down"], out, "down")
+        return out
+
+    def _gate_up(self, tag: str) -> list[torch.Tensor]:
+        """The gate and up weights (views of the fused matrix; int8: each followed by its scales)."""
+        w = self.weights
+        if self.kind == "int8":
+            return [w[tag + ".g"], w[tag + ".g_s"], w[tag + ".u"], w[tag + ".u_s"]]
+        return [w[tag + ".g"], w[tag + ".u"]]
+
+    def _scaled(self, tag: str) -> list[torch.Tensor]:
+        return [self.weights[tag], self.weights[tag + "_s"]] if self.kind == "int8" else [self.weights[tag]]
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of every weight the layer reads (what bounds a decode step from below)."""
+        return sum(t.numel() * t.element_size() for t in self.weights.values())
+
+    # -- caches and calls
+    def new_cache(self, batch: int = 1) -> KVCache:
+        """An empty KV cache for ``batch`` sequences, ``max_seq`` slots each."""
+        if not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be a positive integer, not {batch!r}")
+        return KVCache(self, batch)
+
+    def _error(self, message: str, rule: str, param: str) -> GuardError:
+        return GuardError(self.name, message, rule=rule, param=param)
+
+    def _check(self, x: Any, positions: Any, cache: Any) -> tuple[int, int]:
+        """Every check a call needs, before anything runs or changes: ``(B, T)``."""
+        c = self.config
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise self._error(f"x must be a float torch tensor, not {type(x).__name__}"
+                              + (f" of {x.dtype}" if isinstance(x, torch.Tensor) else ""), "type", "x")
+        if x.dim() != 3 or x.shape[2] != c.hidden:
+            raise self._error(f"x must be [batch, tokens, {c.hidden}], but has shape {list(x.shape)}", "dim", "x")
+        b, t = int(x.shape[0]), int(x.shape[1])
+        if t < 1 or b < 1:
+            raise self._error(f"x has shape {list(x.shape)}: at least one sequence of one token is needed", "dim", "x")
+        if not isinstance(positions, torch.Tensor) or positions.dtype not in (torch.int64, torch.int32):
+            raise self._error("positions must be an int64 torch tensor [batch, tokens]", "type", "positions")
+        if tuple(positions.shape) != (b, t):
+            raise self._error(f"positions has shape {list(positions.shape)}, but x needs [{b}, {t}]", "dim",
+                              "positions")
+        if not isinstance(cache, KVCache) or cache.owner is not self:
+            raise self._error("cache must come from this layer's new_cache()", "type", "cache")
+        if cache.batch != b:
+            raise self._error(f"the cache holds {cache.batch} sequences, but x has {b}", "dim", "cache")
+        if cache.length + t > self.max_seq:
+            raise self._error(f"the cache has {self.max_seq - cache.length} free slots of {self.max_seq} (max_seq), "
+                              f"but {t} tokens were given", "dim", "cache")
+        lo, hi = int(positions.min()), int(positions.max())
+        if lo < 0 or hi >= self.max_seq:
+            raise self._error(f"positions must lie in [0, {self.max_seq}) (max_seq), but range over [{lo}, {hi}]",
+                              "dim", "positions")
+        for name, v in (("x", x), ("positions", positions)):
+            if v.device.type != self.device.type:
+                raise self._error(f"{name} is on {v.device}, but this layer runs on {self.device}", "device", name)
+        return b, t
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        b, t = self._check(x, positions, cache)
+        with self._calling:  # the shape's arena is shared by every call of that shape
+            return self._run(x, positions, cache, b, t)
+
+    def _run(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, b: int, t: int) -> torch.Tensor:
+        c, w = self.config, self.weights
+        n = b * t
+        shape = self._shape(b, t)
+        v, temps = shape.views, shape.temps
+        xf = x.detach().reshape(n, c.hidden).to(torch.float32).contiguous()
+        pos = positions.detach().reshape(n).to(torch.int64).contiguous()
+        qkv_args = [xf, w["wn1"], *self._scaled("qkv"), w["bq"], w["bk"], w["bv"], w["inv_freq"], pos]
+        self._attn_in(qkv_args, {"eps": c.eps, "scale": c.rope_scale}, (v["q"], v["k"], v["v"]),
+                      temps.get("attn_in"))
+        start = cache.length
+        cache.k[:, :, start:start + t].copy_(v["k"].view(b, t, c.kv_heads, c.head_dim).transpose(1, 2))
+        cache.v[:, :, start:start + t].copy_(v["v"].view(b, t, c.kv_heads, c.head_dim).transpose(1, 2))
+        scalars: dict[str, Any] = {"n": start + t}
+        if c.window:
+            scalars["window"] = c.window
+        q4 = v["q"].view(b, t, c.heads, c.head_dim)
+        self._attn([q4, cache.k, cache.v], scalars, v["o"], temps.get("attn"))
+        self._attn_out([v["o"].view(n, c.heads * c.head_dim), *self._scaled("o"), xf], {}, v["h"],
+                       temps.get("attn_out"))
+        y = torch.empty(n, c.hidden, dtype=torch.float32, device=self.device)
+        if c.experts:
+            self._moe(v, y, temps)
+        else:
+            self._mlp([v["h"], w["wn2"], *self._gate_up("gu"), *self._scaled("down")], {"eps": c.eps}, y,
+                      temps.get("mlp"))
+        cache.length = start + t
+        return y.view(b, t, c.hidden).to(x.dtype)
+
+    def _moe(self, v: dict[str, torch.Tensor], y: torch.Tensor, temps: dict[str, dict[int, torch.Tensor]]) -> None:
+        """Route, run each expert on the rows routed to it (nothing else), combine with the residual."""
+        c, w = self.config, self.weights
+        self._route([v["h"], w["wn2"], w["router"]], {"eps": c.eps, "k": c.top_k}, (v["hn"], v["route"]),
+                    temps.get("moe_route"))
+        weight, expert = torch.topk(v["route"], c.top_k, dim=1)  # each token's k experts (weights renormalised)
+        order = torch.argsort(expert.reshape(-1), stable=True)  # the (token, s) pairs grouped by expert
+        counts = torch.bincount(expert.reshape(-1), minlength=c.experts).tolist()
+        rows = torch.div(order, c.top_k, rounding_mode="floor")  # the token of each grouped pair
+        slot = torch.empty_like(order)
+        slot[order] = torch.arange(order.numel(), device=order.device)
+        at = 0
+        for x, count in enumerate(counts):
+            if count:  # an expert no token chose is not run at all
+                args = [v["hn"], rows[at:at + count].contiguous(), *self._gate_up(f"gu{x}"), *self._scaled(f"down{x}")]
+                self._expert(args, {}, v["ys"][at:at + count])
+            at += count
+        self._combine([v["h"], v["ys"], slot.view(-1, c.top_k), weight.contiguous()], {}, y,
+                      temps.get("moe_combine"))
+
+    # -- memory
+    def _shape(self, b: int, t: int) -> _Shape:
+        with self._lock:
+            found = self._shapes.get((b, t))
+            if found is None:
+                if len(self._shapes) >= 8:
+                    evict_oldest(self._shapes)
+                found = self._plan(b, t)
+                self._shapes[(b, t)] = found
+            return found
+
+    def memory(self, batch: int, tokens: int) -> MemoryPlan:
+        """The memory plan of a call with this many sequences and tokens each."""
+        return self._shape(batch, tokens).memory
+
+    def _plan(self, b: int, t: int) -> _Shape:
+        c, n = self.config, b * t
+        e, f32 = c.head_dim, torch.float32
+        plan = MemoryPlan()
+        # activations between kernels; steps: 0 attn_in, 1 append, 2 attention, 3 attn_out, 4.. the MLP
+        plan.add("q", (n, c.heads, e), f32, 0, 2)
+        plan.add("k", (n, c.kv_heads, e), f32, 0, 1)
+        plan.add("v", (n, c.kv_heads, e), f32, 0, 1)
+        plan.add("o", (b, t, c.heads, e), f32, 2, 3)
+        plan.add("h", (n, c.hidden), f32, 3, 6 if c.experts else 4)
+        if c.experts:
+            plan.add("hn", (n, c.hidden), f32, 4, 5)
+            plan.add("route", (n, c.experts), f32, 4, 5)
+            plan.add("ys", (n * c.top_k, c.hidden), f32, 5, 6)
+        steps = self._temp_steps(b, t)
+        for step, (tag, temps) in enumerate(steps):
+            for index, (shape, dtype) in temps.items():
+                plan.add(f"{tag}.{index}", shape, dtype, step, step)
+        plan.place()
+        arena = torch.empty(max(1, plan.arena_bytes), dtype=torch.uint8, device=self.device)
+        views = plan.bind(arena)
+        bound = {tag: {i: views[f"{tag}.{i}"] for i in temps} for tag, temps in steps if temps}
+        return _Shape(plan, arena, views, bound)
+
+    def _steps(self, b: int, t: int) -> list[tuple[str, _Call | _Reference | None, list[torch.Tensor], dict[str, Any]]]:
+        """The steps of a call with ``b`` sequences of ``t`` tokens: each kernel with probe tensors of its
+        arguments' shapes and its scalars (``append``, the runtime's own step, has no kernel)."""
+        c, w, n, probe = self.config, self.weights, b * t, self._probe
+        xf, pos = probe(n, c.hidden), probe(n, dtype=torch.int64)
+        q, kc = probe(b, t, c.heads, c.head_dim), probe(b, c.kv_heads, self.max_seq, c.head_dim)
+        attn: dict[str, Any] = {"n": t} | ({"window": c.window} if c.window else {})
+        steps: list[tuple[str, _Call | _Reference | None, list[torch.Tensor], dict[str, Any]]] = [
+            ("attn_in", self._attn_in, [xf, w["wn1"], *self._scaled("qkv"), w["bq"], w["bk"], w["bv"], w["inv_freq"],
+                                        pos], {}),
+            ("append", None, [], {}),
+            ("attn", self._attn, [q, kc, kc], attn),
+            ("attn_out", self._attn_out, [probe(n, c.heads * c.head_dim), *self._scaled("o"), xf], {})]
+        if c.experts:
+            slot = probe(n, c.top_k, dtype=torch.int64)
+            steps += [("moe_route", self._route, [xf, w["wn2"], w["router"]], {}),
+                      ("experts", self._expert, [xf, pos[:1], *self._gate_up("gu0"), *self._scaled("down0")], {}),
+                      ("moe_combine", self._combine, [xf, probe(n * c.top_k, c.hidden), slot, probe(n, c.top_k)], {})]
+        else:
+            steps.append(("mlp", self._mlp, [xf, w["wn2"], *self._gate_up("gu"), *self._scaled("down")], {}))
+        return steps
+
+    def _temp_steps(self, b: int, t: int) -> list[tuple[str, dict[int, tuple[tuple[int, ...], torch.dtype]]]]:
+        """Per step, the temporaries of its kernel (CPU kernels lend theirs to the plan; others keep their own).
+        The experts' row counts change with every call: their kernels keep their own buffers."""
+        if self.target != "llvm":
+            return []
+        out = []
+        for tag, call, tensors, scalars in self._steps(b, t):
+            temps = {}
+            if call is not None and tag != "experts":
+                dims, variant = call.resolve(tensors, scalars)
+                temps = variant.temp_buffers(dims)
+            out.append((tag, temps))
+        return out
+
+    def _probe(self, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """A tensor of this shape and dtype that owns one element (enough to resolve a call's dims)."""
+        return torch.zeros((), dtype=dtype, device=self.device).expand(shape)
+
+    def dispatches(self, batch: int, tokens: int) -> list[str]:
+        """The kernels a call of this shape runs, each with its fused dispatches (after fusion)."""
+        if self.target == "reference":
+            return ["every kernel on the reference interpreter"]
+        lines = []
+        for _, call, tensors, scalars in self._steps(batch, tokens):
+            if call is None:
+                continue
+            _, variant = call.resolve(tensors, scalars)
+            plan = variant.plan
+            parts = []
+            for d in plan.dispatches:
+                algorithm = plan.decision("algorithm")
+                extra = f" ({algorithm.value})" if d.family == "attention" and algorithm is not None else ""
+                parts.append(d.family + extra)
+            lines.append(f"{call.kernel.name}: {', '.join(parts)}")
+        return lines

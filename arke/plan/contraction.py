@@ -1,0 +1,171 @@
+"""The contraction family: matmul-like ops recognised from plain math, with a fused epilogue.
+
+An op is a contraction when it is ``sum(A * B for k)`` over one reduce axis ``k`` of two
+loads (a :class:`~arke.ir.semantic.ContractOp`, or a ``reduce.sum`` of a product of two
+loads, each perhaps cast to f32: bf16/f16 activations or int8 weights), where
+
+* ``n``, the result's last axis, indexes only ``B`` (lanes of the micro-kernel run along it);
+* ``m``, when there is one, is the innermost result axis that indexes only ``A`` (rows of the
+  micro-kernel), and
+* every other result axis is a *batch* axis: it may appear in either load, in any
+  subscript expression (GQA's ``h / R``), but never together with ``m``, ``n`` or ``k``.
+
+``m``, ``n`` and ``k`` must be plain subscripts (so an operand's address is affine in them),
+and the result a float. An elementwise op that reads the contraction's result only at the
+same element (``+ bias[n]``, ``silu(g) * u``, ``* scale[n]``) and nothing else reads it is
+folded in as the *epilogue*: applied to each finished element, so the raw contraction
+never reaches memory. Anything else stays with the generic loop nest, which is always
+correct.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arke.ir import semantic as ir
+from arke.ir import strategy as sir
+from arke.ir.dtypes import DType
+from arke.ir.shapes import equal
+from arke.plan.dispatch import Dispatch, PlanOp, readers
+
+#: Operand storage types the micro-kernels read (converted to f32 as they are loaded or packed).
+OPERAND_DTYPES = frozenset({DType.F32, DType.BF16, DType.F16, DType.I8})
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A recognised contraction ``C[batch.., m, n] = sum(A(.., m, k) * B(.., k, n) for k)``.
+
+    ``a`` and ``b`` are the two sides of the product: each either a plain load (casts
+    stripped; the fast paths read it in place) or an elementwise *prologue* expression (a
+    fused producer such as a norm's ``x[m, k] * inv[m] * w[k]``), evaluated once per element
+    as the operand is packed. ``m`` is None when no result axis indexes only ``A`` (a
+    matrix-vector product). ``epilogue`` is the folded elementwise op (its loads of ``result``
+    read the finished element), or None.
+    """
+
+    result: str
+    a: ir.SExpr
+    b: ir.SExpr
+    m: str | None
+    n: str
+    k: str
+    batch: tuple[str, ...]
+    epilogue: ir.MapOp | None = None
+
+    def plain_a(self) -> ir.Load | None:
+        """``a`` as a load the micro-kernel can broadcast from in place (m and k plain subscripts)."""
+        return _plain_operand(self.a, (self.m, self.k))
+
+    def plain_b(self) -> ir.Load | None:
+        """``b`` as a load whose panels can be copied directly (k and n plain subscripts)."""
+        return _plain_operand(self.b, (self.k, self.n))
+
+
+def _plain_position(load: ir.Load, axis: str) -> int | None:
+    """Where ``axis`` is a whole subscript of ``load``, if that is its only use there; else None."""
+    where = [p for p, s in enumerate(load.indices) if s == ir.Idx(axis)]
+    uses = [p for p, s in enumerate(load.indices) if any(isinstance(x, ir.Idx) and x.name == axis
+                                                        for x in ir.walk(s))]
+    return where[0] if len(where) == 1 and uses == where else None
+
+
+def _plain_operand(e: ir.SExpr, axes: tuple[str | None, ...]) -> ir.Load | None:
+    """The load under an (optional) cast to f32, if the micro-kernels can read it in place."""
+    if isinstance(e, ir.Cast) and e.dtype is DType.F32:
+        e = e.x
+    if not isinstance(e, ir.Load) or e.dtype not in OPERAND_DTYPES:
+        return None
+    if any(isinstance(x, ir.Load) for s in e.indices for x in ir.walk(s)):
+        return None
+    if any(a is not None and _plain_position(e, a) is None for a in axes):
+        return None
+    return e
+
+
+def _axes(e: ir.SExpr) -> set[str]:
+    return {x.name for x in ir.walk(e) if isinstance(x, ir.Idx)}
+
+
+def _factors(e: ir.SExpr) -> list[ir.SExpr]:
+    """The factors of a float product tree, left to right."""
+    if isinstance(e, ir.Binary) and e.op == "mul" and e.dtype is DType.F32:
+        return _factors(e.a) + _factors(e.b)
+    return [e]
+
+
+def _product(fs: list[ir.SExpr]) -> ir.SExpr:
+    out = fs[0]
+    for f in fs[1:]:
+        out = ir.Binary("mul", out, f, DType.F32)
+    return out
+
+
+def contraction_of(op: PlanOp) -> Contraction | None:
+    """``op`` as a contraction, or None when it is not one the micro-kernels can run."""
+    if isinstance(op, ir.ContractOp):
+        if op.lhs.dtype is not DType.F32 and op.lhs.dtype not in OPERAND_DTYPES:
+            return None
+        factors: list[ir.SExpr] = [_f32(op.lhs), _f32(op.rhs)]
+    elif isinstance(op, ir.ReduceOp) and op.kind == "sum" and op.body.dtype is DType.F32:
+        factors = _factors(op.body)
+    else:
+        return None
+    if not op.dtype.is_float or not op.axes or len(op.reduce_axes) != 1 or len(factors) < 2:
+        return None
+    if any(x.dtype is not DType.F32 for x in factors):
+        return None
+    k, n = op.reduce_axes[0].name, op.axes[-1].name
+    b_side = [f for f in factors if n in _axes(f)]
+    a_side = [f for f in factors if n not in _axes(f)]
+    if not a_side or not b_side:
+        return None
+    a_axes = set().union(*(_axes(f) for f in a_side))
+    b_axes = set().union(*(_axes(f) for f in b_side))
+    only_a = [x.name for x in op.axes[:-1] if x.name in a_axes and x.name not in b_axes]
+    # the innermost axis only A has is the micro-kernel's rows; any others (a batch of
+    # activations against one weight) are batch axes like the shared ones
+    m = only_a[-1] if only_a else None
+    batch = tuple(x.name for x in op.axes[:-1] if x.name != m)
+    return Contraction(op.result, _product(a_side), _product(b_side), m, n, k, batch)
+
+
+def _f32(load: ir.Load) -> ir.SExpr:
+    return load if load.dtype is DType.F32 else ir.Cast(load, DType.F32)
+
+
+def _epilogue(fn: ir.Function, ops: list[PlanOp], start: int, c: Contraction) -> ir.MapOp | None:
+    """The elementwise op right after the contraction that can be folded into it, if any."""
+    if start + 1 >= len(ops) or c.result in fn.results:
+        return None
+    op, nxt = ops[start], ops[start + 1]
+    if not isinstance(nxt, ir.MapOp) or len(nxt.axes) != len(op.axes):
+        return None
+    if not all(equal(x.extent, y.extent) for x, y in zip(nxt.axes, op.axes)):
+        return None
+    same = tuple(ir.Idx(x.name) for x in nxt.axes)
+    loads = [x for x in ir.walk(nxt.body) if isinstance(x, ir.Load) and x.src == c.result]
+    if not loads or any(x.indices != same for x in loads):
+        return None
+    if readers(ops[start + 2:], c.result):
+        return None
+    return nxt
+
+
+def match_contraction(fn: ir.Function, ops: list[PlanOp], start: int,
+                      strategy: sir.Strategy | None) -> Dispatch | None:
+    """A contraction dispatch at ``ops[start]`` (with its epilogue), or None."""
+    op = ops[start]
+    c = contraction_of(op)
+    if c is None:
+        return None
+    # workers always split the batch axes and the n range (a `parallel` decision cannot change
+    # a contraction's result, only its speed)
+    epi = _epilogue(fn, ops, start, c)
+    if epi is None:
+        return Dispatch(op, "contraction", c.n, pattern=c)
+    c = Contraction(c.result, c.a, c.b, c.m, c.n, c.k, c.batch, epi)
+    return Dispatch(epi, "contraction", c.n, ops=(op, epi), pattern=c, internal=(op.result,))
+
+
+__all__ = ["Contraction", "contraction_of", "match_contraction"]

@@ -1,0 +1,157 @@
+"""Kernel plans: a checked kernel, optimised and cut into dispatches, ready for any renderer.
+
+``make_plan`` inlines calls and fuses elementwise producers (``arke.passes``), then cuts the
+kernel's ops into dispatches. Each family's matcher may claim a run of consecutive ops as
+one dispatch, tried in this order:
+
+* ``attention`` (:mod:`arke.plan.attention`): scores, row max, exponentials, sums and the
+  value contraction, recognised from plain math, become one dispatch whose scores and
+  probabilities never reach memory;
+* ``contraction`` (:mod:`arke.plan.contraction`): a matmul-like op, with the elementwise
+  op that reads its result folded in as an epilogue;
+* ``rows`` (:mod:`arke.plan.rows`): ops over the same leading rows (a norm's statistics
+  and the map that uses them) run row by row in one pass over memory;
+
+and any op left is a dispatch of its own: a loop nest over the op's axes (and reduce axes).
+The plan names every buffer and dim symbol in the order the runtime passes them, so
+renderers and runtimes agree without re-deriving anything. Values that live only inside
+one dispatch (a dispatch's ``internal`` values) get no buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from arke.ir import semantic as ir
+from arke.ir import strategy as sir
+from arke.ir.dtypes import DType
+from arke.ir.shapes import Dim
+from arke.passes.rewrite import op_exprs
+from arke.plan.families import family
+
+#: An op a dispatch computes (calls are inlined before plans are made).
+PlanOp = ir.MapOp | ir.ReduceOp | ir.ContractOp
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A tensor the kernel touches. ``role``: ``param``, ``temp`` or ``result``."""
+
+    name: str
+    dtype: DType
+    shape: tuple[Dim, ...]
+    role: str
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One launch: the ops it computes, its family, and the axis split across workers (None: not split).
+
+    ``op`` is the op whose domain the dispatch covers (the last of ``ops``); ``ops`` every op it
+    computes, in order (empty means just ``op``); ``pattern`` the family matcher's description
+    (a :class:`~arke.plan.contraction.Contraction`, an attention match ...); ``internal``
+    the values computed inside the dispatch that never reach a buffer.
+    """
+
+    op: PlanOp
+    family: str
+    parallel: str | None
+    ops: tuple[PlanOp, ...] = ()
+    pattern: object | None = None
+    internal: tuple[str, ...] = ()
+
+    @property
+    def members(self) -> tuple[PlanOp, ...]:
+        """Every op of the dispatch, in order."""
+        return self.ops or (self.op,)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Everything a renderer needs for one kernel on one target."""
+
+    name: str
+    function: ir.Function
+    dims: tuple[str, ...]
+    buffers: tuple[Buffer, ...]
+    dispatches: tuple[Dispatch, ...]
+    decisions: tuple[sir.Decision, ...] = ()
+    #: the strategy's ``when`` condition (None: always); a target may specialise dims it fixes
+    when: ir.Cond | None = None
+
+    def buffer_index(self, name: str) -> int:
+        for k, b in enumerate(self.buffers):
+            if b.name == name:
+                return k
+        raise KeyError(name)
+
+    def decision(self, kind: str, subject: str | None = None) -> sir.Decision | None:
+        """The strategy's decision of ``kind`` (on ``subject``), if it made one."""
+        for d in self.decisions:
+            if d.kind == kind and d.subject == subject:
+                return d
+        return None
+
+
+#: A family matcher: (kernel, its ops, where to start, strategy) -> a dispatch made of
+#: ``ops[start:start + len(members)]``, or None when the family does not apply there.
+Matcher = Callable[[ir.Function, list[PlanOp], int, "sir.Strategy | None"], "Dispatch | None"]
+
+
+def matchers(families: frozenset[str] | None = None) -> tuple[Matcher, ...]:
+    """The family matchers (of ``families``, default all), in the order they are tried."""
+    from arke.plan.attention import match_attention
+    from arke.plan.contraction import match_contraction
+    from arke.plan.rows import match_rows
+
+    found = (("attention", match_attention), ("contraction", match_contraction), ("rows", match_rows))
+    return tuple(m for f, m in found if families is None or f in families)
+
+
+def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None,
+              families: frozenset[str] | None = None) -> KernelPlan:
+    """The plan of kernel ``name`` (calls inlined, elementwise producers fused, ops grouped into
+    the fused ``families`` a target renders: by default all of them)."""
+    from arke.passes import run_passes
+
+    fn = run_passes(module, name)
+    ops: list[PlanOp] = []
+    for op in fn.ops:
+        if isinstance(op, ir.CallOp):  # run_passes inlines every call
+            raise ValueError(f"{name}: a call of `{op.callee}` survived inlining")
+        ops.append(op)
+    dispatches: list[Dispatch] = []
+    k = 0
+    found = matchers(families)
+    while k < len(ops):
+        d = next((m for m in (match(fn, ops, k, strategy) for match in found) if m is not None), None)
+        if d is None:
+            d = Dispatch(ops[k], family(ops[k]), parallel_axis(ops[k], strategy))
+        dispatches.append(d)
+        k += len(d.members)
+    results = set(fn.results)
+    internal = {v for d in dispatches for v in d.internal} - results
+    buffers = [Buffer(p.name, p.type.dtype, p.type.shape, "param") for p in fn.params]
+    buffers += [Buffer(op.result, op.dtype, op.type.shape, "result" if op.result in results else "temp")
+                for op in ops if op.result not in internal]
+    dims = tuple(dict.fromkeys(b.dim for b in fn.bindings))
+    return KernelPlan(name, fn, dims, tuple(buffers), tuple(dispatches),
+                      strategy.decisions if strategy else (), strategy.when if strategy else None)
+
+
+def parallel_axis(op: PlanOp, strategy: sir.Strategy | None) -> str | None:
+    """The axis split across workers: the strategy's `parallel` index if this op has it, else its
+    outermost axis. Reduce axes are never split, so results do not depend on the thread count."""
+    names = [a.name for a in op.axes]
+    if strategy is not None:
+        for d in strategy.decisions:
+            if d.kind == "parallel" and d.subject in names:
+                return d.subject
+    return names[0] if names else None
+
+
+def readers(ops: list[PlanOp], value: str) -> list[PlanOp]:
+    """The ops that load ``value``."""
+    return [op for op in ops if any(isinstance(x, ir.Load) and x.src == value for e in op_exprs(op)
+                                    for x in ir.walk(e))]

@@ -1,0 +1,31 @@
+"""What this machine is, as every target's cache key and the benchmarks describe it."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+
+from arke import knobs
+
+
+@cache
+def host_description() -> str:
+    """The process triple, CPU name and features (llvmlite's view of the host): part of every cache key."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return f"{llvm.get_process_triple()} {llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
+
+
+def default_threads() -> int:
+    """``ARKE_THREADS``, else every core this process may run on."""
+    chosen = knobs.threads()
+    if chosen is not None:
+        return chosen
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def run_threads(threads: int | None) -> int:
+    """``threads`` when given (> 0), else :func:`default_threads`."""
+    return threads if threads and threads > 0 else default_threads()

@@ -1,0 +1,269 @@
+"""The Target protocol and the registry of targets.
+
+A target is one folder under ``arke/targets/`` whose ``__init__.py`` defines ``TARGET``, an
+instance of a :class:`Target` subclass, and one entry in :data:`REGISTRY`. Everything a caller
+needs from a target goes through it: whether it can run here (and what to install when not),
+rendering a plan to text, compiling and loading a kernel (with its cache key), the resources of
+a compiled kernel, the strategy decisions it honours with their legal values for a dispatch and
+its dims (the space a tuner searches, and the table behind the checker's AK4xxx warnings), and
+its ``akc build`` command. Nothing outside ``arke/targets/`` compares target names.
+
+A target's ``__init__`` stays light (the checker and the language server read the facts here
+without importing torch, llvmlite or a target's compiler): heavy modules are imported inside
+the methods that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from arke.ir import strategy as sir
+
+if TYPE_CHECKING:
+    from arke.ir import semantic as ir
+    from arke.plan.dispatch import Dispatch, KernelPlan
+    from arke.targets.artifact import Artifact, Renderer
+
+#: target name -> the package that defines its ``TARGET`` (adding a target: one folder, one line here)
+REGISTRY: dict[str, str] = {
+    "llvm": "arke.targets.llvm",
+    "triton": "arke.targets.triton",
+    "cuda": "arke.targets.cuda",
+    "mlir": "arke.targets.mlir",
+}
+
+#: the families a plan may fuse ops into; any other dispatch is one op (pointwise, reduction ...)
+FUSED = frozenset({"attention", "contraction", "rows"})
+#: the name under which :attr:`Target.uses` lists what single-op dispatches take
+SINGLE = "single"
+
+
+class UsageError(Exception):
+    """A problem with how a build was asked for (``akc`` exits 2); the message says what to do."""
+
+
+class TargetUnavailableError(ValueError):
+    """A target cannot run kernels here; the message says what to install or do."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What one compiled entry uses on its machine (None where the target has no such notion)."""
+
+    entry: str
+    registers: int | None = None
+    spills: int | None = None
+    shared_bytes: int | None = None
+    notes: str = ""
+
+
+class Target:
+    """One code-generation target: its facts (class attributes) and its operations (methods).
+
+    Subclasses set the facts and override the operations they support; the defaults here
+    describe a target that renders nothing (each raises with what is missing)."""
+
+    #: the name strategies and ``arke.build`` use (``@strategy(k, target = llvm)``)
+    name: ClassVar[str] = ""
+    #: one line for hover, completion and ``akc build --help``
+    description: ClassVar[str] = ""
+    #: the decisions this target honours somewhere (others are AK4009 at a strategy for it)
+    honours: ClassVar[frozenset[str]] = frozenset()
+    #: decision -> the values this target can lower, where fewer than the decision's own choices
+    choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: dispatch family (or :data:`SINGLE`) -> the decisions a dispatch of that family takes
+    uses: ClassVar[Mapping[str, frozenset[str]]] = {}
+    #: what ``akc build --emit`` takes for this target (``source`` first: the default)
+    emits: ClassVar[tuple[str, ...]] = ("source",)
+    #: whether whole decoder layers (``arke.models``) can run their plans on this target
+    runs_layers: ClassVar[bool] = False
+    #: whether ``arke.build(..., arch=...)`` picks a GPU architecture for this target
+    takes_arch: ClassVar[bool] = False
+    #: whether ``arke.build(..., device=...)`` takes another device than the CPU
+    takes_device: ClassVar[bool] = False
+
+    # ------------------------------------------------------------ running here
+
+    def unavailable(self, device: str = "cpu", arch: str | None = None) -> str | None:
+        """None when kernels for ``device``/``arch`` can run on this machine now; otherwise why not
+        and what to install or do (shown as is to the user)."""
+        return f"the {self.name} target cannot run kernels"
+
+    def require(self, device: str = "cpu", arch: str | None = None) -> None:
+        """Raise (a ValueError: :class:`TargetUnavailableError` or the target's own kind) saying what to do
+        unless kernels for ``device``/``arch`` can run here."""
+        why = self.unavailable(device, arch)
+        if why is not None:
+            raise TargetUnavailableError(why)
+
+    def check_options(self, device: str, arch: str | None) -> str | None:
+        """Validate ``arke.build``'s ``device`` and ``arch`` for this target (a ValueError saying which
+        values it takes) and return the architecture in its canonical spelling."""
+        if device != "cpu":
+            takers = [t.name for t in all_targets() if t.name != self.name and t.takes_device]
+            raise ValueError(f"device={device!r} is for the {' and '.join(takers)} target; the {self.name} target "
+                             f"takes only device='cpu'")
+        if arch is not None:
+            takers = [t.name for t in all_targets() if t.takes_arch]
+            raise ValueError(f"arch={arch!r} is for the {' and '.join(takers)} targets, not {self.name}")
+        return None
+
+    def on_host(self, device: str, arch: str | None) -> bool:
+        """Whether kernels built with these options run on this CPU (their arguments are moved there)."""
+        return False
+
+    # ------------------------------------------------------------ rendering and compiling
+
+    def renderer(self, arch: str | None = None) -> Renderer:
+        """The renderer that turns plans into this target's text (for ``arch`` where it matters)."""
+        raise NotImplementedError(f"the {self.name} target has no renderer")
+
+    def render(self, plan: KernelPlan, arch: str | None = None) -> Artifact:
+        """The target's text for one kernel plan (pure: no compiler runs)."""
+        return self.renderer(arch).render(plan)
+
+    def plan(self, module: ir.Module, ir_name: str, strategy: sir.Strategy | None,
+             arch: str | None = None) -> KernelPlan:
+        """The plan of one kernel grouped into the families this target's renderer (for ``arch``) renders."""
+        from arke.plan.dispatch import make_plan
+
+        return make_plan(module, ir_name, strategy, self.renderer(arch).families)
+
+    def cache_key(self, artifact: Artifact, arch: str | None = None) -> str:
+        """The on-disk cache key of the compiled form of ``artifact`` (everything that could change it)."""
+        from arke.runtime.cache import cache_key
+
+        return cache_key(kind="artifact", target=self.name, source=artifact.source, arch=arch or "")
+
+    def build_kernel(self, module: ir.Module, ir_name: str, strategy: sir.Strategy | None, *, threads: int,
+                     device: str = "cpu", arch: str | None = None) -> Any:
+        """Plan, render, compile (through the cache) and load one strategy variant of a kernel: an object
+        with ``run_prepared(args, dims, numpy_out, threads, out)`` and ``artifact``."""
+        raise NotImplementedError(f"the {self.name} target cannot build kernels")
+
+    def resources(self, kernel: Any) -> list[Resource]:
+        """Registers, spills and shared memory of a built kernel's entries, where the target has them."""
+        return []
+
+    # ------------------------------------------------------------ the strategy space
+
+    def decisions_for(self, dispatch: Dispatch) -> frozenset[str]:
+        """The decisions a dispatch of this target takes."""
+        family = dispatch.family if dispatch.family in FUSED and (dispatch.pattern is not None or
+                                                                   len(dispatch.members) > 1) else SINGLE
+        return self.uses.get(family, frozenset())
+
+    def legal_values(self, decision: str, dispatch: Dispatch, dims: Mapping[str, int],
+                     subject: str | None = None) -> tuple[int | str, ...]:
+        """The values of ``decision`` (on ``subject``, an index or operand) that this dispatch honours at
+        these dims; empty when the dispatch ignores the decision. Values are sampled where the range is
+        large (tiles: powers of two and the extent itself), so the tuple is a search space, not a proof."""
+        if decision not in self.decisions_for(dispatch):
+            return ()
+        spec = sir.DECISIONS[decision]
+        if spec.subject == "index":
+            extents = dispatch_extents(dispatch, dims)
+            if subject is None or subject not in extents:
+                return ()
+            return _values_for(spec, extents[subject], self.choices.get(decision))
+        if spec.subject == "operand":
+            return ("",) if subject is not None and subject in dispatch_operands(dispatch) else ()
+        return _values_for(spec, None, self.choices.get(decision))
+
+    # ------------------------------------------------------------ akc build
+
+    def add_build_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Nothing by default: ``akc build``'s common arguments cover most targets."""
+
+    def build_command(self, args: argparse.Namespace, module: Any, names: list[str]) -> int:
+        """``akc build --target <this>`` for the kernels ``names`` of a checked module."""
+        raise UsageError(f"the {self.name} target has no build command")
+
+
+def dispatch_extents(dispatch: Dispatch, dims: Mapping[str, int]) -> dict[str, int]:
+    """Index name -> its extent at these dims, over every op of a dispatch (axes and reduced indices)."""
+    from arke.ir.shapes import evaluate
+
+    out: dict[str, int] = {}
+    for op in dispatch.members:
+        for axis in (*op.axes, *getattr(op, "reduce_axes", ())):
+            try:
+                out.setdefault(axis.name, int(evaluate(axis.extent, dict(dims))))
+            except (ValueError, TypeError, KeyError):
+                continue
+    return out
+
+
+def dispatch_operands(dispatch: Dispatch) -> set[str]:
+    """The tensors a dispatch loads."""
+    from arke.ir import semantic as ir
+    from arke.passes.rewrite import op_exprs
+
+    return {x.src for op in dispatch.members for e in op_exprs(op) for x in ir.walk(e) if isinstance(x, ir.Load)}
+
+
+def _values_for(spec: sir.DecisionSpec, extent: int | None, narrowed: tuple[str, ...] | None) -> tuple[int | str, ...]:
+    if spec.values == "enum":
+        return tuple(narrowed if narrowed is not None else spec.choices)
+    if spec.values == "none":
+        return ("",)
+    top = spec.maximum or (os.cpu_count() or 1 if spec.name == "threads" else 1024)
+    if extent is not None:
+        top = min(top, max(1, extent))
+    if spec.values == "pow2":
+        return tuple(1 << k for k in range(int(math.log2(top)) + 1))
+    low = 2 if spec.values == "split" else 1
+    values = {v for v in (1 << k for k in range(int(math.log2(max(top, 1))) + 1)) if low <= v <= top}
+    if top >= low:
+        values.add(top)
+    return tuple(sorted(values))
+
+
+# ---------------------------------------------------------------- the registry
+
+
+def names() -> tuple[str, ...]:
+    """Every registered target's name, in registry order."""
+    return tuple(REGISTRY)
+
+
+def get(name: str) -> Target:
+    """The target called ``name`` (an unknown name is a ValueError naming the known ones)."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown target {name!r}; the targets are: {', '.join(REGISTRY)}")
+    found: Target = importlib.import_module(REGISTRY[name]).TARGET
+    return found
+
+
+def all_targets() -> list[Target]:
+    """Every registered target."""
+    return [get(n) for n in REGISTRY]
+
+
+def runnable(device: str = "cpu") -> tuple[str, ...]:
+    """The targets whose kernels can run on this machine now (asked each time: IREE or Triton may
+    have been installed since)."""
+    return tuple(t.name for t in all_targets() if t.unavailable(device) is None)
+
+
+def honouring(decision: str) -> tuple[str, ...]:
+    """The targets on which a decision has an effect."""
+    return tuple(t.name for t in all_targets() if decision in t.honours)
+
+
+def narrowed_choices(decision: str, target: str | None) -> tuple[str, ...] | None:
+    """The values of an enum decision ``target`` can lower, where fewer than the decision's own."""
+    if target is None or target not in REGISTRY:
+        return None
+    return get(target).choices.get(decision)
+
+
+def for_emit(emit: str) -> tuple[str, ...]:
+    """The targets whose ``akc build`` writes ``--emit emit``."""
+    return tuple(t.name for t in all_targets() if emit in t.emits)

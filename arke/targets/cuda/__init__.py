@@ -1,0 +1,87 @@
+"""The ``cuda`` target: CUDA C (tensor-core contractions, warp-shuffle rows, flash and split-KV
+attention) compiled by NVRTC to PTX, assembled by ``ptxas``, and launched through the CUDA driver.
+
+Renderers: :mod:`.render` with the families in :mod:`.gemm`, :mod:`.rows`, :mod:`.attention`.
+Compiling: :mod:`.nvrtc`; loading and launching: :mod:`arke.targets.nvidia.driver` (shared with
+the llvm target's GPU flavour); ``akc build``: :mod:`.build_cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from arke.targets.base import SINGLE, Resource, Target
+
+if TYPE_CHECKING:
+    from arke.ir import semantic as ir
+    from arke.ir import strategy as sir
+    from arke.targets.artifact import Artifact, Renderer
+
+_GPU = frozenset({"warps", "stages"})
+
+
+class CudaTarget(Target):
+    name = "cuda"
+    description = "CUDA C compiled by NVRTC"
+    honours = frozenset({"tile", "vectorize", "unroll", "parallel", "split", "warps", "stages", "algorithm", "pack"})
+    uses = {
+        "contraction": frozenset({"tile"}) | _GPU,
+        "attention": frozenset({"algorithm", "tile", "split"}) | _GPU,
+        "rows": frozenset({"warps"}),
+        SINGLE: frozenset(),
+    }
+    takes_arch = True
+    emits = ("source", "ptx", "cubin")
+
+    def unavailable(self, device: str = "cpu", arch: str | None = None) -> str | None:
+        from arke.targets.nvidia.driver import gpu_missing
+
+        return gpu_missing(self.name)
+
+    def check_options(self, device: str, arch: str | None) -> str | None:
+        if device != "cpu" or arch is None:
+            return super().check_options(device, arch)
+        from arke.targets.nvidia.ptx import arch_name
+
+        return arch_name(arch)
+
+    def require(self, device: str = "cpu", arch: str | None = None) -> None:
+        from arke.targets.nvidia.driver import require_gpu
+
+        require_gpu(self.name)  # CudaUnavailableError (a ValueError) saying what to do
+
+    def renderer(self, arch: str | None = None) -> Renderer:
+        from arke.targets.cuda.render import RENDERER
+
+        return RENDERER
+
+    def cache_key(self, artifact: Artifact, arch: str | None = None) -> str:
+        from arke.targets.cuda.nvrtc import ptx_key
+
+        return ptx_key(artifact.source, arch or "sm_90")
+
+    def to_ptx(self, artifact: Artifact, plan: Any, arch: str) -> str:
+        """The PTX of a rendered plan, through NVRTC (no GPU needed)."""
+        from arke.targets.cuda import nvrtc
+
+        return nvrtc.compile_ptx(artifact.source, arch, kernel=plan.name, plan=plan)
+
+    def build_kernel(self, module: ir.Module, ir_name: str, strategy: sir.Strategy | None, *, threads: int,
+                     device: str = "cpu", arch: str | None = None) -> Any:
+        from arke.targets.nvidia.driver import build_kernel as build_gpu
+
+        return build_gpu(self, module, ir_name, strategy, threads, arch)
+
+    def resources(self, kernel: Any) -> list[Resource]:
+        from arke.targets.nvidia.ptx import ptx_resources
+
+        return ptx_resources(kernel.ptx, kernel.arch)
+
+    def build_command(self, args: argparse.Namespace, module: Any = None, names: list[str] | None = None) -> int:
+        from arke.targets.cuda.build_cli import cmd_build_cuda
+
+        return cmd_build_cuda(args)
+
+
+TARGET = CudaTarget()

@@ -1,0 +1,603 @@
+"""LLVM rendering of the contraction family, the way BLIS does it.
+
+One dispatch runs ``C[batch.., m, n] = epilogue(sum(A[.., m, k] * B[.., k, n] for k))``:
+
+* The workers split (batch × column slabs of ``nc`` columns): each task owns whole columns,
+  so every element's sum runs over k in the same order whatever the thread count.
+* Per ``kc``-deep block of k, the task packs its slab of ``B`` into ``nr``-wide panels
+  (``[panel][k][nr]``, converted to f32, zero beyond N) in its scratch memory. A plain ``A``
+  is not packed: the micro-kernel broadcasts its elements straight from each row (a row
+  block of ``A`` stays in L1 while the panels of ``B`` stream from L2).
+* A fused producer (a *prologue*: ``silu(x[m, k])``, ``f32(w[k, n]) * s[n]``) is evaluated
+  once per element as its side is packed: ``B``'s into the panels, ``A``'s into ``mr`` rows
+  of ``kc`` floats per row block.
+* The micro-kernel keeps an ``mr × nr`` block of sums in vector registers (``mr × nr/lanes``
+  accumulators of ``<lanes x float>``), one ``llvm.fma`` per accumulator per k step. Rows past
+  M read the last row again (valid memory) and are never stored, so there are no edge cases
+  in the hot loop.
+* Sums collect in an f32 scratch tile ``[rows][nc]``; after the last k block the epilogue
+  (bias, activation, residual, per-channel scale ...) is applied to each finished element and
+  the result stored in its dtype.
+* Few rows (M below :data:`GEMV_ROWS`: decode) with both operands contiguous along k, as in
+  ``linear``: no packing; each output is a dot product along k with vector accumulators,
+  eight columns at a time, folded in a fixed order — this form is bound by reading ``B`` once.
+
+Blocking comes from the strategy: ``tile m`` sets ``mr`` (register rows), ``tile n`` the slab
+width ``nc``, ``tile k`` the depth ``kc``, ``vectorize n`` the lanes and ``unroll k`` the
+micro-kernel's unrolling, ``pack a`` packs a plain ``A`` too; the defaults suit AVX-512 (and
+shrink with ``vector_bits``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy
+
+from arke.ir import semantic as ir
+from arke.ir.dtypes import DType
+from arke.ir.shapes import Dim, dim_str
+from arke.plan.contraction import Contraction
+from arke.plan.dispatch import Dispatch, KernelPlan
+from arke.targets.artifact import LaunchSpec
+from arke.targets.llvm.gemm_base import GEMV_ROWS, Blocking, GemmBase
+from arke.targets.llvm.render import STORAGE
+
+#: Vectors across a panel of B (nr = this × lanes).
+PANEL_VECTORS = 2
+
+
+def panel_width(vector_bits: int) -> int:
+    """``nr`` of the default blocking: the panel width prepacked weights must have (``pack_panels``)."""
+    return PANEL_VECTORS * max(4, vector_bits // 32)
+
+
+def blocking(plan: KernelPlan, c: Contraction, vector_bits: int) -> Blocking:
+    """The blocking for ``c``: the strategy's tiles where it gave them, else defaults for the width."""
+
+    def value(kind: str, axis: str | None) -> int | None:
+        d = plan.decision(kind, axis) if axis is not None else None
+        return int(d.value) if d is not None and isinstance(d.value, int) else None
+
+    lanes = value("vectorize", c.n) or max(4, vector_bits // 32)
+    registers = 32 if vector_bits >= 512 else 16  # zmm0-31 with AVX-512, else 16 vector registers
+    nv = PANEL_VECTORS
+    mr = value("tile", c.m) or max(1, min(8 if registers == 32 else 6, (registers - nv - 2) // nv))
+    mr = max(1, min(mr, 16))
+    nr = nv * lanes
+    nc = value("tile", c.n) or 128
+    nc = max(nr, -(-nc // nr) * nr)
+    kc = max(1, value("tile", c.k) or 512)
+    return Blocking(lanes, mr, nv, kc, nc, max(1, value("unroll", c.k) or 1))
+
+
+def render_contraction(plan: KernelPlan, d: Dispatch, entry: str, declare: Callable[[str], None],
+                       vector_bits: int, panel_slot: int | None = None) -> tuple[str, LaunchSpec, str | None]:
+    """The LLVM functions of one contraction dispatch and how to launch them.
+
+    ``panel_slot``: the word of the dims array that may hold the address of ``B`` packed once
+    into panels (see :meth:`_Gemm.panel_operand`); 0 there means "pack as you go". The third
+    result, when B can come prepacked: ``"<B's buffer index>,<nr>"``.
+    """
+    assert isinstance(d.pattern, Contraction)
+    g = _Gemm(plan, d, entry, declare, blocking(plan, d.pattern, vector_bits), vector_bits)
+    g.panel_slot = panel_slot if g.panel_operand() is not None else None
+    text = g.render()
+    extent = dim_str(g.parallel_extent) if g.parallel_extent is not None else None
+    launch = LaunchSpec(entry, extent, tuple(plan.buffer_index(b) for b in g.args), dim_str(g.scratch_words()))
+    operand = g.panel_operand()
+    panel = f"{plan.buffer_index(operand.src)},{g.blk.nr}" if g.panel_slot is not None and operand else None
+    return text, launch, panel
+
+
+class _Gemm(GemmBase):
+    """Emits a contraction dispatch: the task loop, packing, micro-kernel calls and epilogue."""
+
+    def __init__(self, plan: KernelPlan, d: Dispatch, name: str, declare: Callable[[str], None], blk: Blocking,
+                 vector_bits: int = 512):
+        assert isinstance(d.pattern, Contraction)
+        self.c, self.blk = d.pattern, blk
+        self.contract = d.members[0]
+        self.accumulated: str | None = None  # the finished sum while the epilogue is rendered
+        self.a_once: str | None = None  # decode: where the evaluated rows of A are (see rows_once)
+        self.panel_slot: int | None = None  # the dims word holding B's prepacked panels, if it may
+        self.pre = self.has_pre = ""
+        self.plain_a, self.plain_b = self.c.plain_a(), self.c.plain_b()
+        # A is packed when it has a prologue (evaluated once per element) or the strategy says
+        # `pack a` (rows whose stride is a multiple of 4 KiB collide in L1 when read in place)
+        self.packs_a = self.plain_a is None or plan.decision("pack", self.plain_a.src) is not None
+        # decode with a prologue on A (a norm, an activation): A's few rows are evaluated once per
+        # worker into contiguous f32 rows, and the dot products read them (B is read once, as stored)
+        pa, pb = self.plain_a, self.plain_b
+        self.rows_once = (pb is not None and pb.indices[-1] == ir.Idx(self.c.k) and not self.c.batch
+                          and self.c.m is not None and (pa is None or pa.indices[-1] != ir.Idx(self.c.k)))
+        super().__init__(plan, d, name, declare, vector_bits)
+        for op in d.members:
+            self.extent.update({a.name: a.extent for a in op.axes})
+        self.extent.update({a.name: a.extent for a in self.contract.reduce_axes})  # type: ignore[union-attr]
+
+    def _buffers_used(self) -> set[str]:
+        c = self.c
+        names = {x.src for e in (c.a, c.b) for x in ir.walk(e) if isinstance(x, ir.Load)}
+        if c.epilogue is not None:
+            names.add(c.epilogue.result)
+            names |= {x.src for x in ir.walk(c.epilogue.body) if isinstance(x, ir.Load) and x.src != c.result}
+        else:
+            names.add(c.result)
+        return names
+
+    def _x_Load(self, e: ir.Load) -> str:
+        if e.src == self.c.result and self.accumulated is not None:
+            return self.accumulated
+        return self.load(e)
+
+    def panel_operand(self) -> ir.Load | None:
+        """``B`` when it can come prepacked: an f32 parameter ``w[n, k]`` (a weight), no batch axes.
+
+        Its panels are ``[ceil(N / nr)][K][nr]`` (column ``n`` of panel ``n / nr`` at lane ``n % nr``,
+        zero past N): the micro-kernel reads a k-block of a panel in place, and decode streams the
+        panels with ``A``'s rows broadcast, so neither packs anything."""
+        pb, c = self.plain_b, self.c
+        if pb is None or c.batch or pb.indices != (ir.Idx(c.n), ir.Idx(c.k)):
+            return None
+        buf = self.plan.buffers[self.plan.buffer_index(pb.src)]
+        return pb if buf.role == "param" and buf.dtype is DType.F32 else None
+
+    # -- sizes
+    def padded_rows(self) -> Dim:
+        mr = self.blk.mr
+        return mr * sympy.floor((self.rows() + mr - 1) / mr)
+
+    def scratch_words(self) -> Dim:
+        """8-byte words of scratch per worker: packed B block, packed A rows, f32 sum tile, the few
+        evaluated rows of A for decode, alignment slack."""
+        floats = self.blk.kc * self.blk.nc + self.a_panel() + self.padded_rows() * self.blk.nc + 32
+        if self.rows_once:
+            floats += GEMV_ROWS * self.extent[self.c.k]
+        return sympy.floor((floats + 1) / 2)
+
+    def a_panel(self) -> int:
+        """Floats of the packed A rows (``mr × kc``, rounded to a cache line), when A has a prologue."""
+        return -(-self.blk.mr * self.blk.kc // 16) * 16 if self.packs_a else 0
+
+    # -- the function
+    def render(self) -> str:
+        c, blk = self.c, self.blk
+        self.prologue.append("  %errflag = alloca i1")
+        self.prologue.append("  store i1 false, ptr %errflag")
+        n_ext = self.dim(self.extent[c.n])
+        tiles: Dim = sympy.floor((self.extent[c.n] + blk.nc - 1) / blk.nc)
+        total: Dim = tiles
+        for axis in c.batch:
+            total = total * self.extent[axis]
+        self.parallel_extent = total
+        ntiles = self.dim(tiles)
+        aligned = self.let("ptrtoint ptr %scratch to i64")
+        aligned = self.let(f"add i64 {aligned}, 63")
+        aligned = self.let(f"and i64 {aligned}, -64")
+        packed = self.let(f"inttoptr i64 {aligned} to ptr")
+        a_rows = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {blk.kc * blk.nc}")
+        tile = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {blk.kc * blk.nc + self.a_panel()}")
+        if self.rows_once:
+            tile_floats = self.let(f"mul i64 {self.dim(self.padded_rows())}, {blk.nc}")
+            self.a_once = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {tile_floats}")
+            few = self.let(f"icmp slt i64 {self.dim(self.rows())}, {GEMV_ROWS}")
+            self.branch(few, lambda: self.evaluate_rows(self.a_once or ""), lambda: None)
+
+        def task(flat: str) -> None:
+            jc = self.let(f"urem i64 {flat}, {ntiles}")
+            rest = self.let(f"udiv i64 {flat}, {ntiles}")
+            for axis in reversed(c.batch[1:]):
+                e = self.dim(self.extent[axis])
+                self.current[axis] = self.let(f"urem i64 {rest}, {e}")
+                rest = self.let(f"udiv i64 {rest}, {e}")
+            if c.batch:
+                self.current[c.batch[0]] = rest
+            n0 = self.let(f"mul i64 {jc}, {blk.nc}")
+            left = self.let(f"sub i64 {n_ext}, {n0}")
+            nc = self.smin(left, str(blk.nc))
+            self.slab(n0, nc, packed, a_rows, tile)
+
+        if self.panel_slot is not None:
+            word = self._pro(f"getelementptr inbounds i64, ptr %dims, i64 {self.panel_slot}")
+            word = self._pro(f"load i64, ptr {word}")
+            self.has_pre = self._pro(f"icmp ne i64 {word}, 0")
+            self.pre = self._pro(f"inttoptr i64 {word} to ptr")
+        self.counted("task", "%lo", "%hi", task)
+        self.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
+        self.declare(f"declare <{blk.lanes} x float> @llvm.fma.v{blk.lanes}f32(<{blk.lanes} x float>, "
+                     f"<{blk.lanes} x float>, <{blk.lanes} x float>)")
+        params = ", ".join(f"ptr noalias {self.ptr[b]}" for b in self.args)
+        head = (f"define void @\"{self.name}\"({params}, ptr noalias %dims, i64 %lo, i64 %hi, ptr noalias %err, "
+                "ptr noalias %scratch) {")
+        tail = ["  %ef = load i1, ptr %errflag", "  %ez = zext i1 %ef to i64", "  %eo = load i64, ptr %err",
+                "  %en = or i64 %eo, %ez", "  store i64 %en, ptr %err", "  ret void", "}"]
+        main = "\n".join([head, "entry:", *self.prologue, "  br label %start", "start:", *self.body, *tail])
+        return "\n\n".join([self.micro_kernel(), main])
+
+    def slab(self, n0: str, nc: str, packed: str, a_rows: str, tile: str) -> None:
+        """One task: columns [n0, n0 + nc) of every row, for the current batch entry."""
+        c, blk = self.c, self.blk
+        m_ext = self.dim(self.rows())
+        rows_pad = self.dim(self.padded_rows())
+        zero = (c.k, c.n) + ((c.m,) if c.m is not None else ())
+        a0 = self.base(self.plain_a, zero) if self.plain_a is not None else "null"
+        b0 = self.base(self.plain_b, zero) if self.plain_b is not None else "null"
+        bytes_ = self.let(f"mul i64 {rows_pad}, {4 * blk.nc}")
+        self.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {tile}, i8 0, i64 {bytes_}, i1 false)")
+        pa, pb = self.plain_a, self.plain_b
+        if pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb):
+            few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
+            self.branch(few, lambda: self.either_dots(pa, pb, a0, b0, n0, nc, tile),
+                        lambda: self.blocks(a0, b0, n0, nc, packed, a_rows, tile))
+        elif self.a_once is not None and pb is not None:
+            few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
+            a_once = self.a_once
+            self.branch(few, lambda: self.either_dots(None, pb, a_once, b0, n0, nc, tile),
+                        lambda: self.blocks(a0, b0, n0, nc, packed, a_rows, tile))
+        else:
+            self.blocks(a0, b0, n0, nc, packed, a_rows, tile)
+        self.finish(n0, nc, tile)
+
+    def either_dots(self, pa: ir.Load | None, pb: ir.Load, a0: str, b0: str, n0: str, nc: str, tile: str) -> None:
+        """Decode: dot products along k of A's rows and B's rows, or, when B came prepacked, the panels
+        streamed with A's elements broadcast."""
+        if self.panel_slot is None:
+            self.dots(pa, pb, a0, b0, n0, nc, tile)
+            return
+        self.branch(self.has_pre, lambda: self.panel_dots(pa, a0, n0, nc, tile),
+                    lambda: self.dots(pa, pb, a0, b0, n0, nc, tile))
+
+    def panel_dots(self, pa: ir.Load | None, a0: str, n0: str, nc: str, tile: str) -> None:
+        """``tile[r][col] = sum(A[r, k] * panel[k][col] for k)`` for the (at most three) rows, panel by
+        panel: each panel row is loaded once for every row of A, and k runs in order."""
+        c, blk = self.c, self.blk
+        lanes, nr = blk.lanes, blk.nr
+        vec = f"<{lanes} x float>"
+        fma = f"@llvm.fma.v{lanes}f32"
+        k_ext = self.dim(self.extent[c.k])
+        m_ext = self.dim(self.rows())
+        if pa is not None:
+            sa_m = self.stride(pa, c.m) if c.m is not None else "0"
+            a_ty = STORAGE[self.buffer(pa.src).dtype]
+            a_dtype = self.buffer(pa.src).dtype
+        else:
+            sa_m, a_ty, a_dtype = k_ext, "float", DType.F32
+        last_row = self.let(f"sub i64 {m_ext}, 1")
+        rows = GEMV_ROWS - 1
+        a_rows = []
+        for r in range(rows):
+            row = self.smin(str(r), last_row)  # rows past M repeat the last one (never stored)
+            off = self.let(f"mul i64 {row}, {sa_m}")
+            a_rows.append(self.let(f"getelementptr inbounds {a_ty}, ptr {a0}, i64 {off}"))
+        panels = self.let(f"add i64 {nc}, {nr - 1}")
+        panels = self.let(f"udiv i64 {panels}, {nr}")
+        first = self.let(f"udiv i64 {n0}, {nr}")
+        span = self.let(f"mul i64 {k_ext}, {nr}")
+
+        def panel(p: str) -> None:
+            at = self.let(f"add i64 {first}, {p}")
+            at = self.let(f"mul i64 {at}, {span}")
+            base = self.let(f"getelementptr inbounds float, ptr {self.pre}, i64 {at}")
+            accs = []
+            for j in range(rows * blk.nv):
+                acc = f"%pacc{j}.{self.loops_made}"
+                self.prologue.append(f"  {acc} = alloca {vec}, align 64")
+                self.emit(f"store {vec} zeroinitializer, ptr {acc}")
+                accs.append(acc)
+
+            def step(k: str) -> None:
+                row = self.let(f"mul i64 {k}, {nr}")
+                ws = []
+                for v in range(blk.nv):
+                    q = self.let(f"add i64 {row}, {v * lanes}")
+                    q = self.let(f"getelementptr inbounds float, ptr {base}, i64 {q}")
+                    ws.append(self.let(f"load {vec}, ptr {q}, align 4"))
+                for r in range(rows):
+                    q = self.let(f"getelementptr inbounds {a_ty}, ptr {a_rows[r]}, i64 {k}")
+                    x = self.to_f32(self.let(f"load {a_ty}, ptr {q}"), a_dtype)
+                    one = self.let(f"insertelement <1 x float> poison, float {x}, i64 0")
+                    xs = self.let(f"shufflevector <1 x float> {one}, <1 x float> poison, <{lanes} x i32> "
+                                  "zeroinitializer")
+                    for v in range(blk.nv):
+                        acc = accs[r * blk.nv + v]
+                        old = self.let(f"load {vec}, ptr {acc}")
+                        self.emit(f"store {vec} {self.let(f'call {vec} {fma}({vec} {xs}, {vec} {ws[v]}, {vec} {old})')}"
+                                  f", ptr {acc}")
+
+            self.counted("pk", "0", k_ext, step)
+            col = self.let(f"mul i64 {p}, {nr}")
+            for r in range(rows):  # the tile has at least mr >= 3 rows of nc columns: every store is inside
+                for v in range(blk.nv):
+                    q = self.let(f"add i64 {r * blk.nc}, {col}")
+                    q = self.let(f"add i64 {q}, {v * lanes}")
+                    q = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {q}")
+                    self.emit(f"store {vec} {self.let(f'load {vec}, ptr {accs[r * blk.nv + v]}')}, ptr {q}")
+
+        self.counted("pp", "0", panels, panel)
+
+    # -- packed blocks and micro-kernel calls
+    def blocks(self, a0: str, b0: str, n0: str, nc: str, packed: str, a_rows: str, tile: str) -> None:
+        c, blk = self.c, self.blk
+        pa, pb = self.plain_a, self.plain_b
+        k_ext = self.dim(self.extent[c.k])
+        m_ext = self.dim(self.rows())
+        sa_m = self.stride(pa, c.m) if c.m is not None and pa is not None else "0"
+        sa_k = self.stride(pa, c.k) if pa is not None else "1"
+        sb_k = self.stride(pb, c.k) if pb is not None else "0"
+        sb_n = self.stride(pb, c.n) if pb is not None else "0"
+        a_ty = STORAGE[self.buffer(pa.src).dtype] if pa is not None else "float"
+        b_ty = STORAGE[self.buffer(pb.src).dtype] if pb is not None else "float"
+        panels = self.let(f"add i64 {nc}, {blk.nr - 1}")
+        panels = self.let(f"udiv i64 {panels}, {blk.nr}")
+        last_row = self.let(f"sub i64 {m_ext}, 1")
+
+        def depth(pc: str) -> None:
+            left = self.let(f"sub i64 {k_ext}, {pc}")
+            kc = self.smin(left, str(blk.kc))
+            if self.panel_slot is None:
+                self.pack(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, panels, packed)
+            else:  # prepacked panels are read in place
+                self.branch(self.has_pre, lambda: None,
+                            lambda: self.pack(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, panels, packed))
+            a_pc = self.let(f"mul i64 {pc}, {sa_k}")
+
+            def row_block(ir_: str) -> None:
+                rows = []
+                for r in range(blk.mr):
+                    row = self.smin(self.let(f"add i64 {ir_}, {r}"), last_row)
+                    if self.packs_a:  # copied (through the prologue) into [kc][mr] panels
+                        rows.append(self.pack_a_row(row, r, pc, kc, a_rows))
+                        continue
+                    off = self.let(f"mul i64 {row}, {sa_m}")
+                    off = self.let(f"add i64 {off}, {a_pc}")
+                    rows.append(self.let(f"getelementptr inbounds {a_ty}, ptr {a0}, i64 {off}"))
+                c_row = self.let(f"mul i64 {ir_}, {blk.nc}")
+
+                def panel(jr: str) -> None:
+                    bp_off = self.let(f"mul i64 {jr}, {kc}")
+                    bp = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {bp_off}")
+                    if self.panel_slot is not None:  # panel (n0 + jr) / nr of the prepacked ones, at row pc
+                        at = self.let(f"add i64 {n0}, {jr}")
+                        at = self.let(f"udiv i64 {at}, {blk.nr}")
+                        at = self.let(f"mul i64 {at}, {k_ext}")
+                        at = self.let(f"add i64 {at}, {pc}")
+                        at = self.let(f"mul i64 {at}, {blk.nr}")
+                        pb_ = self.let(f"getelementptr inbounds float, ptr {self.pre}, i64 {at}")
+                        bp = self.let(f"select i1 {self.has_pre}, ptr {pb_}, ptr {bp}")
+                    ct = self.let(f"add i64 {c_row}, {jr}")
+                    cp = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {ct}")
+                    args = ", ".join(f"ptr {r}" for r in rows)
+                    step = str(blk.mr) if self.packs_a else sa_k
+                    self.emit(f"call void @\"{self.name}.micro\"({args}, i64 {step}, ptr {bp}, i64 {kc}, ptr {cp})")
+
+                nr_cols = self.let(f"mul i64 {panels}, {blk.nr}")
+                self.counted("jr", "0", nr_cols, panel, step=blk.nr)
+
+            self.counted("ir", "0", m_ext, row_block, step=blk.mr)
+
+        self.counted("pc", "0", k_ext, depth, step=blk.kc)
+
+    def pack(self, b0: str, b_ty: str, n0: str, nc: str, pc: str, kc: str, sb_k: str, sb_n: str,
+             panels: str, packed: str) -> None:
+        """``packed[panel][kk][l] = f32(B[pc + kk, n0 + panel*nr + l])``, 0 past the slab's columns.
+
+        When B is contiguous along n, whole panels are copied a row of ``nr`` at a time (vector
+        loads along n); otherwise each column is read down k, the order B is stored in.
+        """
+        if self.plain_b is None:
+            self.pack_expression(n0, nc, pc, kc, panels, packed)
+            return
+        blk, b_dtype = self.blk, self.buffer(self.plain_b.src).dtype
+        if self.plain_b.indices[-1] == ir.Idx(self.c.n):
+            full = self.let(f"udiv i64 {nc}, {blk.nr}")
+            vec, raw = f"<{blk.nr} x float>", f"<{blk.nr} x {b_ty}>"
+
+            def row(kk: str) -> None:
+                k = self.let(f"add i64 {pc}, {kk}")
+                src = self.let(f"mul i64 {k}, {sb_k}")
+                src = self.let(f"add i64 {src}, {n0}")
+
+                def whole(p: str) -> None:
+                    col = self.let(f"mul i64 {p}, {blk.nr}")
+                    at = self.let(f"add i64 {src}, {col}")
+                    ptr = self.let(f"getelementptr inbounds {b_ty}, ptr {b0}, i64 {at}")
+                    v = self.to_f32(self.let(f"load {raw}, ptr {ptr}, align 1"), b_dtype, vec)
+                    o = self.let(f"mul i64 {p}, {kc}")
+                    o = self.let(f"add i64 {o}, {kk}")
+                    o = self.let(f"mul i64 {o}, {blk.nr}")
+                    q = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {o}")
+                    self.emit(f"store {vec} {v}, ptr {q}, align 4")
+
+                self.counted("whole", "0", full, whole)
+            self.counted("prow", "0", kc, row)
+            self.pack_columns(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, full, panels, packed)
+        elif self.contiguous_k(self.plain_b) and blk.nr % blk.lanes == 0 and blk.lanes >= 4:
+            full = self.let(f"udiv i64 {nc}, {blk.nr}")
+            deep = self.let(f"and i64 {kc}, {-blk.lanes}")
+            self.pack_transposed(b0, b_ty, n0, pc, deep, kc, sb_n, full, packed)
+            self.pack_columns(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, full, panels, packed)  # the last, partial panel
+            self.pack_columns(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, "0", full, packed, k_from=deep)  # k tail
+        else:
+            self.pack_columns(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, "0", panels, packed)
+
+    def pack_transposed(self, b0: str, b_ty: str, n0: str, pc: str, deep: str, kc: str, sb_n: str, full: str,
+                        packed: str) -> None:
+        """Whole panels of a B stored along k (``w[n, k]``, as ``linear`` reads it), for k below ``deep``
+        (a multiple of the lanes): ``lanes × lanes`` blocks loaded as vectors along k, one per
+        column, and transposed in registers into rows of the panel (vector stores along n)."""
+        from arke.targets.llvm.vec import Vec
+
+        assert self.plain_b is not None
+        blk, b_dtype = self.blk, self.buffer(self.plain_b.src).dtype
+        w = blk.lanes
+        vec = Vec(w, self.let, self.declare)
+        raw = f"<{w} x {b_ty}>"
+
+        def panel(p: str) -> None:
+            col0 = self.let(f"mul i64 {p}, {blk.nr}")
+            col0 = self.let(f"add i64 {n0}, {col0}")
+            dst0 = self.let(f"mul i64 {p}, {kc}")
+
+            def block(kb: str) -> None:
+                k = self.let(f"add i64 {pc}, {kb}")
+                for half in range(blk.nr // w):
+                    rows = []
+                    for lane in range(w):
+                        n = self.let(f"add i64 {col0}, {half * w + lane}")
+                        at = self.let(f"mul i64 {n}, {sb_n}")
+                        at = self.let(f"add i64 {at}, {k}")
+                        ptr = self.let(f"getelementptr inbounds {b_ty}, ptr {b0}, i64 {at}")
+                        rows.append(self.to_f32(self.let(f"load {raw}, ptr {ptr}, align 1"), b_dtype, vec.f))
+                    for j, row in enumerate(vec.transpose(rows)):
+                        o = self.let(f"add i64 {dst0}, {kb}")
+                        o = self.let(f"add i64 {o}, {j}")
+                        o = self.let(f"mul i64 {o}, {blk.nr}")
+                        o = self.let(f"add i64 {o}, {half * w}")
+                        q = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {o}")
+                        self.emit(f"store {vec.f} {row}, ptr {q}, align 4")
+
+            self.counted("tk", "0", deep, block, step=w)
+
+        self.counted("tpanel", "0", full, panel)
+
+    def pack_columns(self, b0: str, b_ty: str, n0: str, nc: str, pc: str, kc: str, sb_k: str, sb_n: str,
+                     first: str, panels: str, packed: str, k_from: str = "0") -> None:
+        """Panels ``first`` to ``panels`` packed a column at a time (reading down k, from ``k_from``)."""
+        assert self.plain_b is not None
+        blk, b_dtype = self.blk, self.buffer(self.plain_b.src).dtype
+
+        def panel(p: str) -> None:
+            col0 = self.let(f"mul i64 {p}, {blk.nr}")
+            dst0 = self.let(f"mul i64 {p}, {kc}")
+            dst0 = self.let(f"mul i64 {dst0}, {blk.nr}")
+
+            def column(lane: str) -> None:
+                col = self.let(f"add i64 {col0}, {lane}")
+                inside = self.let(f"icmp slt i64 {col}, {nc}")
+                safe = self.let(f"select i1 {inside}, i64 {col}, i64 0")
+                n = self.let(f"add i64 {n0}, {safe}")
+                src = self.let(f"mul i64 {n}, {sb_n}")
+                kb = self.let(f"mul i64 {pc}, {sb_k}")
+                src = self.let(f"add i64 {src}, {kb}")
+                dst = self.let(f"add i64 {dst0}, {lane}")
+
+                def step(kk: str) -> None:
+                    s = self.let(f"mul i64 {kk}, {sb_k}")
+                    s = self.let(f"add i64 {src}, {s}")
+                    ptr = self.let(f"getelementptr inbounds {b_ty}, ptr {b0}, i64 {s}")
+                    v = self.to_f32(self.let(f"load {b_ty}, ptr {ptr}"), b_dtype)
+                    v = self.let(f"select i1 {inside}, float {v}, float 0.0")
+                    o = self.let(f"mul i64 {kk}, {blk.nr}")
+                    o = self.let(f"add i64 {dst}, {o}")
+                    q = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {o}")
+                    self.emit(f"store float {v}, ptr {q}")
+
+                self.counted("kk", k_from, kc, step)
+
+            self.counted("lane", "0", str(blk.nr), column)
+
+        self.counted("panel", first, panels, panel)
+
+    def evaluate_rows(self, dst: str) -> None:
+        """``dst[m * K + k] = A(m, k)`` (through A's prologue) for the few rows of a decode call."""
+        c = self.c
+        m_axis = c.m
+        assert m_axis is not None
+        k_ext = self.dim(self.extent[c.k])
+
+        def row(m: str) -> None:
+            self.current[m_axis] = m
+            base = self.let(f"mul i64 {m}, {k_ext}")
+
+            def step(k: str) -> None:
+                self.current[c.k] = k
+                v = self.expr(c.a)
+                q = self.let(f"add i64 {base}, {k}")
+                q = self.let(f"getelementptr inbounds float, ptr {dst}, i64 {q}")
+                self.emit(f"store float {v}, ptr {q}")
+
+            self.counted("ek", "0", k_ext, step)
+
+        self.counted("em", "0", self.dim(self.rows()), row)
+
+    def pack_a_row(self, row: str, r: int, pc: str, kc: str, a_rows: str) -> str:
+        """Row ``r`` of the packed A block, interleaved ``[kk][mr]``: ``A(row, pc + kk)`` for kk < kc
+        (through the prologue, if A has one). Returns the row's first element."""
+        c, mr = self.c, self.blk.mr
+        dst = self.let(f"getelementptr inbounds float, ptr {a_rows}, i64 {r}")
+        if c.m is not None:
+            self.current[c.m] = row
+
+        def step(kk: str) -> None:
+            self.current[c.k] = self.let(f"add i64 {pc}, {kk}")
+            v = self.expr(c.a)
+            at = self.let(f"mul i64 {kk}, {mr}")
+            q = self.let(f"getelementptr inbounds float, ptr {dst}, i64 {at}")
+            self.emit(f"store float {v}, ptr {q}")
+
+        self.counted("ak", "0", kc, step)
+        return dst
+
+    def pack_expression(self, n0: str, nc: str, pc: str, kc: str, panels: str, packed: str) -> None:
+        """B panels through B's prologue expression (0 past the slab's columns)."""
+        c, blk = self.c, self.blk
+
+        def panel(p: str) -> None:
+            col0 = self.let(f"mul i64 {p}, {blk.nr}")
+            dst0 = self.let(f"mul i64 {p}, {kc}")
+            dst0 = self.let(f"mul i64 {dst0}, {blk.nr}")
+
+            def row(kk: str) -> None:
+                self.current[c.k] = self.let(f"add i64 {pc}, {kk}")
+                base = self.let(f"mul i64 {kk}, {blk.nr}")
+                base = self.let(f"add i64 {dst0}, {base}")
+
+                def lane(li: str) -> None:
+                    col = self.let(f"add i64 {col0}, {li}")
+                    inside = self.let(f"icmp slt i64 {col}, {nc}")
+                    safe = self.let(f"select i1 {inside}, i64 {col}, i64 0")
+                    self.current[c.n] = self.let(f"add i64 {n0}, {safe}")
+                    v = self.let(f"select i1 {inside}, float {self.expr(c.b)}, float 0.0")
+                    q = self.let(f"add i64 {base}, {li}")
+                    q = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {q}")
+                    self.emit(f"store float {v}, ptr {q}")
+
+                self.counted("bl", "0", str(blk.nr), lane)
+
+            self.counted("bk", "0", kc, row)
+
+        self.counted("bpanel", "0", panels, panel)
+
+    # -- the finished sums: epilogue and store
+    def finish(self, n0: str, nc: str, tile: str) -> None:
+        c, blk = self.c, self.blk
+        m_ext = self.dim(self.rows())
+        contract = self.contract
+        out_op = c.epilogue if c.epilogue is not None else contract
+
+        def row(m: str) -> None:
+            if c.m is not None:
+                self.current[c.m] = m
+            base = self.let(f"mul i64 {m}, {blk.nc}")
+
+            def column(col: str) -> None:
+                self.current[c.n] = self.let(f"add i64 {n0}, {col}")
+                at = self.let(f"add i64 {base}, {col}")
+                q = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {at}")
+                total = self.let(f"load float, ptr {q}")
+                if c.epilogue is None:
+                    value = self.convert(total, DType.F32, contract.dtype)
+                    self.store(self.buffer(c.result), [ir.Idx(a.name) for a in contract.axes], value, contract.dtype)
+                    return
+                for mine, theirs in zip(c.epilogue.axes, contract.axes):
+                    self.current[mine.name] = self.current[theirs.name]
+                # the sum is rounded to the contraction's dtype first, as the interpreter stores it
+                self.accumulated = self.convert(total, DType.F32, contract.dtype)
+                value = self.expr(c.epilogue.body)
+                self.accumulated = None
+                self.store(self.buffer(out_op.result), [ir.Idx(a.name) for a in out_op.axes], value, out_op.dtype)
+
+            self.counted("col", "0", nc, column)
+
+        self.counted("out", "0", m_ext, row)

@@ -1,0 +1,257 @@
+"""The shared machinery of the LLVM contraction renderer (``llvm_gemm``): addressing, small
+emitters, the MR×NR micro-kernel and the few-rows dot-product form.
+
+Split from :mod:`arke.targets.llvm.gemm` to keep each file to one job: this one emits the
+inner kernels, that one the task loop, packing and epilogue around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sympy
+
+from arke.ir import semantic as ir
+from arke.ir.dtypes import DType
+from arke.ir.shapes import Dim, row_major_stride
+from arke.plan.contraction import Contraction
+from arke.targets.llvm.convert import FLOAT16, widen
+from arke.targets.llvm.render import STORAGE, _Function
+
+#: Below this many rows a contraction contiguous along k runs as dot products (no packing).
+GEMV_ROWS = 4
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """Register and cache blocking of one contraction."""
+
+    lanes: int  # floats per vector
+    mr: int  # rows of the register block
+    nv: int  # vectors per register-block row (nr = nv * lanes)
+    kc: int  # depth of a packed block of B
+    nc: int  # columns per task (a multiple of nr)
+    unroll: int  # unrolling of the micro-kernel's k loop
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+
+class GemmBase(_Function):
+    """Addressing, emitters and inner kernels of a contraction dispatch (see :class:`llvm_gemm._Gemm`)."""
+
+    c: Contraction
+    blk: Blocking
+    plain_a: ir.Load | None
+    plain_b: ir.Load | None
+    packs_a: bool
+
+    def rows(self) -> Dim:
+        return self.extent[self.c.m] if self.c.m is not None else sympy.Integer(1)
+
+    def stride(self, load: ir.Load, axis: str) -> str:
+        """Elements between neighbours along ``axis`` (a plain subscript of ``load``)."""
+        pos = next(p for p, s in enumerate(load.indices) if s == ir.Idx(axis))
+        return self.dim(row_major_stride(self.buffer(load.src).shape, pos))
+
+    def contiguous_k(self, load: ir.Load) -> bool:
+        return load.indices[-1] == ir.Idx(self.c.k)
+
+    def base(self, load: ir.Load, zero: tuple[str, ...]) -> str:
+        """Address of ``load`` with the axes in ``zero`` at 0 (the batch axes at their current values)."""
+        subs = tuple(ir.Const(0, DType.I64) if isinstance(s, ir.Idx) and s.name in zero else s
+                     for s in load.indices)
+        return self.address(self.buffer(load.src), subs)
+
+    # -- small emitters
+    def counted(self, tag: str, lo: str, hi: str, body: Callable[[str], None], step: int = 1) -> None:
+        """``for (i = lo; i < hi; i += step) body(i)``."""
+        self.loops_made += 1
+        tag = f"{tag}.{self.loops_made}"
+        counter = f"%{tag}.p"
+        self.prologue.append(f"  {counter} = alloca i64")
+        self.emit(f"store i64 {lo}, ptr {counter}")
+        self.emit(f"br label %h.{tag}")
+        self.label(f"h.{tag}")
+        i = self.let(f"load i64, ptr {counter}")
+        more = self.let(f"icmp slt i64 {i}, {hi}")
+        self.emit(f"br i1 {more}, label %b.{tag}, label %e.{tag}")
+        self.label(f"b.{tag}")
+        body(i)
+        nxt = self.let(f"add i64 {i}, {step}")
+        self.emit(f"store i64 {nxt}, ptr {counter}")
+        self.emit(f"br label %h.{tag}")
+        self.label(f"e.{tag}")
+
+    def smin(self, a: str, b: str) -> str:
+        lt = self.let(f"icmp slt i64 {a}, {b}")
+        return self.let(f"select i1 {lt}, i64 {a}, i64 {b}")
+
+    def to_f32(self, raw: str, dtype: DType, ty: str = "float") -> str:
+        """A loaded scalar or vector (``ty`` is its float type) of storage ``dtype`` as f32."""
+        src = ty.replace("float", STORAGE[dtype])
+        if dtype is DType.F32:
+            return raw
+        if dtype is DType.I8:
+            return self.let(f"sitofp {src} {raw} to {ty}")
+        # 16-bit floats: exact conversions in plain integer code (no compiler-rt calls, any CPU)
+        lanes = int(ty[1:].split(" x ")[0]) if ty.startswith("<") else 1
+        name, definition = widen(FLOAT16[dtype], lanes)
+        self.declare(definition)
+        return self.let(f"call {ty} {name}({src} {raw})")
+
+    def micro_kernel(self) -> str:
+        """``c[r][0:nr] += sum over kk of f32(a_r[kk * sak]) * bp[kk][0:nr]`` for the mr rows."""
+        blk = self.blk
+        a_dtype = self.buffer(self.plain_a.src).dtype if self.plain_a is not None and not self.packs_a else DType.F32
+        a_ty = STORAGE[a_dtype]
+        vec = f"<{blk.lanes} x float>"
+        fma = f"@llvm.fma.v{blk.lanes}f32"
+        mr, nv = blk.mr, blk.nv
+        lines = [f"define internal void @\"{self.name}.micro\"("
+                 + ", ".join(f"ptr noalias %a{r}" for r in range(mr))
+                 + ", i64 %sak, ptr noalias %bp, i64 %kc, ptr noalias %c) nounwind {", "entry:"]
+        for r in range(mr):
+            for v in range(nv):
+                lines.append(f"  %cp{r}.{v} = getelementptr inbounds float, ptr %c, i64 {r * blk.nc + v * blk.lanes}")
+                lines.append(f"  %c{r}.{v} = load {vec}, ptr %cp{r}.{v}, align 4")
+        lines += ["  br label %loop", "loop:", "  %kk = phi i64 [ 0, %entry ], [ %kk1, %loop ]"]
+        lines += [f"  %acc{r}.{v} = phi {vec} [ %c{r}.{v}, %entry ], [ %n{r}.{v}, %loop ]"
+                  for r in range(mr) for v in range(nv)]
+        lines.append(f"  %bo = mul i64 %kk, {blk.nr}")
+        for v in range(nv):
+            lines.append(f"  %bo{v} = add i64 %bo, {v * blk.lanes}")
+            lines.append(f"  %bq{v} = getelementptr inbounds float, ptr %bp, i64 %bo{v}")
+            lines.append(f"  %b{v} = load {vec}, ptr %bq{v}, align 4")
+        lines.append("  %ao = mul i64 %kk, %sak")
+        for r in range(mr):
+            lines.append(f"  %aq{r} = getelementptr inbounds {a_ty}, ptr %a{r}, i64 %ao")
+            lines.append(f"  %ar{r} = load {a_ty}, ptr %aq{r}")
+            x = f"%ar{r}"
+            if a_dtype is DType.I8:
+                lines.append(f"  %af{r} = sitofp i8 {x} to float")
+                x = f"%af{r}"
+            elif a_dtype is not DType.F32:
+                name, definition = widen(FLOAT16[a_dtype])
+                self.declare(definition)
+                lines.append(f"  %af{r} = call float {name}(i16 {x})")
+                x = f"%af{r}"
+            lines.append(f"  %ai{r} = insertelement {vec} poison, float {x}, i64 0")
+            lines.append(f"  %as{r} = shufflevector {vec} %ai{r}, {vec} poison, <{blk.lanes} x i32> zeroinitializer")
+            for v in range(nv):
+                lines.append(f"  %n{r}.{v} = call {vec} {fma}({vec} %as{r}, {vec} %b{v}, {vec} %acc{r}.{v})")
+        lines += ["  %kk1 = add i64 %kk, 1", "  %more = icmp slt i64 %kk1, %kc"]
+        unroll = ""
+        if blk.unroll > 1:
+            dispatch = int(self.name.rsplit(".d", 1)[1]) if ".d" in self.name else 0
+            ident = 100000 * (dispatch + 1) + 99999
+            self.declare(f'!{ident} = distinct !{{!{ident}, !{{!"llvm.loop.unroll.count", i32 {blk.unroll}}}}}')
+            unroll = f", !llvm.loop !{ident}"
+        lines += [f"  br i1 %more, label %loop, label %exit{unroll}", "exit:"]
+        for r in range(mr):
+            for v in range(nv):
+                lines.append(f"  store {vec} %n{r}.{v}, ptr %cp{r}.{v}, align 4")
+        lines += ["  ret void", "}"]
+        return "\n".join(lines)
+
+    # -- few rows: dot products along k
+    def dots(self, pa: ir.Load | None, pb: ir.Load, a0: str, b0: str, n0: str, nc: str, tile: str) -> None:
+        """Rows of C as dot products of A's row and eight of B's rows at a time (both contiguous along k):
+        eight streams keep enough loads in flight to run at the memory's speed. ``pa`` None: A's
+        rows were evaluated (through its prologue) into contiguous f32 rows at ``a0``."""
+        c, blk = self.c, self.blk
+        lanes, group = blk.lanes, 8
+        vec = f"<{lanes} x float>"
+        fma = f"@llvm.fma.v{lanes}f32"
+        k_ext = self.dim(self.extent[c.k])
+        m_ext = self.dim(self.rows())
+        n_ext = self.dim(self.extent[c.n])
+        if pa is not None:
+            sa_m = self.stride(pa, c.m) if c.m is not None else "0"
+            a_dtype = self.buffer(pa.src).dtype
+        else:
+            sa_m, a_dtype = k_ext, DType.F32
+        sb_n = self.stride(pb, c.n)
+        b_dtype = self.buffer(pb.src).dtype
+        full = self.let(f"and i64 {k_ext}, {-lanes}")
+        rem = self.let(f"sub i64 {k_ext}, {full}")
+        self.declare(f"declare {vec} @llvm.masked.load.v{lanes}f32.p0(ptr, i32, <{lanes} x i1>, {vec})")
+        last_n = self.let(f"sub i64 {n_ext}, 1")
+        lane_ids = "<" + ", ".join(f"i64 {i}" for i in range(lanes)) + ">"
+        rem_ins = self.let(f"insertelement <{lanes} x i64> poison, i64 {rem}, i64 0")
+        rem_v = self.let(f"shufflevector <{lanes} x i64> {rem_ins}, <{lanes} x i64> poison, "
+                         f"<{lanes} x i32> zeroinitializer")
+        mask = self.let(f"icmp slt <{lanes} x i64> {lane_ids}, {rem_v}")
+
+        def vload(base: str, dtype: DType, at: str, masked: bool) -> str:
+            ty = STORAGE[dtype]
+            p = self.let(f"getelementptr inbounds {ty}, ptr {base}, i64 {at}")
+            if not masked:
+                return self.to_f32(self.let(f"load <{lanes} x {ty}>, ptr {p}, align 1"), dtype, vec)
+            if dtype is DType.F32:
+                return self.let(f"call {vec} @llvm.masked.load.v{lanes}f32.p0(ptr {p}, i32 4, <{lanes} x i1> "
+                                f"{mask}, {vec} zeroinitializer)")
+            vt = f"<{lanes} x {ty}>"
+            suffix = {DType.BF16: "i16", DType.F16: "i16", DType.I8: "i8"}[dtype]
+            self.declare(f"declare {vt} @llvm.masked.load.v{lanes}{suffix}.p0(ptr, i32, <{lanes} x i1>, {vt})")
+            raw = self.let(f"call {vt} @llvm.masked.load.v{lanes}{suffix}.p0(ptr {p}, i32 1, <{lanes} x i1> "
+                           f"{mask}, {vt} zeroinitializer)")
+            return self.to_f32(raw, dtype, vec)
+
+        def row(m: str) -> None:
+            a_off = self.let(f"mul i64 {m}, {sa_m}")
+            a_row = self.let(f"getelementptr inbounds {STORAGE[a_dtype]}, ptr {a0}, i64 {a_off}")
+
+            def columns(l0: str) -> None:
+                b_rows = []
+                for j in range(group):
+                    n = self.let(f"add i64 {n0}, {l0}")
+                    n = self.smin(self.let(f"add i64 {n}, {j}"), last_n)
+                    off = self.let(f"mul i64 {n}, {sb_n}")
+                    b_rows.append(self.let(f"getelementptr inbounds {STORAGE[b_dtype]}, ptr {b0}, i64 {off}"))
+                accs = []
+                for j in range(group):
+                    p = f"%dot{j}.{self.loops_made}.{m[1:]}"
+                    self.prologue.append(f"  {p} = alloca {vec}, align 64")
+                    self.emit(f"store {vec} zeroinitializer, ptr {p}")
+                    accs.append(p)
+
+                def step(kk: str, masked: bool = False) -> None:
+                    x = vload(a_row, a_dtype, kk, masked)
+                    for j in range(group):
+                        w = vload(b_rows[j], b_dtype, kk, masked)
+                        acc = self.let(f"load {vec}, ptr {accs[j]}")
+                        self.emit(f"store {vec} {self.let(f'call {vec} {fma}({vec} {x}, {vec} {w}, {vec} {acc})')}, "
+                                  f"ptr {accs[j]}")
+
+                self.counted("kv", "0", full, step, step=lanes)
+                has_tail = self.let(f"icmp sgt i64 {rem}, 0")
+                self.branch(has_tail, lambda: step(full, masked=True), lambda: None)
+                for j in range(group):
+                    total = self.hsum(self.let(f"load {vec}, ptr {accs[j]}"), lanes)
+                    col = self.let(f"add i64 {l0}, {j}")
+                    inside = self.let(f"icmp slt i64 {col}, {nc}")
+                    at = self.let(f"mul i64 {m}, {blk.nc}")
+                    at = self.let(f"add i64 {at}, {col}")
+                    safe = self.let(f"select i1 {inside}, i64 {at}, i64 0")
+                    q = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {safe}")
+                    old = self.let(f"load float, ptr {q}")
+                    self.emit(f"store float {self.let(f'select i1 {inside}, float {total}, float {old}')}, ptr {q}")
+
+            self.counted("cols", "0", nc, columns, step=group)
+
+        self.counted("row", "0", m_ext, row)
+
+    def hsum(self, v: str, lanes: int) -> str:
+        """The lanes of ``v`` added pairwise, halves first: a fixed order."""
+        while lanes > 1:
+            half = lanes // 2
+            lo = "<" + ", ".join(f"i32 {i}" for i in range(half)) + ">"
+            hi = "<" + ", ".join(f"i32 {i + half}" for i in range(half)) + ">"
+            a = self.let(f"shufflevector <{lanes} x float> {v}, <{lanes} x float> poison, <{half} x i32> {lo}")
+            b = self.let(f"shufflevector <{lanes} x float> {v}, <{lanes} x float> poison, <{half} x i32> {hi}")
+            v = self.let(f"fadd <{half} x float> {a}, {b}")
+            lanes = half
+        return self.let(f"extractelement <1 x float> {v}, i64 0")

@@ -1,0 +1,250 @@
+"""The llvm target's kernels on this CPU: plan, render and compile (through the cache) a kernel,
+then run its dispatches on a team of worker threads (:mod:`.jit` compiles and loads).
+
+Each dispatch's parallel axis is cut into static, contiguous chunks, one per worker;
+reductions never cross a chunk, so results are bit-identical for any thread count. JIT code
+called through ctypes releases the GIL, so plain threads run on every core.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import torch
+
+from arke import knobs
+from arke.ir import semantic as ir
+from arke.ir.shapes import evaluate, parse_dim
+from arke.plan.dispatch import KernelPlan
+from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
+from arke.runtime.outputs import check_out
+from arke.runtime.pool import BufferPool, evict_oldest
+from arke.targets.artifact import Artifact
+from arke.targets.llvm.jit import Loaded, compile_object, host_renderer
+from arke.targets.llvm.panels import _PANELS, _panels_of
+from arke.targets.llvm.team import MAX_BUFFERS, team
+
+
+@cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arke")
+
+
+@dataclass
+class _Launch:
+    fn: Callable[..., None]
+    address: int  # fn's entry point (the native team calls it through a trampoline)
+    extent: Any  # a dim expression, or None
+    buffers: tuple[int, ...]
+    scratch: Any  # 8-byte elements of scratch per worker (a dim expression), or None
+
+
+@dataclass
+class _Sizes:
+    shapes: list[tuple[int, ...]]  # per plan buffer
+    launches: list[tuple[int, int]]  # per launch: parallel extent, scratch bytes per worker
+    dim_array: Any  # the dims as the C array the entry points read (never written)
+
+
+class CPUKernel:
+    """A compiled kernel: call it with NumPy arrays or torch CPU tensors (and scalars)."""
+
+    def __init__(self, plan: KernelPlan, artifact: Artifact, obj: bytes, module: ir.Module, threads: int):
+        self.plan, self.artifact, self.module, self.threads = plan, artifact, module, threads
+        self.name = plan.name
+        self._loaded = Loaded(obj)
+        self._launches = [
+            _Launch(self._loaded.function(spec.entry, len(spec.buffers)),
+                    int(self._loaded.engine.get_function_address(spec.entry)),
+                    parse_dim(spec.parallel_extent) if spec.parallel_extent else None, spec.buffers,
+                    parse_dim(spec.scratch) if spec.scratch else None)
+            for spec in artifact.launches
+        ]
+        self._sized: dict[tuple[int, ...], _Sizes] = {}
+        self._pool = BufferPool()
+        # contractions that can read B prepacked: launch -> (B's buffer, nr); dims word len(dims) + launch
+        self._panel_at = {int(key.split(".")[1]): tuple(int(v) for v in value.split(","))
+                          for key, value in artifact.meta.items() if key.startswith("panels.")}
+        self._roles = [(b.role, b.name, TORCH_DTYPES[b.dtype]) for b in plan.buffers]
+        self._result_at = [plan.buffer_index(r) for r in plan.function.results]
+
+    def __repr__(self) -> str:
+        return f"<arke kernel {self.name} on llvm, {len(self._launches)} dispatches>"
+
+    def __call__(self, *arrays: Any, threads: int | None = None, out: Any = None, **scalars: Any) -> Any:
+        args, dims, any_torch = prepare_args(self.plan.function, arrays, scalars)
+        return self.run_prepared(args, dims, not any_torch, threads, out)
+
+    def temp_buffers(self, dims: dict[str, int]) -> dict[int, tuple[tuple[int, ...], torch.dtype]]:
+        """The shape and dtype of each temporary buffer (by plan buffer index) of a call with these dims."""
+        shapes = self._sizes(dims).shapes
+        return {i: (shapes[i], dtype) for i, (role, _, dtype) in enumerate(self._roles) if role == "temp"}
+
+    def run_prepared(self, args: dict[str, torch.Tensor], dims: dict[str, int], as_numpy: bool,
+                     threads: int | None = None, out: Any = None,
+                     temps: dict[int, torch.Tensor] | None = None, planned: bool = False) -> Any:
+        """Run on arguments already checked and converted by :func:`~arke.runtime.guards.prepare_args`.
+
+        ``out``: a tensor (or a tuple, one per result) to write the results into; checked like
+        the arguments, and it may not overlap them. The results are then ``out`` itself.
+        ``temps``: tensors for temporary buffers (plan buffer index -> a contiguous tensor of the
+        shape and dtype :meth:`temp_buffers` gives), for a caller that plans memory itself.
+        ``planned``: ``out`` comes from such a caller's memory plan (a tensor per result, of its
+        shape and dtype, contiguous, overlapping nothing it reads), so its checks are skipped.
+        """
+        fn = self.plan.function
+        for k, v in args.items():
+            if not v.is_contiguous():
+                args[k] = v.contiguous()  # views are copied; contiguous ones are not
+        if out is not None and planned:
+            outs_ = tuple(out) if isinstance(out, tuple | list) else (out,)
+            given = {r: [o] for r, o in zip(fn.results, outs_)}
+        else:
+            given = check_out(fn, out, dims, args) if out is not None else {}
+        sizes = self._sizes(dims)
+        buffers: list[torch.Tensor] = []
+        lent = temps or {}
+        for i, ((role, name, dtype), shape) in enumerate(zip(self._roles, sizes.shapes)):
+            if role == "param":
+                buffers.append(args[name])
+            elif name in given and fn.results.count(name) == 1:
+                buffers.append(given[name][0])  # written in place
+            elif role == "temp" and i in lent:
+                buffers.append(lent[i])
+            else:
+                buffers.append(self._pool.take(shape, dtype))
+        try:
+            self._run(buffers, sizes, threads or self.threads)
+        finally:
+            for i, ((role, _, _), t) in enumerate(zip(self._roles, buffers)):
+                if role == "temp" and i not in lent:
+                    self._pool.give(t)
+        outs: list[torch.Tensor] = []
+        taken: dict[str, int] = {}
+        for r, at in zip(fn.results, self._result_at):  # a result never aliases an input or another result
+            t = buffers[at]
+            if out is not None:
+                target = given[r][taken.get(r, 0)]
+                taken[r] = taken.get(r, 0) + 1
+                if target is not t:
+                    target.copy_(t)
+                outs.append(target)
+            else:
+                outs.append(t.clone() if r in args or any(t is o for o in outs) else t)
+        if out is not None:
+            users = tuple(out) if isinstance(out, tuple | list) else (out,)
+            return users[0] if len(users) == 1 else users
+        for o in outs:  # reused only once the caller lets go of it
+            self._pool.give(o)
+        results = [o.numpy() if as_numpy and o.dtype != torch.bfloat16 else o for o in outs]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _sizes(self, dims: dict[str, int]) -> _Sizes:
+        """Buffer shapes, launch extents and scratch widths for these dims (memoised: decode repeats them)."""
+        key = tuple(dims[d] for d in self.plan.dims)
+        found = self._sized.get(key)
+        if found is None:
+            if len(self._sized) >= 64:
+                evict_oldest(self._sized)
+            found = _Sizes(
+                [tuple(evaluate(d, dims) for d in b.shape) for b in self.plan.buffers],
+                [(evaluate(launch.extent, dims) if launch.extent is not None else 1,
+                  8 * evaluate(launch.scratch, dims) if launch.scratch is not None else 0)
+                 for launch in self._launches],
+                (ctypes.c_int64 * max(1, len(key) + len(self._launches)))(*key))
+            self._sized[key] = found
+        return found
+
+    def _with_panels(self, buffers: list[torch.Tensor], dim_array: Any) -> Any:
+        """The dims array, copied with the addresses of prepacked panels where a launch reads them."""
+        found = {i: nr for i, (role, _, _) in enumerate(self._roles)
+                 if role == "param" and (nr := _panels_of(buffers[i])) is not None}
+        if not found:
+            return dim_array
+        words = (ctypes.c_int64 * len(dim_array))(*dim_array)
+        base = len(self.plan.dims)
+        for k, launch in enumerate(self._launches):
+            reads = self._panel_at.get(k)
+            for i in launch.buffers:
+                if i not in found:
+                    continue
+                if reads is None or reads[0] != i or reads[1] != found[i]:
+                    raise RuntimeError(f"kernel `{self.name}`: `{self._roles[i][1]}` holds prepacked panels "
+                                       f"(nr {found[i]}), which dispatch {k} cannot read")
+                words[base + k] = buffers[i].data_ptr()
+        return words
+
+    def _run(self, buffers: list[torch.Tensor], sizes: _Sizes, threads: int) -> None:
+        errors = (ctypes.c_int64 * max(1, threads))()
+        pool = _pool(threads) if threads > 1 else None
+        crew = team(threads) if threads > 1 and not knobs.no_team() else None
+        dim_array = self._with_panels(buffers, sizes.dim_array) if _PANELS else sizes.dim_array
+        for launch, (n, width) in zip(self._launches, sizes.launches):
+            ptrs = [buffers[i].data_ptr() for i in launch.buffers]
+            chunks = min(threads, n) if pool is not None else 1
+            scratch = self._pool.take((max(1, chunks) * width,), torch.uint8) if width else None
+            at = scratch.data_ptr() if scratch is not None else 0
+            if chunks <= 1:
+                launch.fn(*ptrs, dim_array, 0, n, ctypes.addressof(errors), at)
+            elif crew is not None and len(ptrs) <= MAX_BUFFERS:
+                base = ctypes.addressof(errors)
+                crew.run(launch.fn, launch.address, [*ptrs, ctypes.addressof(dim_array)],
+                         [(k * n // chunks, (k + 1) * n // chunks, base + 8 * k, at + k * width if at else 0)
+                          for k in range(chunks)])
+            else:
+                bounds = [(k * n // chunks, (k + 1) * n // chunks) for k in range(chunks)]
+                base = ctypes.addressof(errors)
+                # the calling thread runs the first chunk itself (a ctypes call releases the GIL):
+                # one thread hand-off fewer, and on a busy machine a worker's wake-up is the cost
+                futures = [pool.submit(launch.fn, *ptrs, dim_array, lo, hi, base + 8 * k,  # type: ignore[union-attr]
+                                       at + k * width if at else 0)
+                           for k, (lo, hi) in enumerate(bounds) if k]
+                launch.fn(*ptrs, dim_array, bounds[0][0], bounds[0][1], base, at)
+                for f in futures:
+                    f.result()
+            if scratch is not None:
+                self._pool.give(scratch)
+            if any(errors):
+                self._explain(buffers)
+
+    def _explain(self, buffers: list[torch.Tensor]) -> None:
+        """A dispatch raised its error word: the reference interpreter says exactly what was wrong."""
+        from arke.runtime.interp import run_function
+
+        fn = self.plan.function
+        inputs = {p.name: buffers[self.plan.buffer_index(p.name)] for p in fn.params}
+        run_function(fn, ir.Module((fn,)), inputs)  # raises the precise GuardError
+        raise GuardError(fn.name, "an index or an integer division was out of range", rule="index")
+
+
+def object_key(source: str) -> str:
+    """The cache key of the object code of LLVM IR ``source`` for this CPU."""
+    import llvmlite
+
+    import arke
+    from arke.runtime.cache import cache_key
+    from arke.runtime.host import host_description
+
+    return cache_key(kind="object", target="llvm", source=source, host=host_description(),
+                     arke=arke.__version__, llvmlite=llvmlite.__version__)
+
+
+def build_kernel(module: ir.Module, ir_name: str, strategy: Any, threads: int) -> CPUKernel:
+    """Plan, render (for this machine's vectors), compile (through the on-disk cache) and load a kernel."""
+    from arke.plan.dispatch import make_plan
+    from arke.runtime.cache import default_cache
+
+    renderer = host_renderer()
+    plan = make_plan(module, ir_name, strategy, renderer.families)
+    artifact = renderer.render(plan)
+    key = object_key(artifact.source)
+    obj = default_cache().get_or_build(key, lambda: compile_object(artifact.source),
+                                       meta={"kernel": ir_name, "target": "llvm"})
+    return CPUKernel(plan, artifact, obj, module, threads)
+

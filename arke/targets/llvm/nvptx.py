@@ -1,0 +1,209 @@
+"""The GPU flavour of the LLVM target: LLVM IR for NVIDIA GPUs (NVPTX), one kernel per op.
+
+Each dispatch becomes ``define ptx_kernel void @<kernel>_d<k>(ptr addrspace(1) %g0, ...,
+ptr addrspace(1) %gdims, ptr addrspace(1) %gerr)``: the buffers it touches (in plan order,
+global memory), the kernel's dim values and an error word. Plans for this flavour group no
+families (``families`` is empty), so every op is its own dispatch. A launch runs at least
+``parallel_extent`` threads (a 1-D grid of ``BLOCK``-thread blocks); thread
+``ctaid.x * ntid.x + tid.x`` computes one element of the op's result, flattened row-major
+over its axes: a map's value, or a reduction's (a norm's statistics, a softmax's sums, a
+SIMT contraction's dot product) by a loop over the reduce axes in a fixed order, so a result
+never depends on the launch shape.
+
+Expressions, subscripts and checks are :class:`arke.targets.llvm.render._Function`'s: the
+global pointers are cast to generic ones once in the entry block (NVPTX's address-space
+inference turns the accesses back into ``ld.global``/``st.global``), 16-bit floats stay i16
+bits converted in integer code, and the float functions NVPTX cannot lower without libdevice
+(log, sin, tanh ...) come from :mod:`arke.targets.llvm.nvptx_math`. A bad subscript or an
+integer division by zero clamps as on the CPU and stores 1 in the error word (every thread
+that fails stores the same value, so no atomic is needed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import sympy
+
+from arke.ir import semantic as ir
+from arke.ir.dtypes import DType
+from arke.ir.shapes import Dim, ceil_div, dim_str
+from arke.plan.dispatch import Dispatch, KernelPlan
+from arke.targets.artifact import Artifact, LaunchSpec, Renderer, UnsupportedError
+from arke.targets.llvm.lib import float_const
+from arke.targets.llvm.nvptx_math import FUNCTIONS, nvptx_math
+from arke.targets.llvm.render import FLOAT_INTRINSIC, LIBM, _Function
+
+TRIPLE = "nvptx64-nvidia-cuda"
+#: threads per block of every launch (a multiple of the 32-thread warp)
+BLOCK = 128
+_SREG = ("tid", "ctaid", "ntid")
+
+
+def entry_name(kernel: str, k: int) -> str:
+    """The PTX entry of dispatch ``k`` (PTX names take no dots, so not the CPU's ``<kernel>.d<k>``)."""
+    return f"{kernel}_d{k}"
+
+
+def element_count(op: ir.MapOp | ir.ReduceOp | ir.ContractOp) -> Dim:
+    """The elements of an op's result: the threads a one-thread-per-element launch needs."""
+    total: Dim = sympy.Integer(1)
+    for a in op.axes:
+        total = total * a.extent
+    return total
+
+
+class NVPTXFunction(_Function):
+    """Emits one dispatch as a PTX kernel: one thread per element of the result."""
+
+    def __init__(self, plan: KernelPlan, dispatch: Dispatch, name: str, declare: Callable[[str], None]):
+        super().__init__(plan, dispatch, name, declare, vector_bits=32)
+
+    def render(self) -> str:
+        axes = [a.name for a in self.op.axes]
+        total = self.parallel_extent = element_count(self.op)
+        self.start_error_flag()
+        for s in _SREG:
+            self.declare(f"declare i32 @llvm.nvvm.read.ptx.sreg.{s}.x()")
+            self.prologue.append(f"  %{s}32 = call i32 @llvm.nvvm.read.ptx.sreg.{s}.x()")
+            self.prologue.append(f"  %{s} = zext i32 %{s}32 to i64")
+        self.prologue.append("  %gbase = mul i64 %ctaid, %ntid")
+        self.prologue.append("  %gid = add i64 %gbase, %tid")
+        n = self.dim(total)
+        inside = self.let(f"icmp slt i64 %gid, {n}")
+
+        def element() -> None:
+            rest = "%gid"  # row-major: the last axis varies fastest between neighbouring threads
+            for a in reversed(axes[1:]):
+                size = self.dim(self.extent[a])
+                self.current[a] = self.let(f"urem i64 {rest}, {size}")
+                rest = self.let(f"udiv i64 {rest}, {size}")
+            if axes:
+                self.current[axes[0]] = rest
+            self.element()
+
+        self.branch(inside, element)
+        return self.text()
+
+    def text(self) -> str:
+        params = ", ".join(f"ptr addrspace(1) noalias %g{self.ptr[b][2:]}" for b in self.args)
+        head = (f"define ptx_kernel void @\"{self.name}\"({params}{', ' if params else ''}"
+                "ptr addrspace(1) noalias %gdims, ptr addrspace(1) noalias %gerr) {")
+        casts = [f"  {self.ptr[b]} = addrspacecast ptr addrspace(1) %g{self.ptr[b][2:]} to ptr" for b in self.args]
+        casts.append("  %dims = addrspacecast ptr addrspace(1) %gdims to ptr")
+        tail = ["  %ef = load i1, ptr %errflag", "  br i1 %ef, label %raise, label %done", "raise:",
+                "  store i64 1, ptr addrspace(1) %gerr", "  br label %done", "done:", "  ret void", "}"]
+        return "\n".join([head, "entry:", *casts, *self.prologue, "  br label %start", "start:", *self.body, *tail])
+
+    # one thread per element: no vector accumulators, no rows of scratch, no loop hints
+    def in_lanes(self, dtype: DType, names: Sequence[str]) -> bool:
+        return False
+
+    def rows_axis(self) -> str | None:
+        return None
+
+    def loop_hints(self, axis: str) -> str:
+        return ""
+
+    # -- float math NVPTX cannot lower by itself
+    def call_math(self, op: str, *args: str) -> str:
+        """A call of :func:`~arke.targets.llvm.nvptx_math.nvptx_math`'s ``op`` on float ``args``."""
+        name, defs = nvptx_math(op)
+        for d in defs:
+            self.declare(d)
+        return self.let(f"call float @{name}({', '.join(f'float {a}' for a in args)})")
+
+    def expr_f(self, op: str, x: str) -> str:
+        if op == "exp" or op in FUNCTIONS:
+            return self.call_math(op, x)
+        return super().expr_f(op, x)
+
+    def _x_Unary(self, e: ir.Unary) -> str:
+        if e.dtype.is_float and (e.op in FUNCTIONS or e.op == "gelu"):
+            x = self.expr(e.x)
+            if e.op != "gelu":
+                return self.call_math(e.op, x)
+            s = self.let(f"fmul float {x}, {float_const(math.sqrt(0.5))}")  # x / sqrt(2), as the CPU form does
+            er = self.call_math("erf", s)
+            one = self.let(f"fadd float 1.0, {er}")
+            h = self.let(f"fmul float {x}, 0x3FE0000000000000")
+            return self.let(f"fmul float {h}, {one}")
+        if e.dtype.is_float and e.op in LIBM and e.op not in FUNCTIONS:  # a libm call would never link
+            raise UnsupportedError(f"`{e.op}` has no NVPTX lowering")
+        return super()._x_Unary(e)
+
+    def float_binary(self, op: str, a: str, b: str) -> str:
+        if op == "pow":
+            return self.call_math("pow", a, b)
+        return super().float_binary(op, a, b)
+
+
+# every FLOAT_INTRINSIC NVPTX cannot lower is written out in llvm_nvptx_math
+assert {"log", "log2", "sin", "cos"} <= set(FUNCTIONS) and {"log", "log2", "sin", "cos"} <= set(FLOAT_INTRINSIC)
+
+
+class ElementKernel(Protocol):
+    """A dispatch's GPU function: its entry name, the buffers it takes and its thread count."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def args(self) -> Sequence[str]: ...
+    @property
+    def parallel_extent(self) -> Dim | None: ...
+
+    def render(self) -> str: ...
+
+
+def per_element_kernels(plan: KernelPlan, renderer: str, make: Callable[[Dispatch, str], ElementKernel],
+                        only: int | None = None) -> tuple[list[str], list[LaunchSpec]]:
+    """Every dispatch of ``plan`` (or dispatch ``only``) as a one-thread-per-element GPU function (its
+    text) and its launch: ``ceil(elements / BLOCK)`` blocks of :data:`BLOCK` threads. Shared by the
+    SIMT GPU targets."""
+    functions, launches = [], []
+    for k, d in enumerate(plan.dispatches):
+        if only is not None and k != only:
+            continue
+        if len(d.members) > 1:  # a fused group (from a plan made with families) has no per-element form
+            raise UnsupportedError(f"dispatch {k} of `{plan.name}` fuses {len(d.members)} ops; make the plan "
+                                   f"with families={renderer}.families")
+        fn = make(d, entry_name(plan.name, k))
+        functions.append(fn.render())
+        total = fn.parallel_extent if fn.parallel_extent is not None else sympy.Integer(1)
+        launches.append(LaunchSpec(fn.name, dim_str(total), tuple(plan.buffer_index(b) for b in fn.args),
+                                   grid=(dim_str(ceil_div(total, BLOCK)),), options=(("block", BLOCK),)))
+    return functions, launches
+
+
+class SIMTRenderer(Renderer):
+    """A GPU renderer of one kernel per op, one thread per result element (:func:`per_element_kernels`).
+
+    Make its plans with ``families=<renderer>.families`` (none: one dispatch per op).
+    ``meta["block"]`` is the threads per block of every launch.
+    """
+
+    capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "bool", "parallel"})
+    families: frozenset[str] = frozenset()
+
+
+class NVPTXRenderer(SIMTRenderer):
+    """Renders a kernel plan to an LLVM IR module for NVIDIA GPUs (``nvptx64-nvidia-cuda``)."""
+
+    name = "llvm-nvptx"
+
+    def render(self, plan: KernelPlan) -> Artifact:
+        declarations: dict[str, None] = {}
+
+        def declare(text: str) -> None:
+            declarations.setdefault(text, None)
+
+        functions, launches = per_element_kernels(
+            plan, "NVPTXRenderer", lambda d, name: NVPTXFunction(plan, d, name, declare))
+        source = "\n\n".join([f"; arke kernel {plan.name} (NVPTX)", f'target triple = "{TRIPLE}"',
+                              *declarations, *functions]) + "\n"
+        return Artifact("llvm-nvptx", source, tuple(launches), {"block": str(BLOCK), "triple": TRIPLE})
+
+
+RENDERER = NVPTXRenderer()

@@ -1,0 +1,454 @@
+"""Explicit vector code for the LLVM target: ``<W x float>`` helpers the tiled renderers share.
+
+:class:`Vec` writes vector instructions through the emitting function's ``let``: splats,
+(masked) loads and stores, FMAs, horizontal reductions in a fixed order, an in-register
+``W x W`` transpose (to pack a tile of keys so that lanes run along keys), and ``exp`` on
+whole vectors (:func:`vector_expf`, the same steps as :data:`~arke.targets.llvm.lib.EXPF`,
+so a lane gives exactly what the scalar function gives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from arke.ir import semantic as ir
+from arke.ir.dtypes import DType
+from arke.ir.shapes import equal
+from arke.targets.llvm.convert import FLOAT16, narrow, widen
+from arke.targets.llvm.lib import INT_BITS, float_const
+from arke.targets.llvm.render import COMPUTE, FLOAT_BINARY, FLOAT_COMPARE, INT_BINARY, INT_COMPARE
+
+NEG_INF = "0xFFF0000000000000"
+
+
+class Vec:
+    """Vector instructions of ``w`` lanes, written through ``let`` (``%t = rhs``) and ``declare``."""
+
+    def __init__(self, w: int, let: Callable[[str], str], declare: Callable[[str], None]):
+        self.w, self.let, self.declare = w, let, declare
+        self.f = f"<{w} x float>"
+
+    def ty(self, elem: str = "float") -> str:
+        return f"<{self.w} x {elem}>"
+
+    def const(self, value: str, elem: str = "float") -> str:
+        """A constant vector with every lane ``value`` (an LLVM literal)."""
+        return f"splat ({elem} {value})"
+
+    def iota(self, elem: str = "i64") -> str:
+        """The constant vector ``<0, 1, ..., w - 1>``."""
+        return "<" + ", ".join(f"{elem} {k}" for k in range(self.w)) + ">"
+
+    def splat(self, scalar: str, elem: str = "float") -> str:
+        one = self.let(f"insertelement <1 x {elem}> poison, {elem} {scalar}, i64 0")
+        return self.let(f"shufflevector <1 x {elem}> {one}, <1 x {elem}> poison, <{self.w} x i32> zeroinitializer")
+
+    def load(self, ptr: str) -> str:
+        return self.let(f"load {self.f}, ptr {ptr}, align 4")
+
+    def store(self, value: str, ptr: str) -> str:
+        return f"store {self.f} {value}, ptr {ptr}, align 4"
+
+    def masked_load(self, ptr: str, mask: str) -> str:
+        """Lanes where ``mask`` is false read nothing (no fault past an array's end) and give 0."""
+        name = f"llvm.masked.load.v{self.w}f32.p0"
+        self.declare(f"declare {self.f} @{name}(ptr, {self.ty('i1')}, {self.f})")
+        return self.let(f"call {self.f} @{name}(ptr align 4 {ptr}, {self.ty('i1')} {mask}, {self.f} zeroinitializer)")
+
+    def masked_store(self, value: str, ptr: str, mask: str) -> str:
+        name = f"llvm.masked.store.v{self.w}f32.p0"
+        self.declare(f"declare void @{name}({self.f}, ptr, {self.ty('i1')})")
+        return f"call void @{name}({self.f} {value}, ptr align 4 {ptr}, {self.ty('i1')} {mask})"
+
+    def load_as_float(self, ptr: str, dtype: DType, mask: str | None = None) -> str:
+        """``w`` stored values of ``dtype`` (f32, or bf16/f16 bits widened exactly) as a float vector;
+        with ``mask``, lanes where it is false read nothing and give 0."""
+        if dtype is DType.F32:
+            return self.masked_load(ptr, mask) if mask is not None else self.load(ptr)
+        t = self.ty("i16")
+        if mask is None:
+            raw = self.let(f"load {t}, ptr {ptr}, align 2")
+        else:
+            name = f"llvm.masked.load.v{self.w}i16.p0"
+            self.declare(f"declare {t} @{name}(ptr, {self.ty('i1')}, {t})")
+            raw = self.let(f"call {t} @{name}(ptr align 2 {ptr}, {self.ty('i1')} {mask}, {t} zeroinitializer)")
+        name, definition = widen(FLOAT16[dtype], self.w)
+        self.declare(definition)
+        return self.let(f"call {self.f} {name}({t} {raw})")
+
+    def masked_store_as(self, value: str, ptr: str, mask: str, dtype: DType) -> str:
+        """Store a float vector as ``dtype`` (bf16/f16 rounded to nearest even) where ``mask`` holds."""
+        if dtype is DType.F32:
+            return self.masked_store(value, ptr, mask)
+        t = self.ty("i16")
+        name, definition = narrow(FLOAT16[dtype], self.w)
+        self.declare(definition)
+        bits = self.let(f"call {t} {name}({self.f} {value})")
+        store = f"llvm.masked.store.v{self.w}i16.p0"
+        self.declare(f"declare void @{store}({t}, ptr, {self.ty('i1')})")
+        return f"call void @{store}({t} {bits}, ptr align 2 {ptr}, {self.ty('i1')} {mask})"
+
+    def lanes_below(self, start: str, limit: str) -> str:
+        """The mask of lanes ``k`` with ``start + k < limit`` (i64 scalars; compared in i32 lanes)."""
+        room = self.let(f"sub i64 {limit}, {start}")
+        low = self.let(f"icmp slt i64 {room}, 0")
+        high = self.let(f"icmp sgt i64 {room}, {self.w}")
+        room = self.let(f"select i1 {low}, i64 0, i64 {room}")
+        room = self.let(f"select i1 {high}, i64 {self.w}, i64 {room}")
+        n = self.splat(self.let(f"trunc i64 {room} to i32"), "i32")
+        return self.let(f"icmp slt {self.ty('i32')} {self.iota('i32')}, {n}")
+
+    def max(self, a: str, b: str) -> str:
+        """``a > b ? a : b`` lane by lane (one vmaxps). A NaN may be dropped here: callers only use
+        the max to shift exponents, and a NaN term still makes its own exp, so the sum, NaN."""
+        c = self.let(f"fcmp ogt {self.f} {a}, {b}")
+        return self.let(f"select {self.ty('i1')} {c}, {self.f} {a}, {self.f} {b}")
+
+    def hmax_fast(self, v: str) -> str:
+        """The largest lane by a halving tree of :meth:`max` (same NaN caveat)."""
+        width = self.w
+        while width > 1:
+            half = width // 2
+            t = f"<{width} x float>"
+            a = self.let(f"shufflevector {t} {v}, {t} poison, {_mask(list(range(half)))}")
+            b = self.let(f"shufflevector {t} {v}, {t} poison, {_mask(list(range(half, width)))}")
+            c = self.let(f"fcmp ogt <{half} x float> {a}, {b}")
+            v = self.let(f"select <{half} x i1> {c}, <{half} x float> {a}, <{half} x float> {b}")
+            width = half
+        return self.let(f"extractelement <1 x float> {v}, i64 0")
+
+    def fma(self, a: str, b: str, c: str) -> str:
+        name = f"llvm.fma.v{self.w}f32"
+        self.declare(f"declare {self.f} @{name}({self.f}, {self.f}, {self.f})")
+        return self.let(f"call {self.f} @{name}({self.f} {a}, {self.f} {b}, {self.f} {c})")
+
+    def intrinsic(self, name: str, *args: str) -> str:
+        """``llvm.<name>.v<w>f32`` on float vectors (``maximum`` propagates NaN, as torch does)."""
+        full = f"llvm.{name}.v{self.w}f32"
+        self.declare(f"declare {self.f} @{full}({', '.join([self.f] * len(args))})")
+        return self.let(f"call {self.f} @{full}({', '.join(f'{self.f} {a}' for a in args)})")
+
+    def hsum(self, v: str) -> str:
+        """The sum of the lanes, as a fixed tree (halves added lane by lane): one order on every run."""
+        width = self.w
+        while width > 1:
+            half = width // 2
+            lo = "<" + ", ".join(f"i32 {k}" for k in range(half)) + ">"
+            hi = "<" + ", ".join(f"i32 {k + half}" for k in range(half)) + ">"
+            src = f"<{width} x float>"
+            a = self.let(f"shufflevector {src} {v}, {src} poison, <{half} x i32> {lo}")
+            b = self.let(f"shufflevector {src} {v}, {src} poison, <{half} x i32> {hi}")
+            v = self.let(f"fadd <{half} x float> {a}, {b}")
+            width = half
+        return self.let(f"extractelement <1 x float> {v}, i64 0")
+
+    def transpose(self, rows: list[str]) -> list[str]:
+        """The ``w x w`` transpose of ``rows`` (row ``k``'s lane ``l`` becomes row ``l``'s lane ``k``).
+
+        x86's cheap shuffles, as compilers write it: interleave pairs of floats, then pairs of
+        pairs, then whole 128-bit blocks (one ``vshuff32x4``-like step per stage). The lanes
+        are followed symbolically as the shuffles are written, and the result is checked to
+        be the transpose."""
+        w = self.w
+        assert len(rows) == w and w >= 4 and w & (w - 1) == 0
+        vecs = [(r, [(k, c) for c in range(w)]) for k, r in enumerate(rows)]
+
+        def shuffle(a: tuple[str, list[tuple[int, int]]], b: tuple[str, list[tuple[int, int]]],
+                    lanes: list[int]) -> tuple[str, list[tuple[int, int]]]:
+            both = a[1] + b[1]
+            value = self.let(f"shufflevector {self.f} {a[0]}, {self.f} {b[0]}, {_mask(lanes)}")
+            return value, [both[k] for k in lanes]
+
+        def within(hi: bool, wide: bool) -> list[int]:  # unpck{l,h}{ps,pd}: inside each 128-bit block
+            out = []
+            for block in range(w // 4):
+                at = 4 * block + (2 if hi else 0)
+                out += [at, at + 1, w + at, w + at + 1] if wide else [at, w + at, at + 1, w + at + 1]
+            return out
+
+        pairs = [shuffle(vecs[2 * k], vecs[2 * k + 1], within(hi, False))
+                 for k in range(w // 2) for hi in (False, True)]
+        quads: list[tuple[str, list[tuple[int, int]]]] = []
+        for g in range(w // 4):
+            a0, a1, a2, a3 = pairs[4 * g:4 * g + 4]
+            quads += [shuffle(a0, a2, within(False, True)), shuffle(a0, a2, within(True, True)),
+                      shuffle(a1, a3, within(False, True)), shuffle(a1, a3, within(True, True))]
+        blocks = w // 4
+        step = 1
+        while step < blocks:  # even blocks of a then b, odd blocks of a then b
+            evens = [4 * k + e for k in range(0, blocks, 2) for e in range(4)]
+            odds = [4 * k + e for k in range(1, blocks, 2) for e in range(4)]
+            even = evens + [w + x for x in evens]
+            odd = odds + [w + x for x in odds]
+            nxt = list(quads)
+            for c in range(4):
+                group = [4 * g + c for g in range(blocks)]
+                for n, k in enumerate(group):
+                    if n & step:
+                        continue
+                    partner = group[n + step]
+                    nxt[k] = shuffle(quads[k], quads[partner], even)
+                    nxt[partner] = shuffle(quads[k], quads[partner], odd)
+            quads = nxt
+            step *= 2
+        by_column: dict[int, str] = {}
+        for value, lanes in quads:
+            column = lanes[0][1]
+            assert lanes == [(k, column) for k in range(w)], "transpose network is wrong"
+            by_column[column] = value
+        return [by_column[c] for c in range(w)]
+
+    def tanh(self, x: str) -> str:
+        """tanh as Cephes' tanhf: an odd polynomial below |x| = 0.625, else 1 - 2 / (exp(2|x|) + 1)
+        with x's sign (a few ulp; +-1 past |x| = 44, NaN stays NaN)."""
+        f = self.f
+        ax = self.intrinsic("fabs", x)
+        z = self.let(f"fmul {f} {x}, {x}")
+        p = self.const(float_const(-5.70498872745e-3))
+        for c in (2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1):
+            p = self.intrinsic("fmuladd", p, z, self.const(float_const(c)))
+        small = self.intrinsic("fmuladd", self.let(f"fmul {f} {p}, {z}"), x, x)
+        e = self.exp(self.let(f"fadd {f} {ax}, {ax}"))
+        plus = self.let(f"fadd {f} {e}, splat (float 1.0)")
+        big = self.let(f"fsub {f} splat (float 1.0), {self.let(f'fdiv {f} splat (float 2.0), {plus}')}")
+        big = self.intrinsic("copysign", big, x)
+        near = self.let(f"fcmp olt {f} {ax}, {self.const(float_const(0.625))}")
+        return self.let(f"select {self.ty('i1')} {near}, {f} {small}, {f} {big}")
+
+    def exp(self, v: str) -> str:
+        for d in vector_expf(self.w):
+            self.declare(d)
+        return self.let(f"call {self.f} @arke.expf.v{self.w}({self.f} {v})")
+
+
+def _mask(lanes: list[int]) -> str:
+    return f"<{len(lanes)} x i32> <" + ", ".join(f"i32 {k}" for k in lanes) + ">"
+
+
+# The steps of llvm_lib's scalar exp (Cephes' expf): clamp to [-104, 89] by compare-and-select
+# (NaN stays NaN), n = x log2(e) rounded to even, r = x - n ln2 in two fused steps, exp(r) by a
+# degree-6 polynomial in fused multiply-adds, then times 2^n: one ``llvm.ldexp`` with AVX-512
+# (vscalefps), else two exact powers of two (n can be 128).
+_EXP = {name: float_const(v) for name, v in {
+    "lo": -104.0, "hi": 89.0, "log2e": 1.44269504088896341, "mln2hi": -0.693359375,
+    "mln2lo": 2.12194440e-4, "p0": 1.9875691500e-4, "p1": 1.3981999507e-3, "p2": 8.3334519073e-3,
+    "p3": 4.1665795894e-2, "p4": 1.6666665459e-1, "p5": 5.0000001201e-1}.items()}
+
+
+def vector_expf(w: int) -> tuple[str, ...]:
+    """Declarations and the definition of ``@arke.expf.v<w>``: exp on ``w`` lanes at once."""
+    f, i, b = f"<{w} x float>", f"<{w} x i32>", f"<{w} x i1>"
+
+    def c(name: str) -> str:
+        return f"splat (float {_EXP[name]})"
+
+    def fma(x: str, y: str, z: str) -> str:
+        return f"call {f} @llvm.fmuladd.v{w}f32({f} {x}, {f} {y}, {f} {z})"
+
+    decls: tuple[str, ...] = (f"declare {f} @llvm.roundeven.v{w}f32({f})",
+                              f"declare {f} @llvm.fmuladd.v{w}f32({f}, {f}, {f})")
+    if w >= 16:
+        decls += (f"declare {f} @llvm.ldexp.v{w}f32.v{w}i32({f}, {i})",)
+        scale = f"  %v = call {f} @llvm.ldexp.v{w}f32.v{w}i32({f} %y, {i} %n)"
+    else:
+        scale = "\n".join([
+            f"  %n1 = ashr {i} %n, splat (i32 1)", f"  %n2 = sub {i} %n, %n1",
+            f"  %e1 = add {i} %n1, splat (i32 127)", f"  %e2 = add {i} %n2, splat (i32 127)",
+            f"  %bits1 = shl {i} %e1, splat (i32 23)", f"  %bits2 = shl {i} %e2, splat (i32 23)",
+            f"  %s1 = bitcast {i} %bits1 to {f}", f"  %s2 = bitcast {i} %bits2 to {f}",
+            f"  %v0 = fmul {f} %y, %s1", f"  %v = fmul {f} %v0, %s2"])
+    body = f"""define internal {f} @arke.expf.v{w}({f} %x) alwaysinline {{
+entry:
+  %below = fcmp olt {f} %x, {c("lo")}
+  %x1 = select {b} %below, {f} {c("lo")}, {f} %x
+  %above = fcmp ogt {f} %x1, {c("hi")}
+  %xc = select {b} %above, {f} {c("hi")}, {f} %x1
+  %t = fmul {f} %xc, {c("log2e")}
+  %nf = call {f} @llvm.roundeven.v{w}f32({f} %t)
+  %r1 = {fma("%nf", c("mln2hi"), "%xc")}
+  %r = {fma("%nf", c("mln2lo"), "%r1")}
+  %p1 = {fma("%r", c("p0"), c("p1"))}
+  %p2 = {fma("%p1", "%r", c("p2"))}
+  %p3 = {fma("%p2", "%r", c("p3"))}
+  %p4 = {fma("%p3", "%r", c("p4"))}
+  %p5 = {fma("%p4", "%r", c("p5"))}
+  %z = fmul {f} %r, %r
+  %y0 = {fma("%p5", "%z", "%r")}
+  %y = fadd {f} %y0, splat (float 1.0)
+  %n0 = fptosi {f} %nf to {i}
+  %n = freeze {i} %n0
+{scale}
+  ret {f} %v
+}}"""
+    return (*decls, body)
+
+
+# ---------------------------------------------------------------- expressions with lanes along an index
+
+if TYPE_CHECKING:
+    from arke.targets.llvm.render import _Function as _Host
+else:
+    _Host = object
+
+# Float math with a vector intrinsic (libm calls per lane where the target has no instruction).
+FLOAT_VECTOR = {"abs": "fabs", "sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "log": "log", "sin": "sin",
+                "cos": "cos", "exp2": "exp2", "log2": "log2"}
+
+
+class VectorExprMixin(_Host):
+    """Evaluates a scalar-IR expression for ``w`` consecutive values of one index at once.
+
+    Mixed into the LLVM target's function emitter: ``lane_index`` (``Idx``) is the vector
+    ``jvec`` and ``leaf()`` (a load) is the vector ``svec``; anything that depends on neither
+    is the emitter's ordinary scalar code (splat where it meets a vector). Operations with
+    no vector form (integer division, ``tanh``, loads at the index ...) run lane by lane
+    through the scalar emitter, so every expression the generic path compiles works here.
+    """
+
+    vec: Vec
+    bound: dict[ir.SExpr, str]
+    jvec: str
+    svec: str
+    lane_index: str
+    lane_start: str | None = None  # the first lane's index when lanes are consecutive (else None) ...
+    lane_mask: str | None = None  # ... and the lanes that exist (a load reads only those)
+
+    def leaf(self) -> ir.Load:
+        raise NotImplementedError
+
+    def expr(self, e: ir.SExpr) -> str:
+        if self.bound:
+            hit = self.bound.get(e)
+            if hit is not None:
+                return hit
+        return super().expr(e)
+
+    def varying(self, e: ir.SExpr) -> bool:
+        leaf = self.leaf()
+        return any((isinstance(x, ir.Idx) and x.name == self.lane_index) or x == leaf for x in ir.walk(e))
+
+    def vtype(self, dtype: DType) -> str:
+        return self.vec.ty(COMPUTE[dtype])
+
+    def vector(self, e: ir.SExpr) -> str:
+        """``e`` as a vector (a lane-independent value is splat)."""
+        value, is_vector = self.vexpr(e)
+        return value if is_vector else self.vec.splat(value, COMPUTE[e.dtype])
+
+    def vexpr(self, e: ir.SExpr) -> tuple[str, bool]:
+        """``e``'s value and whether it is a vector (else the scalar every lane shares)."""
+        if not self.varying(e):
+            return self.expr(e), False
+        if e == self.leaf():
+            return self.svec, True
+        if isinstance(e, ir.Idx):
+            return self.jvec, True
+        rule = getattr(self, "_v_" + type(e).__name__, None)
+        value = rule(e) if rule is not None else None
+        return (value if value is not None else self.scalarize(e)), True
+
+    def scalarize(self, e: ir.SExpr) -> str:
+        """``e`` lane by lane: its lane-dependent operands extracted, the scalar emitter on each lane."""
+        kids = [c for c in ir.children(e) if self.varying(c)]
+        values = [self.vector(c) for c in kids]
+        elem = COMPUTE[e.dtype]
+        out, saved = "poison", self.bound
+        for lane in range(self.vec.w):
+            self.bound = dict(saved)
+            for c, v in zip(kids, values):
+                self.bound[c] = self.let(f"extractelement {self.vtype(c.dtype)} {v}, i64 {lane}")
+            one = super().expr(e)
+            out = self.let(f"insertelement {self.vec.ty(elem)} {out}, {elem} {one}, i64 {lane}")
+        self.bound = saved
+        return out
+
+    def _v_Load(self, e: ir.Load) -> str | None:
+        """A load whose last subscript is the lane index, in range, and the others the same for
+        every lane: one masked vector load (anything else runs lane by lane, each subscript checked)."""
+        subs = e.indices
+        if self.lane_start is None or self.lane_mask is None or not subs or subs[-1] != ir.Idx(self.lane_index):
+            return None
+        buf = self.buffer(e.src)
+        if buf.dtype != DType.F32 or any(self.varying(s) for s in subs[:-1]):
+            return None
+        if equal(buf.shape[-1], self.extent[self.lane_index]) is not True:
+            return None
+        offset = "0"
+        for k, (sub, extent) in enumerate(zip(subs[:-1], buf.shape)):
+            value = self.subscript(sub, extent, buf, k)
+            offset = self.let(f"add i64 {self.let(f'mul i64 {offset}, {self.dim(extent)}')}, {value}")
+        offset = self.let(f"mul i64 {offset}, {self.dim(buf.shape[-1])}")
+        offset = self.let(f"add i64 {offset}, {self.lane_start}")
+        at = self.let(f"getelementptr inbounds float, ptr {self.ptr[buf.name]}, i64 {offset}")
+        return self.vec.masked_load(at, self.lane_mask)
+
+    def _v_Binary(self, e: ir.Binary) -> str | None:
+        op, src, dst = e.op, e.a.dtype, e.dtype
+        if op in ("and", "or"):
+            return self.let(f"{op} {self.vec.ty('i1')} {self.vector(e.a)}, {self.vector(e.b)}")
+        if op in FLOAT_COMPARE:
+            a, b = self.vector(e.a), self.vector(e.b)
+            if src.is_float:
+                return self.let(f"fcmp {FLOAT_COMPARE[op]} {self.vtype(src)} {a}, {b}")
+            return self.let(f"icmp {INT_COMPARE[op]} {self.vtype(src)} {a}, {b}")
+        if dst.is_float:
+            if op in FLOAT_BINARY:
+                return self.let(f"{FLOAT_BINARY[op]} {self.vtype(dst)} {self.vector(e.a)}, {self.vector(e.b)}")
+            if op in ("max", "min", "pow"):
+                name = {"max": "maximum", "min": "minimum", "pow": "pow"}[op]
+                return self.vec.intrinsic(name, self.vector(e.a), self.vector(e.b))
+            return None
+        t = self.vtype(dst)
+        if op in INT_BINARY:
+            return self.let(f"{INT_BINARY[op]} {t} {self.vector(e.a)}, {self.vector(e.b)}")
+        if op in ("max", "min"):
+            a, b = self.vector(e.a), self.vector(e.b)
+            c = self.let(f"icmp {'sgt' if op == 'max' else 'slt'} {t} {a}, {b}")
+            return self.let(f"select {self.vec.ty('i1')} {c}, {t} {a}, {t} {b}")
+        return None
+
+    def _v_Unary(self, e: ir.Unary) -> str | None:
+        op, t = e.op, self.vtype(e.dtype)
+        if op == "not":
+            return self.let(f"xor {t} {self.vector(e.x)}, splat (i1 true)")
+        if not e.dtype.is_float:
+            return self.let(f"sub {t} zeroinitializer, {self.vector(e.x)}") if op == "neg" else None
+        if op == "neg":
+            return self.let(f"fneg {t} {self.vector(e.x)}")
+        if op == "exp":
+            return self.vec.exp(self.vector(e.x))
+        if op in FLOAT_VECTOR:
+            return self.vec.intrinsic(FLOAT_VECTOR[op], self.vector(e.x))
+        if op == "rsqrt":
+            return self.let(f"fdiv {t} splat (float 1.0), {self.vec.intrinsic('sqrt', self.vector(e.x))}")
+        if op == "relu":
+            return self.vec.intrinsic("maximum", self.vector(e.x), "zeroinitializer")
+        if op == "tanh":
+            return self.vec.tanh(self.vector(e.x))
+        return None
+
+    def _v_Select(self, e: ir.Select) -> str:
+        cond, is_vector = self.vexpr(e.cond)
+        t = self.vtype(e.dtype)
+        return self.let(f"select {self.vec.ty('i1') if is_vector else 'i1'} {cond}, {t} {self.vector(e.a)}, "
+                        f"{t} {self.vector(e.b)}")
+
+    def _v_Cast(self, e: ir.Cast) -> str | None:
+        src, dst = e.x.dtype, e.dtype
+        if dst in (DType.F16, DType.BF16):
+            return None  # rounding to a narrow float: the scalar emitter's, lane by lane
+        x = self.vector(e.x)
+        if src == dst or (src.is_float and dst.is_float):
+            return x
+        st, t = self.vtype(src), self.vtype(dst)
+        if dst.is_bool:
+            return self.let(f"fcmp une {st} {x}, zeroinitializer" if src.is_float else
+                            f"icmp ne {st} {x}, zeroinitializer")
+        if src.is_bool:
+            return self.let(f"{'uitofp' if dst.is_float else 'zext'} {st} {x} to {t}")
+        if src.is_float:
+            return self.let(f"fptosi {st} {x} to {t}")
+        if dst.is_float:
+            return self.let(f"sitofp {st} {x} to {t}")
+        return self.let(f"{'sext' if INT_BITS[dst] > INT_BITS[src] else 'trunc'} {st} {x} to {t}")

@@ -1,0 +1,117 @@
+"""``akc build --target llvm --arch sm_90|sm_80 --emit ptx|cubin``: the LLVM target's GPU flavour.
+
+Each kernel's plan (one dispatch per op) is rendered by :mod:`arke.targets.llvm.nvptx`,
+lowered to PTX by llvmlite's NVPTX backend and, for ``cubin``, assembled by ``ptxas`` (no GPU
+needed). One PTX module (or cubin) per kernel holds an entry per dispatch; a table of each
+entry's registers and spills follows, as ``--target triton`` prints. :func:`build_each` is the
+loop the CUDA-C target (:mod:`arke.targets.cuda.build_cli`) shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def _usage(message: str) -> Exception:
+    from arke.cli.app import UsageError
+
+    return UsageError(message)
+
+
+def cmd_build_nvptx(args: argparse.Namespace) -> int:
+    """Write PTX or cubin of a file's kernels for ``args.arch`` and print their resources."""
+    from arke.targets.llvm.nvptx import RENDERER
+    from arke.targets.nvidia import ptx as nvptx
+
+    try:
+        arch = nvptx.arch_name(args.arch)
+    except ValueError as err:
+        raise _usage(str(err)) from None
+    # llvmlite reports a module its NVPTX backend rejects as a RuntimeError
+    return build_each(args, arch, RENDERER, lambda source, name, plan: nvptx.compile_ptx(source, arch), "llvm",
+                      (RuntimeError,))
+
+
+def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Callable[[str, str, Any], str],
+               target: str,
+               failures: tuple[type[Exception], ...]) -> int:
+    """Render every kernel of ``args.path`` (or ``args.kernel``) with ``renderer``, once per strategy
+    variant a call may use (``target``'s strategies, then the defaults); for ``--emit ptx|cubin``
+    compile each to PTX with ``to_ptx(source, kernel, plan)`` (a failure of a kind in ``failures`` is reported
+    against the kernel, and the others go on) and assemble it with ``ptxas``; write what ``--emit``
+    asks for and print the registers/spills table. The exit status: 1 if a kernel failed."""
+    from arke.cli.build import load_kernels
+    from arke.plan.dispatch import make_plan
+    from arke.targets.artifact import UnsupportedError
+    from arke.targets.llvm.nvptx import BLOCK
+    from arke.targets.nvidia import ptx as nvptx
+    from arke.targets.triton.aot import CompiledEntry, resource_table
+    from arke.targets.triton.build_cli import variants
+
+    if args.emit == "cubin":
+        if nvptx.ptxas_path() is None:
+            raise _usage("--emit cubin needs ptxas (it ships with Triton: pip install triton)")
+        if not args.output:
+            raise _usage("--emit cubin writes binary code: give a file or folder with -o PATH")
+    loaded = load_kernels(args)
+    if isinstance(loaded, int):
+        return loaded
+    module, names = loaded
+    outputs: list[tuple[str, str, bytes]] = []  # (kernel, source or ptx, cubin)
+    entries: list[CompiledEntry] = []
+    failed = 0
+    caught: tuple[type[Exception], ...] = (UnsupportedError, *failures)
+    for name in names:
+        ir_name = module.kernel_map[name]
+        shapes = variants(module, ir_name, target)
+        for label, strategy in shapes:
+            plan = make_plan(module.semantic, ir_name, strategy, families=renderer.families)
+            called = name if len(shapes) == 1 else f"{name}.{label.replace(' ', '')}"
+            try:
+                artifact = renderer.render(plan)
+                if args.emit == "source":
+                    outputs.append((called, artifact.source, b""))
+                    continue
+                ptx = to_ptx(artifact.source, name, plan)
+            except caught as err:
+                decided = ", ".join(f"{d.kind}{' ' + d.subject if d.subject else ''}" for d in plan.decisions)
+                print(f"akc: `{name}` ({decided or 'default strategy'}): the {target} target cannot compile it "
+                      f"for {arch}: {err}", file=sys.stderr)
+                failed += 1
+                continue
+            cubin = b""
+            if nvptx.ptxas_path() is not None:  # ptx alone needs no ptxas; the table then is left out
+                cubin, assembled = nvptx.assemble(ptx, arch)
+                warps = {spec.entry: dict(spec.options).get("block", BLOCK) // 32 for spec in artifact.launches}
+                shared = {spec.entry: dict(spec.options).get("shared", 0) for spec in artifact.launches}
+                stages = {spec.entry: dict(spec.options).get("stages", 1) for spec in artifact.launches}
+                entries += [CompiledEntry(called, e.entry, arch, "", b"", e.registers, e.spills, e.stack,
+                                          shared.get(e.entry, 0), warps.get(e.entry, BLOCK // 32),
+                                          stages.get(e.entry, 1), ()) for e in assembled]
+            outputs.append((called, ptx, cubin))
+    _write(outputs, "cu" if args.emit == "source" else args.emit, args.output, arch)
+    if entries:
+        print(resource_table(entries), end="", file=sys.stdout if args.output else sys.stderr)
+    return 1 if failed else 0
+
+
+def _write(outputs: list[tuple[str, str, bytes]], emit: str, output: str | None, arch: str) -> None:
+    if output is None:
+        sys.stdout.write("".join(ptx for _, ptx, _ in outputs))
+        return
+    if len(outputs) == 1 and not os.path.isdir(output) and not output.endswith(os.sep):
+        targets = [(outputs[0], output)]
+    else:
+        os.makedirs(output, exist_ok=True)
+        targets = [(o, os.path.join(output, f"{o[0]}.{arch}.{emit}")) for o in outputs]
+    for (_, ptx, cubin), where in targets:
+        if emit == "cubin":
+            with open(where, "wb") as f:
+                f.write(cubin)
+        else:
+            with open(where, "w", encoding="utf-8") as t:
+                t.write(ptx)

@@ -1,0 +1,172 @@
+"""``akc build --target triton``: render a file's kernels for Triton and compile them ahead of time.
+
+    akc build FILE --target triton [--arch sm_90|sm_80] [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
+
+``source`` prints the generated Python module of each kernel; ``ptx`` and ``cubin`` compile
+every launch for the architecture through ``triton.compile`` (no GPU needed) and print a
+table of registers, spills and shared memory. A kernel is compiled for each of its triton
+strategies (and with the default decisions when no strategy applies to every call). An
+entry that needs more than the architecture has is reported as ``AK4012`` at the decision
+that sized it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from arke.lang.diagnostics import Diagnostic, make
+from arke.lang.source import Span
+
+if TYPE_CHECKING:
+    from arke.api import Module
+    from arke.ir import strategy as sir
+    from arke.targets.triton.aot import CompiledEntry, ResourceError
+
+SIZING = ("tile", "stages", "warps")
+
+
+def _usage(message: str) -> Exception:
+    from arke.cli.app import UsageError
+
+    return UsageError(message)
+
+
+def _renderer() -> Any:
+    """The Triton renderer, or a usage error when this build of arke has none."""
+    try:
+        from arke.targets.triton import render as triton_codegen
+    except ImportError as err:
+        if "triton" in str(err) and "arke" not in str(err):
+            raise _usage("the triton target needs Triton: pip install triton") from None
+        raise _usage("the Triton renderer (arke.targets.triton.render) is not available in this build") from None
+    found = getattr(triton_codegen, "RENDERER", None)
+    if found is None:
+        raise _usage("the Triton renderer (arke.targets.triton.render) is not available in this build")
+    return found
+
+
+def variants(module: Module, ir_name: str, target: str = "triton") -> list[tuple[str, sir.Strategy | None]]:
+    """(label, strategy) of each variant a call may use: every strategy for ``target``, then the
+    defaults unless a strategy without ``when`` always applies."""
+    strategies = module.strategies.for_kernel(ir_name, target)
+    out: list[tuple[str, sir.Strategy | None]] = [(f"strategy {k + 1}" if len(strategies) > 1 else "strategy", s)
+                                                  for k, s in enumerate(strategies)]
+    if not any(s.when is None for s in strategies):
+        out.append(("defaults", None))
+    return out
+
+
+def decision_span(path: str, text: str, kernel: str, decisions: tuple[tuple[str, str | None], ...]) -> Span:
+    """Where to point AK4012: the first sizing decision of the kernel's triton strategy in the file,
+    else the strategy block, else the kernel's name, else the file's first line."""
+    from arke.lang.parser import parse
+
+    tree, _ = parse(text, path)
+    kinds = [k for k, _ in decisions] or list(SIZING)
+    for strat in tree.strategies:
+        if strat.kernel != kernel or strat.target not in (None, "triton"):
+            continue
+        for d in strat.decisions:
+            if d.name in kinds:
+                return d.span
+        return strat.kernel_span
+    for k in tree.kernels:
+        if k.name == kernel:
+            return k.name_span
+    return Span(path, 1, 1, 1, 1, 0, 0)
+
+
+def resource_diagnostic(err: ResourceError, path: str, text: str, kernel: str) -> Diagnostic:
+    """The AK4012 diagnostic of an entry that needs more than its architecture has."""
+    e = err.entry
+    span = decision_span(path, text, kernel, err.decisions)
+    opts = ", ".join(f"{k} = {v}" for k, v in e.options)
+    unit = " bytes" if err.what == "shared memory" else ""
+    hint = ("smaller tiles or fewer stages" if err.what == "shared memory" else "smaller tiles or fewer warps")
+    return make("AK4012", f"`{kernel}` needs {err.need}{unit} of {err.what} per block on {e.arch}, which has "
+                          f"{err.limit}{unit} (entry `{e.entry}`: {opts})", span,
+                hint=f"{hint} fit; a strategy with a `when` condition can keep these tiles for another GPU")
+
+
+def _write_compiled(entries: list[CompiledEntry], emit: str, output: str | None) -> None:
+    if output is None:
+        if emit == "cubin":
+            raise _usage("--emit cubin writes binary code: give a file or folder with -o PATH")
+        sys.stdout.write("".join(e.ptx for e in entries))
+        return
+    if len(entries) == 1 and not os.path.isdir(output) and not output.endswith(os.sep):
+        targets = [(entries[0], output)]
+    else:
+        os.makedirs(output, exist_ok=True)
+        targets = [(e, os.path.join(output, f"{e.kernel}.{e.entry}.{e.arch}.{emit}")) for e in entries]
+    for e, where in targets:
+        if emit == "cubin":
+            with open(where, "wb") as f:
+                f.write(e.cubin)
+        else:
+            with open(where, "w", encoding="utf-8") as t:
+                t.write(e.ptx)
+
+
+def cmd_build_triton(args: argparse.Namespace) -> int:
+    """``akc build --target triton``: the module source, or PTX/cubin with a resource table."""
+    from arke.cli.build import load_kernels
+    from arke.lang.render import Sources, print_diagnostics
+    from arke.plan.dispatch import make_plan
+    from arke.targets.artifact import UnsupportedError
+
+    if args.emit not in ("source", "ptx", "cubin"):
+        raise _usage(f"--emit {args.emit} is for the llvm target; the triton target emits source, ptx or cubin")
+    from arke.targets.triton import aot as triton_aot
+
+    try:
+        triton_aot.arch_of(args.arch)
+        if args.emit != "source":
+            triton_aot.require_triton()
+    except (ValueError, triton_aot.TritonMissingError) as err:
+        raise _usage(str(err)) from None
+    loaded = load_kernels(args)
+    if isinstance(loaded, int):
+        return loaded
+    module, names = loaded
+    render = _renderer()
+    texts: list[str] = []
+    entries: list[CompiledEntry] = []
+    failed = 0
+    text = ""
+    if args.path != "-":
+        with open(args.path, encoding="utf-8") as f:
+            text = f.read()
+    for name in names:
+        ir_name = module.kernel_map[name]
+        for label, strategy in variants(module, ir_name):
+            plan = make_plan(module.semantic, ir_name, strategy, families=getattr(render, "families", None))
+            try:
+                artifact = render.render(plan)
+            except UnsupportedError as err:
+                print(f"akc: `{name}` ({label}): the triton target cannot render it yet: {err}", file=sys.stderr)
+                failed += 1
+                continue
+            if args.emit == "source":
+                texts.append(f"# ---- {name} ({label})\n{artifact.source}")
+                continue
+            try:
+                entries += triton_aot.compile_artifact(artifact, plan, args.arch)
+            except triton_aot.ResourceError as err:
+                print_diagnostics([resource_diagnostic(err, args.path, text, name)], Sources({args.path: text}),
+                                  sys.stderr)
+                failed += 1
+    if args.emit == "source":
+        out = "\n".join(texts)
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(out)
+        else:
+            sys.stdout.write(out)
+    elif entries:
+        _write_compiled(entries, args.emit, args.output)
+        print(triton_aot.resource_table(entries), end="", file=sys.stdout if args.output else sys.stderr)
+    return 1 if failed else 0
