@@ -61,6 +61,8 @@ console = Console(width=None if sys.stdout.isatty() else 190)  # a wide table, a
 
 # ---------------------------------------------------------------- machine limits
 
+#: the second target timed in the same rounds as llvm: linalg through IREE on this CPU
+SECOND = "mlir"
 FMA_CHAINS = 16  # independent accumulators: FMA latency (4 cycles) × 2 units < 16, so the units never wait
 
 
@@ -277,10 +279,10 @@ def library(module: str, target: str = "llvm") -> Any:
 
 
 def mlir_available() -> str | None:
-    """None when the mlir target can run here, else why not (IREE missing)."""
-    from arke.targets.mlir.kernel import iree_available
+    """None when the mlir target can run here, else why not (IREE missing), as the target says."""
+    from arke.targets import base as targets
 
-    return None if iree_available() else "IREE is not installed (pip install 'arke[mlir]')"
+    return targets.get(SECOND).unavailable()
 
 
 def short(err: BaseException) -> str:
@@ -325,7 +327,7 @@ def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget, mlir: str
         compiling.left_s -= row.compile_s
     got, want = kernel(*args), bench.torch_fn(*args)
     row.error = relative_error(got, want)
-    if "mlir" in candidates:
+    if SECOND in candidates:
         row.mlir_error = relative_error(on_iree(*args), want)
     row.times = measure(candidates, budget_s=budget_s)
     return row
@@ -396,7 +398,7 @@ def report(rows: list[Row], limits: Limits, quick: bool, wall_s: float) -> None:
 
 def mlir_table(rows: list[Row], limits: Limits) -> None:
     """The mlir target (linalg through IREE's llvm-cpu), timed in the same interleaved rounds."""
-    if not any("mlir" in r.times for r in rows):
+    if not any(SECOND in r.times for r in rows):
         return
     table = Table(title="mlir target (IREE llvm-cpu) in the same rounds", show_lines=False)
     for column in ("kernel", "shape", "mlir", "mlir/arke", "mlir/torch", "mlir/compile", "mlir rate",
@@ -404,7 +406,7 @@ def mlir_table(rows: list[Row], limits: Limits) -> None:
         table.add_column(column, justify="left" if column in ("kernel", "shape", "check") else "right")
     for row in rows:
         b, t = row.bench, row.times
-        if "mlir" not in t:
+        if SECOND not in t:
             table.add_row(b.name, b.shape, "n/a", "", "", "", "", "", row.notes.get("mlir", ""))
             continue
         check = "ok" if row.mlir_error < b.tol else f"[red]MISMATCH {row.mlir_error:.1e}[/red]"

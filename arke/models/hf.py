@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from arke.models.layer import CompiledLayer, LayerConfig
+from arke.models.config import LayerConfig
+from arke.models.layer import CompiledLayer
 
 #: model_type -> the transformers class prefix of its modules.
 SUPPORTED = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "mixtral": "Mixtral"}

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from arke.models.calls import KernelCall, ReferenceCall
+from arke.models.config import KVCache, LayerConfig, quantize_int8
 from arke.runtime.errors import GuardError
 from arke.runtime.memory import MemoryPlan
 from arke.runtime.pool import evict_oldest
@@ -45,123 +47,6 @@ LAYER_SOURCE = """import std.decoder
 """
 
 
-@dataclass(frozen=True)
-class LayerConfig:
-    """What a decoder layer computes: sizes, norm epsilon, rotary frequencies, window, experts."""
-
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    eps: float
-    inv_freq: tuple[float, ...]  # head_dim / 2 rotary frequencies (any rope type's, precomputed)
-    rope_scale: float = 1.0  # the rope type's attention scaling of cos and sin
-    window: int | None = None  # sliding-window attention: the keys a query sees, its own included
-    experts: int = 0  # 0: a dense SwiGLU MLP; else a mixture of this many SwiGLU experts
-    top_k: int = 2
-
-    def __post_init__(self) -> None:
-        if self.heads % self.kv_heads:
-            raise ValueError(f"{self.heads} query heads cannot share {self.kv_heads} KV heads evenly")
-        if len(self.inv_freq) * 2 != self.head_dim:
-            raise ValueError(f"{len(self.inv_freq)} rotary frequencies for a head dim of {self.head_dim}")
-
-
-class KVCache:
-    """Keys and values of every token a layer has seen, preallocated to ``max_seq`` slots."""
-
-    def __init__(self, owner: CompiledLayer, batch: int):
-        c = owner.config
-        shape = (batch, c.kv_heads, owner.max_seq, c.head_dim)
-        self.owner, self.batch = owner, batch
-        self.k = torch.zeros(shape, dtype=torch.float32, device=owner.device)
-        self.v = torch.zeros(shape, dtype=torch.float32, device=owner.device)
-        self.length = 0  # slots filled (the same for every sequence of the batch)
-
-    @property
-    def nbytes(self) -> int:
-        return 2 * self.k.numel() * self.k.element_size()
-
-    def __repr__(self) -> str:
-        return f"<KV cache: batch {self.batch}, {self.length} of {self.owner.max_seq} slots>"
-
-
-def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``w ≈ scale[:, None] * q``: symmetric int8 per output channel (row), round to nearest."""
-    w = w.float()
-    scale = (w.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny)
-    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
-    return q.contiguous(), scale.contiguous()
-
-
-class _Call:
-    """One kernel, called with planned outputs and temporaries; each call shape is checked once."""
-
-    def __init__(self, kernel: Any, keep_device: bool):
-        from arke.runtime.guards import prepare_args, scalar_tensor
-
-        self.kernel, self.keep_device = kernel, keep_device
-        self.fn = kernel.function
-        self._prepare, self._scalar = prepare_args, scalar_tensor
-        self._tensors = [p.name for p in self.fn.params if p.type.rank]
-        self._scalars = {p.name: p for p in self.fn.params if not p.type.rank}
-        self._memo: dict[tuple[Any, ...], tuple[dict[str, int], Any]] = {}
-        self._scalar_memo: dict[tuple[str, Any], torch.Tensor] = {}
-        self._cpu = not keep_device
-
-    def scalar(self, name: str, value: Any) -> torch.Tensor:
-        """The 0-d tensor of a scalar argument (the same values recur: eps, a window, the step's n)."""
-        key = (name, value)
-        found = self._scalar_memo.get(key)
-        if found is None:
-            if len(self._scalar_memo) >= 64:
-                evict_oldest(self._scalar_memo)
-            found = self._scalar(self.fn, self._scalars[name], value)
-            self._scalar_memo[key] = found
-        return found
-
-    def resolve(self, tensors: list[torch.Tensor], scalars: dict[str, Any]) -> tuple[dict[str, int], Any]:
-        """The dims and compiled variant for a call with these tensors (fully checked the first time)."""
-        key = tuple((t.shape, t.dtype, t.device) for t in tensors)
-        hit = self._memo.get(key)
-        if hit is None:
-            _, dims, _ = self._prepare(self.fn, tensors, scalars, keep_device=self.keep_device)
-            hit = (dims, self.kernel.variant(self.kernel.choose(dims)))
-            if len(self._memo) >= 32:
-                evict_oldest(self._memo)
-            self._memo[key] = hit
-        return hit
-
-    def __call__(self, tensors: list[torch.Tensor], scalars: dict[str, Any], out: Any,
-                 temps: dict[int, torch.Tensor] | None = None) -> Any:
-        dims, variant = self.resolve(tensors, scalars)
-        args = dict(zip(self._tensors, tensors))
-        for name, p in self._scalars.items():
-            args[name] = self.scalar(name, scalars.get(name, p.default))
-        if self._cpu:  # the outputs are the memory plan's: no overlap or shape checks per call
-            return variant.run_prepared(args, dims, False, None, out, temps=temps, planned=True)
-        return variant.run_prepared(args, dims, False, None, out)
-
-
-class _Reference:
-    """One kernel run on the reference interpreter (the oracle), its results copied into the planned outputs."""
-
-    def __init__(self, kernel: Any):
-        self.kernel = kernel
-        self._tensors = [p.name for p in kernel.function.params if p.type.rank]
-
-    def resolve(self, tensors: list[torch.Tensor], scalars: dict[str, Any]) -> tuple[dict[str, int], Any]:
-        raise NotImplementedError("the reference interpreter has no compiled variants")
-
-    def __call__(self, tensors: list[torch.Tensor], scalars: dict[str, Any], out: Any,
-                 temps: dict[int, torch.Tensor] | None = None) -> Any:
-        got = self.kernel(*tensors, **scalars)
-        for o, g in zip(out if isinstance(out, tuple) else (out,), got if isinstance(got, tuple) else (got,)):
-            o.copy_(g)
-        return out
-
-
 @dataclass
 class _Shape:
     """What one call shape (batch, tokens) needs: its memory plan and arena."""
@@ -170,6 +55,24 @@ class _Shape:
     arena: torch.Tensor
     views: dict[str, torch.Tensor]
     temps: dict[str, dict[int, torch.Tensor]]  # kernel step -> its temporaries (CPU only)
+
+
+#: one step of a layer call: its tag, the kernel (None: the runtime's own KV append), probe tensors, scalars
+Step = tuple[str, KernelCall | ReferenceCall | None, list[torch.Tensor], dict[str, Any]]
+
+#: ``target=REFERENCE`` runs a layer's plan with every kernel on the reference interpreter (the oracle)
+REFERENCE = "reference"
+
+
+def _layer_target(name: str) -> Any:
+    """The registered target ``name``, if decoder layers run on it (a ValueError naming those that do)."""
+    from arke.targets import base as targets
+
+    found = targets.get(name)
+    if not found.runs_layers:
+        takers = [t.name for t in targets.all_targets() if t.runs_layers]
+        raise ValueError(f"decoder layers run on the {', '.join(takers)} targets or {REFERENCE!r}, not {name!r}")
+    return found
 
 
 class CompiledLayer:
@@ -195,29 +98,23 @@ class CompiledLayer:
         if max_seq < 1:
             raise ValueError(f"max_seq must be at least 1, not {max_seq}")
         self.config, self.target, self.max_seq, self.kind, self.name = config, target, max_seq, weights_dtype, name
-        self.device = torch.device("cpu")
-        if target not in ("llvm", "reference"):
-            from arke.targets.triton import kernel as gpu
-
-            self.device = gpu.device()
+        self.backend = None if target == REFERENCE else _layer_target(target)
+        self.device = torch.device("cpu") if self.backend is None else self.backend.layer_device()
         module = arke.loads(LAYER_SOURCE, "<decoder layer>")
-        if target == "reference":
+        if self.backend is None:
             kernels = module.kernels
 
-            def call(name: str) -> _Call | _Reference:
-                return _Reference(kernels[name])
+            def call(name: str) -> KernelCall | ReferenceCall:
+                return ReferenceCall(kernels[name])
         else:
             built = arke.build(module, target=target, threads=threads)
             kernels = built.kernels
+            on_device = not built.on_host
 
-            def call(name: str) -> _Call | _Reference:
-                return _Call(kernels[name], target != "llvm")
-        # f32 weights on the CPU are packed once into the panels the contraction kernels read
-        self.nr = 0
-        if target == "llvm" and weights_dtype == "f32":
-            from arke.targets.llvm.jit import host_panel_width
-
-            self.nr = host_panel_width()
+            def call(name: str) -> KernelCall | ReferenceCall:
+                return KernelCall(kernels[name], on_device)
+        # weights are packed once into the panels the target's contraction kernels read (0: not packed)
+        self.nr = 0 if self.backend is None else self.backend.panel_width(weights_dtype)
         self.weights = self._pack(weights)
         s = SUFFIX[weights_dtype]
         self._attn_in = call("attn_in" + s)
@@ -468,14 +365,14 @@ class CompiledLayer:
         bound = {tag: {i: views[f"{tag}.{i}"] for i in temps} for tag, temps in steps if temps}
         return _Shape(plan, arena, views, bound)
 
-    def _steps(self, b: int, t: int) -> list[tuple[str, _Call | _Reference | None, list[torch.Tensor], dict[str, Any]]]:
+    def _steps(self, b: int, t: int) -> list[Step]:
         """The steps of a call with ``b`` sequences of ``t`` tokens: each kernel with probe tensors of its
         arguments' shapes and its scalars (``append``, the runtime's own step, has no kernel)."""
         c, w, n, probe = self.config, self.weights, b * t, self._probe
         xf, pos = probe(n, c.hidden), probe(n, dtype=torch.int64)
         q, kc = probe(b, t, c.heads, c.head_dim), probe(b, c.kv_heads, self.max_seq, c.head_dim)
         attn: dict[str, Any] = {"n": t} | ({"window": c.window} if c.window else {})
-        steps: list[tuple[str, _Call | _Reference | None, list[torch.Tensor], dict[str, Any]]] = [
+        steps: list[tuple[str, KernelCall | ReferenceCall | None, list[torch.Tensor], dict[str, Any]]] = [
             ("attn_in", self._attn_in, [xf, w["wn1"], *self._scaled("qkv"), w["bq"], w["bk"], w["bv"], w["inv_freq"],
                                         pos], {}),
             ("append", None, [], {}),
@@ -493,7 +390,7 @@ class CompiledLayer:
     def _temp_steps(self, b: int, t: int) -> list[tuple[str, dict[int, tuple[tuple[int, ...], torch.dtype]]]]:
         """Per step, the temporaries of its kernel (CPU kernels lend theirs to the plan; others keep their own).
         The experts' row counts change with every call: their kernels keep their own buffers."""
-        if self.target != "llvm":
+        if self.backend is None or not self.backend.lends_temporaries:
             return []
         out = []
         for tag, call, tensors, scalars in self._steps(b, t):
@@ -510,7 +407,7 @@ class CompiledLayer:
 
     def dispatches(self, batch: int, tokens: int) -> list[str]:
         """The kernels a call of this shape runs, each with its fused dispatches (after fusion)."""
-        if self.target == "reference":
+        if self.backend is None:
             return ["every kernel on the reference interpreter"]
         lines = []
         for _, call, tensors, scalars in self._steps(batch, tokens):

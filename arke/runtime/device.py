@@ -55,7 +55,7 @@ class DeviceKernel:
         """
         fn = self.plan.function
         home = next((v.device for v in args.values() if v.dim()), torch.device("cpu"))
-        dev = home if home.type == "cuda" else self.device()
+        dev = home if home.type != "cpu" else self.device()  # a GPU tensor stays on its GPU
         given = None
         if out is not None:
             from arke.runtime.outputs import check_out

@@ -118,6 +118,21 @@ class Target:
         """Whether kernels built with these options run on this CPU (their arguments are moved there)."""
         return False
 
+    # ------------------------------------------------------------ decoder layers (arke.models)
+
+    #: whether a layer's kernels lend their temporaries to the layer's memory plan (CPU kernels do)
+    lends_temporaries: ClassVar[bool] = False
+
+    def layer_device(self) -> Any:
+        """The torch device a decoder layer's weights, arena and KV cache live on for this target."""
+        import torch
+
+        return torch.device("cpu")
+
+    def panel_width(self, weights_dtype: str) -> int:
+        """The panel width contraction weights of ``weights_dtype`` are packed into once (0: not packed)."""
+        return 0
+
     # ------------------------------------------------------------ rendering and compiling
 
     def renderer(self, arch: str | None = None) -> Renderer:

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 import transformers
 
-from arke.models.layer import CompiledLayer, quantize_int8
+from arke.models.config import quantize_int8
+from arke.models.layer import CompiledLayer
 
 ARCHS = ("llama", "qwen2", "mistral", "mixtral")
 PREFIX = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "mixtral": "Mixtral"}

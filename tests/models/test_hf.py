@@ -36,9 +36,10 @@ from hf_support import (
 from safetensors.torch import save_file
 
 import arke.models
-from arke.targets.triton import kernel as gpu
+from arke.models.config import KVCache
+from arke.models.layer import CompiledLayer
 from arke.runtime.errors import DTypeError, GuardError, ShapeError
-from arke.models.layer import CompiledLayer, KVCache
+from arke.targets.triton import kernel as gpu
 
 TARGETS = ("llvm", "triton")
 PREFILL, DECODE = 9, 16

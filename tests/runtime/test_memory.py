@@ -16,8 +16,9 @@ import random
 import pytest
 import torch
 
+from arke.models.config import LayerConfig
+from arke.models.layer import CompiledLayer
 from arke.runtime.memory import ALIGN, MemoryPlan, Slot
-from arke.models.layer import CompiledLayer, LayerConfig
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.int64)
 

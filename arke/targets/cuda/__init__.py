@@ -33,6 +33,12 @@ class CudaTarget(Target):
     }
     takes_arch = True
     emits = ("source", "ptx", "cubin")
+    runs_layers = True
+
+    def layer_device(self) -> Any:
+        import torch
+
+        return torch.device("cuda", torch.cuda.current_device())
 
     def unavailable(self, device: str = "cpu", arch: str | None = None) -> str | None:
         from arke.targets.nvidia.driver import gpu_missing

@@ -33,6 +33,15 @@ class LLVMTarget(Target):
     emits = ("source", "asm", "obj", "ptx", "cubin")
     runs_layers = True
 
+    lends_temporaries = True
+
+    def panel_width(self, weights_dtype: str) -> int:
+        if weights_dtype != "f32":
+            return 0
+        from arke.targets.llvm.jit import host_panel_width
+
+        return host_panel_width()
+
     def unavailable(self, device: str = "cpu", arch: str | None = None) -> str | None:
         if arch is None:
             return None

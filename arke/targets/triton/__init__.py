@@ -32,6 +32,12 @@ class TritonTarget(Target):
         SINGLE: frozenset({"tile", "parallel"}) | _GPU,
     }
     emits = ("source", "ptx", "cubin")
+    runs_layers = True
+
+    def layer_device(self) -> Any:
+        from arke.targets.triton.kernel import device
+
+        return device()
 
     def unavailable(self, device: str = "cpu", arch: str | None = None) -> str | None:
         from arke.targets.triton.kernel import missing

@@ -1,0 +1,61 @@
+"""What a decoder layer computes (:class:`LayerConfig`), its KV cache, and int8 weight quantisation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from arke.models.layer import CompiledLayer
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    """What a decoder layer computes: sizes, norm epsilon, rotary frequencies, window, experts."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    eps: float
+    inv_freq: tuple[float, ...]  # head_dim / 2 rotary frequencies (any rope type's, precomputed)
+    rope_scale: float = 1.0  # the rope type's attention scaling of cos and sin
+    window: int | None = None  # sliding-window attention: the keys a query sees, its own included
+    experts: int = 0  # 0: a dense SwiGLU MLP; else a mixture of this many SwiGLU experts
+    top_k: int = 2
+
+    def __post_init__(self) -> None:
+        if self.heads % self.kv_heads:
+            raise ValueError(f"{self.heads} query heads cannot share {self.kv_heads} KV heads evenly")
+        if len(self.inv_freq) * 2 != self.head_dim:
+            raise ValueError(f"{len(self.inv_freq)} rotary frequencies for a head dim of {self.head_dim}")
+
+
+class KVCache:
+    """Keys and values of every token a layer has seen, preallocated to ``max_seq`` slots."""
+
+    def __init__(self, owner: CompiledLayer, batch: int):
+        c = owner.config
+        shape = (batch, c.kv_heads, owner.max_seq, c.head_dim)
+        self.owner, self.batch = owner, batch
+        self.k = torch.zeros(shape, dtype=torch.float32, device=owner.device)
+        self.v = torch.zeros(shape, dtype=torch.float32, device=owner.device)
+        self.length = 0  # slots filled (the same for every sequence of the batch)
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+    def __repr__(self) -> str:
+        return f"<KV cache: batch {self.batch}, {self.length} of {self.owner.max_seq} slots>"
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``w ≈ scale[:, None] * q``: symmetric int8 per output channel (row), round to nearest."""
+    w = w.float()
+    scale = (w.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny)
+    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q.contiguous(), scale.contiguous()
