@@ -25,7 +25,8 @@ from arke.ir.strategy import Strategy, StrategySet
 from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.exprs import BUILTINS
-from arke.lang.kernels import IndexInfo, KernelChecker
+from arke.lang.indices import IndexInfo
+from arke.lang.kernels import KernelChecker
 from arke.lang.parser import parse
 from arke.lang.signatures import Signature, build_signature
 from arke.lang.source import Source, Span

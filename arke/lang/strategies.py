@@ -8,7 +8,7 @@ from arke.ir import strategy as sir
 from arke.ir.shapes import Dim
 from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
-from arke.lang.kernels import IndexInfo
+from arke.lang.indices import IndexInfo
 from arke.lang.signatures import Signature, cond_expr
 from arke.lang.source import Span
 

@@ -57,11 +57,13 @@ from arke.lang.checker import (
 )
 from arke.lang.diagnostics import Diagnostic, Related
 from arke.lang.exprs import BUILTINS
-from arke.lang.kernels import IndexInfo
+from arke.lang.indices import IndexInfo
 
 # The incremental parse must cut exactly where the parser's recovery cuts, and report a
 # chunk's syntax error exactly as the parser does: these are the parser's own pieces.
-from arke.lang.parser import _ITEM_START, _lark, _parse_one, _syntax_diagnostic, _too_deep
+from arke.lang.lark_parser import _lark
+from arke.lang.parse_errors import _syntax_diagnostic, _too_deep
+from arke.lang.parser import _ITEM_START, _parse_one
 from arke.lang.signatures import Signature, build_signature
 from arke.lang.source import Source, Span
 

@@ -21,10 +21,10 @@ from arke.ir.strategy import DECISIONS
 from arke.lang import ast
 from arke.lang.checker import CheckResult, find_module
 from arke.lang.exprs import BUILTINS
-from arke.lang.kernels import children as _children
-from arke.lang.kernels import subscript_names
 from arke.lang.signatures import Signature
 from arke.lang.source import Source, Span
+from arke.lang.walk import children as _children
+from arke.lang.walk import subscript_names
 from arke.lsp.facts import KernelFacts, kernel_facts
 
 #: Names that are literals, never symbols.

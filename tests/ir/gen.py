@@ -28,7 +28,7 @@ from arke.ir.strategy import (
 )
 from arke.ir.text import cond_text
 from arke.targets import base as targets
-from arke.ir.verify import ARITHMETIC, FLOAT_UNARY, NUMERIC_UNARY
+from arke.ir.verify_nodes import ARITHMETIC, FLOAT_UNARY, NUMERIC_UNARY
 
 SYMBOLS = ("M", "N", "K", "H", "G")
 # Includes words the text form must quote (`inf`, `dim`) and a non-identifier.

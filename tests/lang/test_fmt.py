@@ -24,8 +24,9 @@ import arke
 from arke.cli.app import UsageError
 from arke.cli.fmt import add_parser
 from arke.ir import text as ir_text
-from arke.lang.fmt import WIDTH, FormatError, format_source
-from arke.lang.parser import _lark
+from arke.lang.fmt import FormatError, format_source
+from arke.lang.fmt_layout import WIDTH
+from arke.lang.lark_parser import _lark
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted([*(ROOT / "arke" / "stdlib").glob("*.ak"), *(ROOT / "examples").glob("*.ak")])

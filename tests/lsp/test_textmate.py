@@ -19,7 +19,8 @@ import pytest
 from arke.ir.dtypes import DTYPES
 from arke.lang import ast
 from arke.lang.exprs import BUILTINS, REDUCTIONS
-from arke.lang.parser import _lark, parse
+from arke.lang.lark_parser import _lark
+from arke.lang.parser import parse
 from arke.lsp.words import KEYWORDS
 
 ROOT = Path(__file__).resolve().parents[2]
