@@ -21,14 +21,13 @@ from arke.ir import shapes
 from arke.ir.dtypes import DType, can_store
 from arke.ir.strategy import (
     ALGORITHMS,
-    DECISIONS,
     Decision,
     Strategy,
     StrategySet,
 )
 from arke.ir.text import cond_text
-from arke.targets import base as targets
 from arke.ir.verify_nodes import ARITHMETIC, FLOAT_UNARY, NUMERIC_UNARY
+from arke.targets import base as targets
 
 SYMBOLS = ("M", "N", "K", "H", "G")
 # Includes words the text form must quote (`inf`, `dim`) and a non-identifier.
