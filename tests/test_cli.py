@@ -505,6 +505,7 @@ def test_build_triton_tiles_too_big_is_AK4012_at_the_decision(fake_triton: Path,
 
 def test_build_triton_usage_errors(fake_triton: Path, monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from arke.targets.nvidia import cubin
     from arke.targets.triton import aot as triton_aot
 
     status, _, stderr = run(capsys, "build", str(fake_triton), "--target", "triton", "--arch", "sm_70",
@@ -514,7 +515,7 @@ def test_build_triton_usage_errors(fake_triton: Path, monkeypatch: pytest.Monkey
     assert status == 2 and "--target triton" in stderr
 
     def missing() -> None:
-        raise triton_aot.TritonMissingError("the triton target needs Triton: pip install triton")
+        raise cubin.TritonMissingError("the triton target needs Triton: pip install triton")
 
     monkeypatch.setattr(triton_aot, "require_triton", missing)
     status, _, stderr = run(capsys, "build", str(fake_triton), "--target", "triton", "--emit", "ptx")

@@ -33,7 +33,7 @@ from arke.targets.artifact import UnsupportedError
 from arke.targets.cuda.render import PRELUDE, CudaRenderer
 from arke.targets.cuda.gemm import render_contraction
 from arke.targets.cuda.gemm_mv import MV_ROWS
-from arke.targets.llvm.nvptx import entry_name
+from arke.targets.nvidia.simt import entry_name
 from arke.plan.dispatch import KernelPlan, make_plan
 from arke.ir.strategy import Strategy
 

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 from gpu_support import ARCHS, GPU_AK, KERNELS, assert_assembles_without_spills, run_cli, stdlib_source
 
-from arke.targets.llvm.nvptx import RENDERER, entry_name
+from arke.targets.llvm.nvptx import RENDERER
 from arke.targets.llvm.nvptx_math import FUNCTIONS, nvptx_math
 from arke.targets.nvidia import ptx as nvptx
+from arke.targets.nvidia.simt import entry_name
 
 needs_ptxas = pytest.mark.skipif(nvptx.ptxas_path() is None, reason="no ptxas (it ships with Triton)")
 

@@ -15,10 +15,11 @@ import pytest
 pytest.importorskip("triton")
 
 import arke
-from arke.targets.artifact import Artifact, LaunchSpec
 from arke.plan.dispatch import KernelPlan, make_plan
-from arke.targets.triton.render import RENDERER as TRITON
+from arke.targets.artifact import Artifact, LaunchSpec
+from arke.targets.nvidia import cubin
 from arke.targets.triton import aot as triton_aot
+from arke.targets.triton.render import RENDERER as TRITON
 
 ADD_AK = "kernel add2(x: f32[N], y: f32[N]) -> f32[N] {\n  return x[n] + y[n]\n}\n"
 ADD_PY = '''import triton
@@ -80,7 +81,7 @@ def test_pointwise_compiles_to_ptx_and_cubin(arch: str) -> None:
     assert entry.cubin[:4] == b"\x7fELF"
     assert 0 < entry.registers <= 255 and entry.spills == 0 and entry.shared < 1024
     assert (entry.num_warps, entry.num_stages) == (4, 1)
-    table = triton_aot.resource_table([entry])
+    table = cubin.resource_table([entry])
     assert "regs" in table and "add2_0" in table
 
 
@@ -120,10 +121,10 @@ def test_tiles_too_big_for_shared_memory_are_a_build_error() -> None:
 
 
 def test_arch_names() -> None:
-    assert triton_aot.arch_of("sm_90") == (90, 227 * 1024)
-    assert triton_aot.arch_of("sm80")[0] == 80
+    assert cubin.arch_of("sm_90") == (90, 227 * 1024)
+    assert cubin.arch_of("sm80")[0] == 80
     with pytest.raises(ValueError, match="sm_90"):
-        triton_aot.arch_of("sm_70")
+        cubin.arch_of("sm_70")
 
 
 # ---------------------------------------------------------------- every stdlib kernel the renderer makes

@@ -77,12 +77,12 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, ceil_div, dim_str, floordiv, row_major_stride
 from arke.plan.attention import KEY, QUERY, VALUE, Attention
 from arke.plan.dispatch import Buffer, Dispatch, KernelPlan
+from arke.plan.exprs import decided, product
 from arke.targets.artifact import LaunchSpec, UnsupportedError
 from arke.targets.cuda.attention_blocks import DECODE_ROWS, HEADER_WORDS, NEG_INF, SPLIT_TILES, Choices
 from arke.targets.cuda.attention_loops import main_loop
 from arke.targets.cuda.expr import STORAGE, CExpr
 from arke.targets.cuda.render import CText
-from arke.targets.triton.gemm import decided, product
 
 
 def render_attention(plan: KernelPlan, dispatch: Dispatch, entry: str) -> tuple[str, list[LaunchSpec]]:

@@ -18,9 +18,9 @@ from arke.ir import semantic as ir
 from arke.ir.shapes import Dim
 from arke.plan.attention import FEATURE, KEY, QUERY, VALUE, Attention
 from arke.plan.dispatch import Dispatch, KernelPlan
+from arke.plan.exprs import decided
 from arke.targets.artifact import UnsupportedError
 from arke.targets.cuda.expr import c_float
-from arke.targets.triton.gemm import decided
 
 #: A group of at most this many rows (R * S) runs split_kv by default (and fills one row block).
 DECODE_ROWS = 16

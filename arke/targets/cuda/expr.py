@@ -23,7 +23,7 @@ from collections.abc import Callable
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType, promote
 from arke.targets.artifact import UnsupportedError
-from arke.targets.mlir.body import float_literal
+from arke.targets.literals import float_literal
 
 #: The C type a value is computed in.
 COMPUTE = {DType.F32: "float", DType.F16: "float", DType.BF16: "float", DType.I64: "long long", DType.I32: "int",

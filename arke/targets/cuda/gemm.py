@@ -64,6 +64,7 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, ceil_div, dim_str, floordiv, parse_dim
 from arke.plan.contraction import Contraction
 from arke.plan.dispatch import Dispatch, KernelPlan
+from arke.plan.exprs import decided
 from arke.targets.artifact import LaunchSpec, UnsupportedError
 from arke.targets.cuda.gemm_base import (
     GEMM_HELPERS,
@@ -72,7 +73,6 @@ from arke.targets.cuda.gemm_base import (
     Direct,
     GemmText,
     batch_count,
-    decided,
     store_result,
     tile_origin,
 )

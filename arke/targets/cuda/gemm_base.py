@@ -57,12 +57,6 @@ static inline long long ak_gemm_mod(long long a, long long b) {
 """
 
 
-def decided(plan: KernelPlan, kind: str, subject: str | None) -> int | None:
-    """The integer value of the strategy's ``kind`` decision on ``subject``, if it made one."""
-    d = plan.decision(kind, subject)
-    return int(d.value) if d is not None and isinstance(d.value, int) else None
-
-
 class GemmText(CudaFunction):
     """One ``__global__`` function of a contraction dispatch, ``threads`` threads per block."""
 
@@ -279,5 +273,5 @@ def batch_count(g: GemmText) -> Dim:
     return out
 
 
-__all__ = ["GEMM_HELPERS", "GROUP_M", "HALF", "SMEM_LIMIT", "Direct", "GemmText", "batch_count", "decided",
+__all__ = ["GEMM_HELPERS", "GROUP_M", "HALF", "SMEM_LIMIT", "Direct", "GemmText", "batch_count",
            "f32_of", "n_contiguous", "side_value", "split_batch", "store_result", "tile_origin"]

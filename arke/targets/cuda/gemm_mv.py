@@ -30,12 +30,12 @@ from __future__ import annotations
 from arke.ir.shapes import Dim, ceil_div, dim_str
 from arke.plan.contraction import Contraction
 from arke.plan.dispatch import Dispatch, KernelPlan
+from arke.plan.exprs import decided
 from arke.targets.artifact import LaunchSpec, UnsupportedError
 from arke.targets.cuda.gemm_base import (
     Direct,
     GemmText,
     batch_count,
-    decided,
     n_contiguous,
     side_value,
     split_batch,

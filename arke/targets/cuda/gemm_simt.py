@@ -21,13 +21,13 @@ from arke.ir import semantic as ir
 from arke.ir.shapes import Dim, ceil_div, dim_str
 from arke.plan.contraction import Contraction
 from arke.plan.dispatch import Dispatch, KernelPlan
+from arke.plan.exprs import decided
 from arke.targets.artifact import LaunchSpec, UnsupportedError
 from arke.targets.cuda.gemm_base import (
     SMEM_LIMIT,
     Direct,
     GemmText,
     batch_count,
-    decided,
     n_contiguous,
     side_value,
     store_result,

@@ -25,11 +25,11 @@ from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, dim_str
 from arke.plan.dispatch import Buffer, Dispatch, KernelPlan
+from arke.plan.exprs import as_dtype, floor_fraction, loads_in
 from arke.targets.artifact import Artifact, LaunchSpec, UnsupportedError
 from arke.targets.cuda.expr import COMPUTE, CONVERT, HELPERS, STORAGE, CExpr, identity
 from arke.targets.cuda.warp import WARP
-from arke.targets.llvm.nvptx import BLOCK, SIMTRenderer, element_count, entry_name, per_element_kernels
-from arke.targets.llvm.render import _as, _fraction, _loads
+from arke.targets.nvidia.simt import BLOCK, SIMTRenderer, element_count, entry_name, per_element_kernels
 
 #: What every translation unit starts with (NVRTC here has no CUDA headers: nothing is included).
 PRELUDE = CONVERT + HELPERS + WARP
@@ -91,7 +91,7 @@ class CText:
                 raise UnsupportedError(f"dim {dim_str(d)} is not an integer expression")
             return f" {'+' if d.is_Add else '*'} ".join(self.dim(a) for a in d.args)
         if isinstance(d, sympy.floor):  # dims are positive; numerators may not be: floor, not truncation
-            num, den = _fraction(d.args[0])
+            num, den = floor_fraction(d.args[0])
             return f"ak_fdiv_dim({self.dim(num)}, {self.dim(den)})"
         if isinstance(d, sympy.Mod):
             return f"ak_mod_dim({self.dim(d.args[0])}, {self.dim(d.args[1])})"
@@ -115,7 +115,7 @@ class CudaFunction(CText):
         if not isinstance(self.op, ir.MapOp):
             self.extent.update({a.name: a.extent for a in self.op.reduce_axes})
         exprs = [self.op.lhs, self.op.rhs] if isinstance(self.op, ir.ContractOp) else [self.op.body]
-        used = {self.op.result} | {x.src for e in exprs for x in _loads(e)}
+        used = {self.op.result} | {x.src for e in exprs for x in loads_in(e)}
         self.args = sorted(used, key=plan.buffer_index)
         self.x = CExpr(self.emit, lambda a: self.current[a], lambda r: self.dim(r.dim), self.load)
         self.parallel_extent: Dim = sympy.Integer(1)
@@ -163,7 +163,7 @@ class CudaFunction(CText):
         """One element of a reduction, its terms combined in the order of the reduce axes."""
         dtype = op.dtype
         kind = op.kind if isinstance(op, ir.ReduceOp) else "sum"
-        body: ir.SExpr = (ir.Binary("mul", _as(op.lhs, dtype), _as(op.rhs, dtype), dtype)
+        body: ir.SExpr = (ir.Binary("mul", as_dtype(op.lhs, dtype), as_dtype(op.rhs, dtype), dtype)
                           if isinstance(op, ir.ContractOp) else op.body)
         acc = f"acc_{op.result.lstrip('%')}"
         self.emit(f"{COMPUTE[dtype]} {acc} = {identity(kind, dtype)};")

@@ -63,9 +63,10 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import dim_str, equal
 from arke.passes.rewrite import map_expr
 from arke.plan.dispatch import Buffer, Dispatch, KernelPlan
+from arke.plan.exprs import product
 from arke.targets.artifact import LaunchSpec, UnsupportedError
 from arke.targets.cuda.expr import STORAGE, identity
-from arke.targets.cuda.rows_base import HELPERS, VECTOR, WARP, RowsBase, acc_type, inline_map, product
+from arke.targets.cuda.rows_base import HELPERS, VECTOR, WARP, RowsBase, acc_type, inline_map
 
 #: Warps per block when the strategy says nothing.
 DEFAULT_WARPS = 4

@@ -31,11 +31,11 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, ceil_div, equal
 from arke.passes.rewrite import map_expr
 from arke.plan.dispatch import Buffer, Dispatch, KernelPlan
+from arke.plan.exprs import floor_fraction, product
 from arke.plan.rows import RowGroup
 from arke.targets.artifact import UnsupportedError
 from arke.targets.cuda.expr import COMPUTE, STORAGE, CExpr
 from arke.targets.cuda.render import CudaFunction
-from arke.targets.llvm.render import _fraction
 
 #: Lanes of a warp.
 WARP = 32
@@ -81,13 +81,6 @@ static __device__ __forceinline__ bool ak_rows_aligned(const void* p) {
 }
 #endif
 """
-
-
-def product(extents: Sequence[Dim]) -> Dim:
-    out: Dim = sympy.Integer(1)
-    for e in extents:
-        out = out * e
-    return out
 
 
 def inline_map(op: ir.MapOp, subs: Sequence[ir.SExpr]) -> ir.SExpr:
@@ -287,7 +280,7 @@ class RowsBase(CudaFunction):
 
     def _dim(self, d: sympy.Expr) -> str:
         if isinstance(d, sympy.floor):  # as CudaFunction's, with no 64-bit division (a call in SASS)
-            num, den = _fraction(d.args[0])
+            num, den = floor_fraction(d.args[0])
             return f"ak_rows_floordiv({self.dim(num)}, {self.dim(den)})"
         if isinstance(d, sympy.Mod):
             return f"ak_rows_mod({self.dim(d.args[0])}, {self.dim(d.args[1])})"

@@ -1,5 +1,5 @@
 """``akc build --target llvm``: LLVM IR, host assembly or object code of a file's kernels
-(with ``--arch sm_90|sm_80``: PTX or cubin of the GPU flavour, :mod:`arke.targets.nvidia.build_cli`)."""
+(with ``--arch sm_90|sm_80``: PTX or cubin of the GPU flavour, :func:`cmd_build_nvptx`)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,6 @@ def cmd_build_llvm(args: argparse.Namespace) -> int:
         if args.arch is None:
             raise UsageError(f"--emit {args.emit} is for --target triton or cuda; the llvm target emits it for its "
                              "GPU flavour only: add --arch sm_90 (or sm_80)")
-        from arke.targets.nvidia.build_cli import cmd_build_nvptx
-
         return cmd_build_nvptx(args)
     lib = _library(args.path, "llvm")
     if isinstance(lib, int):
@@ -45,3 +43,21 @@ def cmd_build_llvm(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def cmd_build_nvptx(args: argparse.Namespace) -> int:
+    """Write PTX or cubin of a file's kernels for ``args.arch`` and print their resources: each kernel's
+    plan (one dispatch per op) rendered by :mod:`arke.targets.llvm.nvptx`, lowered to PTX by
+    llvmlite's NVPTX backend and, for ``cubin``, assembled by ``ptxas``
+    (:func:`arke.targets.nvidia.build_cli.build_each`)."""
+    from arke.targets.llvm.nvptx import RENDERER
+    from arke.targets.nvidia import ptx as nvptx
+    from arke.targets.nvidia.build_cli import build_each
+
+    try:
+        arch = nvptx.arch_name(args.arch)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    # llvmlite reports a module its NVPTX backend rejects as a RuntimeError
+    return build_each(args, arch, RENDERER, lambda source, name, plan: nvptx.compile_ptx(source, arch), "llvm",
+                      (RuntimeError,))

@@ -13,15 +13,13 @@ kept in :attr:`Body.flags`, as is every integer divisor's ``!= 0``, so a check o
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
 
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType, promote
 from arke.targets.artifact import UnsupportedError
+from arke.targets.literals import float_literal
 
 #: The MLIR type a value is computed in (16-bit floats compute in f32, bools are i1).
 COMPUTE = {DType.BOOL: "i1", DType.I8: "i8", DType.I32: "i32", DType.I64: "i64",
@@ -38,15 +36,6 @@ _MATH = {"exp": "math.exp", "log": "math.log", "sqrt": "math.sqrt", "rsqrt": "ma
          "abs": "math.absf"}
 
 
-def float_literal(value: float, dtype: DType = DType.F32) -> str:
-    """An exact ``f32`` literal (hex bits) of ``value`` as a constant of ``dtype`` holds it (16-bit: rounded)."""
-    if dtype in _HALF:
-        value = float(torch.tensor(value, dtype=torch.float32).to(getattr(torch, _torch_half(dtype))).float())
-    bits = struct.unpack("<I", struct.pack("<f", value))[0] if math.isfinite(value) or math.isinf(value) \
-        else 0x7FC00000
-    return f"0x{bits:08X}"
-
-
 def safe_divisor(e: ir.Binary) -> bool:
     """Whether an integer ``div``/``mod``/``pow`` needs no check: a literal nonzero divisor or exponent >= 0."""
     if not isinstance(e.b, ir.Const) or isinstance(e.b.value, float):
@@ -58,10 +47,6 @@ def hazardous(e: ir.SExpr) -> bool:
     """Whether ``e`` is an integer division, modulo or power whose divisor or exponent is checked."""
     return (isinstance(e, ir.Binary) and e.op in ("div", "floordiv", "mod", "pow")
             and COMPUTE[e.dtype] not in ("f32", "i1") and not safe_divisor(e))
-
-
-def _torch_half(dtype: DType) -> str:
-    return "bfloat16" if dtype is DType.BF16 else "float16"
 
 
 @dataclass(frozen=True)

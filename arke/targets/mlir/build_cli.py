@@ -93,9 +93,9 @@ def cmd_build_mlir(args: argparse.Namespace) -> int:
     from arke.cli.build import load_kernels
     from arke.lang.render import Sources, print_diagnostics
     from arke.plan.dispatch import make_plan
+    from arke.plan.variants import variants
     from arke.targets.artifact import UnsupportedError
     from arke.targets.mlir import kernel as iree
-    from arke.targets.triton.build_cli import variants
 
     device, arch = _options(args)
     if args.emit == "vmfb":

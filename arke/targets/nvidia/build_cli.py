@@ -1,10 +1,10 @@
-"""``akc build --target llvm --arch sm_90|sm_80 --emit ptx|cubin``: the LLVM target's GPU flavour.
+"""``akc build --arch sm_90|sm_80 --emit ptx|cubin`` for the GPU targets that assemble PTX with ``ptxas``.
 
-Each kernel's plan (one dispatch per op) is rendered by :mod:`arke.targets.llvm.nvptx`,
-lowered to PTX by llvmlite's NVPTX backend and, for ``cubin``, assembled by ``ptxas`` (no GPU
-needed). One PTX module (or cubin) per kernel holds an entry per dispatch; a table of each
-entry's registers and spills follows, as ``--target triton`` prints. :func:`build_each` is the
-loop the CUDA-C target (:mod:`arke.targets.cuda.build_cli`) shares.
+:func:`build_each` is the loop the LLVM target's GPU flavour (:mod:`arke.targets.llvm.build_cli`)
+and the CUDA-C target (:mod:`arke.targets.cuda.build_cli`) share: each kernel's plan is rendered
+by the target's renderer, compiled to PTX by the target's compiler and, for ``cubin``,
+assembled by ``ptxas`` (no GPU needed). One PTX module (or cubin) per kernel holds an entry per
+dispatch; a table of each entry's registers and spills follows, as ``--target triton`` prints.
 """
 
 from __future__ import annotations
@@ -22,20 +22,6 @@ def _usage(message: str) -> Exception:
     return UsageError(message)
 
 
-def cmd_build_nvptx(args: argparse.Namespace) -> int:
-    """Write PTX or cubin of a file's kernels for ``args.arch`` and print their resources."""
-    from arke.targets.llvm.nvptx import RENDERER
-    from arke.targets.nvidia import ptx as nvptx
-
-    try:
-        arch = nvptx.arch_name(args.arch)
-    except ValueError as err:
-        raise _usage(str(err)) from None
-    # llvmlite reports a module its NVPTX backend rejects as a RuntimeError
-    return build_each(args, arch, RENDERER, lambda source, name, plan: nvptx.compile_ptx(source, arch), "llvm",
-                      (RuntimeError,))
-
-
 def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Callable[[str, str, Any], str],
                target: str,
                failures: tuple[type[Exception], ...]) -> int:
@@ -46,11 +32,11 @@ def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Calla
     asks for and print the registers/spills table. The exit status: 1 if a kernel failed."""
     from arke.cli.build import load_kernels
     from arke.plan.dispatch import make_plan
+    from arke.plan.variants import variants
     from arke.targets.artifact import UnsupportedError
-    from arke.targets.llvm.nvptx import BLOCK
     from arke.targets.nvidia import ptx as nvptx
-    from arke.targets.triton.aot import CompiledEntry, resource_table
-    from arke.targets.triton.build_cli import variants
+    from arke.targets.nvidia.cubin import CompiledEntry, resource_table
+    from arke.targets.nvidia.simt import BLOCK
 
     if args.emit == "cubin":
         if nvptx.ptxas_path() is None:

@@ -19,7 +19,7 @@ from functools import cache
 from typing import Any
 
 from arke.targets.base import Resource
-from arke.targets.triton.aot import ARCHS, arch_of, cubin_resources
+from arke.targets.nvidia.cubin import arch_of, cubin_resources
 
 #: The PTX ISA version each architecture's code declares (``+ptx80`` is what CUDA 12 ``ptxas`` takes for sm_90).
 PTX_FEATURES = {"sm_90": "+ptx80", "sm_80": "+ptx80"}
@@ -42,7 +42,7 @@ class AssembledEntry:
 
 
 def arch_name(arch: str) -> str:
-    """``sm_90``/``sm_80`` from any spelling :func:`arke.targets.triton.aot.arch_of` takes."""
+    """``sm_90``/``sm_80`` from any spelling :func:`arke.targets.nvidia.cubin.arch_of` takes."""
     arch_of(arch)  # raises ValueError naming the known ones
     return "sm_" + arch.lower().removeprefix("sm").lstrip("_")
 
@@ -144,4 +144,5 @@ def ptx_resources(ptx: str, arch: str) -> list[Resource]:
     return [Resource(e.entry, registers=e.registers, spills=e.spills) for e in assemble(ptx, arch)[1]]
 
 
-__all__ = ["ARCHS", "AssembledEntry", "PtxasMissingError", "arch_name", "assemble", "compile_ptx", "ptx_resources", "ptxas_path"]
+__all__ = ["AssembledEntry", "PtxasMissingError", "arch_name", "assemble", "compile_ptx", "ptx_resources",
+           "ptxas_path"]

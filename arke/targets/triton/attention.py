@@ -53,6 +53,7 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, ceil_div, dim_str, floordiv
 from arke.plan.attention import FEATURE, KEY, QUERY, VALUE, Attention
 from arke.plan.dispatch import Dispatch, KernelPlan
+from arke.plan.exprs import decided, product
 from arke.targets.artifact import LaunchSpec, UnsupportedError
 from arke.targets.triton.expr import STORAGE, Source
 from arke.targets.triton.gemm import (
@@ -60,11 +61,9 @@ from arke.targets.triton.gemm import (
     WIDE_DOT_LINE,
     Direct,
     ValueEmitter,
-    decided,
     function_text,
     launch_options,
     pow2,
-    product,
     split_flat,
 )
 

@@ -21,9 +21,8 @@ from arke.lang.diagnostics import Diagnostic, make
 from arke.lang.source import Span
 
 if TYPE_CHECKING:
-    from arke.api import Module
-    from arke.ir import strategy as sir
-    from arke.targets.triton.aot import CompiledEntry, ResourceError
+    from arke.targets.nvidia.cubin import CompiledEntry
+    from arke.targets.triton.aot import ResourceError
 
 SIZING = ("tile", "stages", "warps")
 
@@ -46,17 +45,6 @@ def _renderer() -> Any:
     if found is None:
         raise _usage("the Triton renderer (arke.targets.triton.render) is not available in this build")
     return found
-
-
-def variants(module: Module, ir_name: str, target: str = "triton") -> list[tuple[str, sir.Strategy | None]]:
-    """(label, strategy) of each variant a call may use: every strategy for ``target``, then the
-    defaults unless a strategy without ``when`` always applies."""
-    strategies = module.strategies.for_kernel(ir_name, target)
-    out: list[tuple[str, sir.Strategy | None]] = [(f"strategy {k + 1}" if len(strategies) > 1 else "strategy", s)
-                                                  for k, s in enumerate(strategies)]
-    if not any(s.when is None for s in strategies):
-        out.append(("defaults", None))
-    return out
 
 
 def decision_span(path: str, text: str, kernel: str, decisions: tuple[tuple[str, str | None], ...]) -> Span:
@@ -116,17 +104,19 @@ def cmd_build_triton(args: argparse.Namespace) -> int:
     from arke.cli.build import load_kernels
     from arke.lang.render import Sources, print_diagnostics
     from arke.plan.dispatch import make_plan
+    from arke.plan.variants import variants
     from arke.targets.artifact import UnsupportedError
 
     if args.emit not in ("source", "ptx", "cubin"):
         raise _usage(f"--emit {args.emit} is for the llvm target; the triton target emits source, ptx or cubin")
+    from arke.targets.nvidia import cubin
     from arke.targets.triton import aot as triton_aot
 
     try:
-        triton_aot.arch_of(args.arch)
+        cubin.arch_of(args.arch)
         if args.emit != "source":
             triton_aot.require_triton()
-    except (ValueError, triton_aot.TritonMissingError) as err:
+    except (ValueError, cubin.TritonMissingError) as err:
         raise _usage(str(err)) from None
     loaded = load_kernels(args)
     if isinstance(loaded, int):
@@ -168,5 +158,5 @@ def cmd_build_triton(args: argparse.Namespace) -> int:
             sys.stdout.write(out)
     elif entries:
         _write_compiled(entries, args.emit, args.output)
-        print(triton_aot.resource_table(entries), end="", file=sys.stdout if args.output else sys.stderr)
+        print(cubin.resource_table(entries), end="", file=sys.stdout if args.output else sys.stderr)
     return 1 if failed else 0

@@ -35,6 +35,7 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, ceil_div, dim_str, row_major_stride
 from arke.plan.contraction import Contraction
 from arke.plan.dispatch import Dispatch, KernelPlan
+from arke.plan.exprs import decided, product
 from arke.targets.artifact import LaunchSpec, UnsupportedError
 from arke.targets.triton.expr import COMPUTE, STORAGE, Emitter, Source
 
@@ -59,24 +60,11 @@ def pow2(n: int, least: int = 1) -> int:
     return max(least, 1 << max(0, int(n) - 1).bit_length())
 
 
-def decided(plan: KernelPlan, kind: str, subject: str | None) -> int | None:
-    """The integer value of the strategy's ``kind`` decision on ``subject``, if it made one."""
-    d = plan.decision(kind, subject)
-    return int(d.value) if d is not None and isinstance(d.value, int) else None
-
-
 def launch_options(plan: KernelPlan, constexprs: dict[str, int], stages: int = 3,
                    warps: int = 4) -> tuple[tuple[str, int], ...]:
     """The launch options: the block constexprs, then ``num_warps`` and ``num_stages`` (strategy or default)."""
     return (*constexprs.items(), ("num_warps", decided(plan, "warps", None) or warps),
             ("num_stages", decided(plan, "stages", None) or stages))
-
-
-def product(extents: Sequence[Dim]) -> Dim:
-    out: Dim = sympy.Integer(1)
-    for e in extents:
-        out = out * e
-    return out
 
 
 def function_text(src: Source, entry: str, buffers: Sequence[int], constexprs: Sequence[str],

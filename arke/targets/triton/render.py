@@ -30,6 +30,7 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, ceil_div, dim_str
 from arke.passes.rewrite import map_expr, op_exprs
 from arke.plan.dispatch import Buffer, Dispatch, KernelPlan, PlanOp
+from arke.plan.exprs import product
 from arke.targets.artifact import Artifact, LaunchSpec, Renderer, UnsupportedError
 from arke.targets.triton.expr import COMPUTE, HELPERS, STORAGE, Emitter, Source, accumulator, fold, identity
 
@@ -41,13 +42,6 @@ ROW_BLOCK_R = 64  # reduce chunk of a rows member
 
 def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
-
-
-def _product(extents: Sequence[Dim]) -> Dim:
-    out: Dim = sympy.Integer(1)
-    for e in extents:
-        out = out * e
-    return out
 
 
 def _term(op: ir.ReduceOp | ir.ContractOp) -> ir.SExpr:
@@ -132,7 +126,7 @@ class _Dispatch:
 
     def map_program(self, op: ir.MapOp) -> None:
         blk = self.block_for([a.name for a in op.axes[-1:]], BLOCK, "BLOCK")
-        total = _product([a.extent for a in op.axes])
+        total = product([a.extent for a in op.axes])
         self.grid = ceil_div(total, self.constexprs[blk])
         n = self.src.dim(total)
         pid, offs, mask = self.src.fresh(), self.src.fresh(), self.src.fresh()
@@ -147,7 +141,7 @@ class _Dispatch:
     def reduce_program(self, op: ir.ReduceOp | ir.ContractOp) -> None:
         bo = self.block_for([a.name for a in op.axes[-1:]], BLOCK_O, "BLOCK_O")
         br = self.block_for([a.name for a in op.reduce_axes[-1:]], BLOCK_R, "BLOCK_R")
-        self.grid = ceil_div(_product([a.extent for a in op.axes]), self.constexprs[bo])
+        self.grid = ceil_div(product([a.extent for a in op.axes]), self.constexprs[bo])
         pid, o = self.src.fresh(), self.src.fresh()
         self.src.line(f"{pid} = tl.program_id(0).to(tl.int64)", 1)
         self.src.line(f"{o} = ({pid} * {bo} + tl.arange(0, {bo}).to(tl.int64))[:, None]", 1)
@@ -160,16 +154,16 @@ class _Dispatch:
         free = [a for a in op.axes if a.name not in fixed]
         src = self.src
         omask = src.fresh()
-        src.line(f"{omask} = {o} < {src.dim(_product([a.extent for a in free]))}", depth)
+        src.line(f"{omask} = {o} < {src.dim(product([a.extent for a in free]))}", depth)
         index = {**fixed, **self.decompose(o, free, depth)}
         kind, acc_ty = _kind(op), accumulator(op.dtype)
         ident = identity(kind, op.dtype)
         acc, rb = src.fresh(), src.fresh()
         src.line(f"{acc} = tl.full([{bo}, {br}], {ident}, {acc_ty})", depth)
-        src.line(f"for {rb} in range(0, {src.dim(_product([a.extent for a in op.reduce_axes]))}, {br}):", depth)
+        src.line(f"for {rb} in range(0, {src.dim(product([a.extent for a in op.reduce_axes]))}, {br}):", depth)
         r, mask = src.fresh(), src.fresh()
         src.line(f"{r} = {rb} + tl.arange(0, {br}).to(tl.int64)[None, :]", depth + 1)
-        total_r = src.dim(_product([a.extent for a in op.reduce_axes]))
+        total_r = src.dim(product([a.extent for a in op.reduce_axes]))
         src.line(f"{mask} = ({omask}) & ({r} < {total_r})", depth + 1)
         rindex = {**index, **self.decompose(r, op.reduce_axes, depth + 1)}
         e = self.emitter(f"[{bo}, {br}]", rindex, mask, depth + 1, op, env)
@@ -201,7 +195,7 @@ class _Dispatch:
             raise UnsupportedError(f"{self.entry}: a rows dispatch needs its RowGroup pattern")
         members = self.d.members
         first = members[0]
-        self.grid = _product([a.extent for a in first.axes[:r]])
+        self.grid = product([a.extent for a in first.axes[:r]])
         pid = self.src.fresh()
         self.src.line(f"{pid} = tl.program_id(0).to(tl.int64)", 1)
         rows = [ir.Axis(f"row{k}", a.extent) for k, a in enumerate(first.axes[:r])]
@@ -246,9 +240,9 @@ class _Dispatch:
         src = self.src
         free = op.axes[len(fixed):]
         base, offs, mask = src.fresh(), src.fresh(), src.fresh()
-        src.line(f"for {base} in range(0, {src.dim(_product([a.extent for a in free]))}, {blk}):", 1)
+        src.line(f"for {base} in range(0, {src.dim(product([a.extent for a in free]))}, {blk}):", 1)
         src.line(f"{offs} = {base} + tl.arange(0, {blk}).to(tl.int64)", 2)
-        src.line(f"{mask} = {offs} < {src.dim(_product([a.extent for a in free]))}", 2)
+        src.line(f"{mask} = {offs} < {src.dim(product([a.extent for a in free]))}", 2)
         index = {**fixed, **self.decompose(offs, free, 2)}
         e = self.emitter(f"[{blk}]", index, mask, 2, op, env)
         value = e.expr(op.body)
@@ -261,7 +255,7 @@ class _Dispatch:
         ptr = self.src.fresh()
         self.src.header.append(f"    {ptr} = ({ws} + {start}).to(tl.pointer_type({STORAGE[op.dtype]}))")
         self.src.local[op.result] = (ptr, Buffer(op.result, op.dtype, op.type.shape, "temp"))
-        self.workspace = self.workspace + _product(op.type.shape)
+        self.workspace = self.workspace + product(op.type.shape)
 
     def row_reduction(self, op: ir.ReduceOp | ir.ContractOp, fixed: dict[str, str], bo: str, br: str,
                       env: _Env) -> None:
@@ -269,7 +263,7 @@ class _Dispatch:
         src = self.src
         free = op.axes[len(fixed):]
         ob = src.fresh()
-        src.line(f"for {ob} in range(0, {src.dim(_product([a.extent for a in free]))}, {bo}):", 1)
+        src.line(f"for {ob} in range(0, {src.dim(product([a.extent for a in free]))}, {bo}):", 1)
         o = src.fresh()
         src.line(f"{o} = ({ob} + tl.arange(0, {bo}).to(tl.int64))[:, None]", 2)
         self.reduction(op, o, bo, br, fixed, 2, env, None)

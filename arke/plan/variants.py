@@ -1,0 +1,26 @@
+"""The strategy variants of a kernel: the plans its calls may use on a target.
+
+A module may give a kernel several strategies for a target (each perhaps with a ``when``
+condition on the dims); a call uses the first whose condition holds, else the defaults.
+:func:`variants` lists them all, so ``akc build`` compiles (and checks) every plan a call
+could run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from arke.api import Module
+    from arke.ir import strategy as sir
+
+
+def variants(module: Module, ir_name: str, target: str = "triton") -> list[tuple[str, sir.Strategy | None]]:
+    """(label, strategy) of each variant a call may use: every strategy for ``target``, then the
+    defaults unless a strategy without ``when`` always applies."""
+    strategies = module.strategies.for_kernel(ir_name, target)
+    out: list[tuple[str, sir.Strategy | None]] = [(f"strategy {k + 1}" if len(strategies) > 1 else "strategy", s)
+                                                  for k, s in enumerate(strategies)]
+    if not any(s.when is None for s in strategies):
+        out.append(("defaults", None))
+    return out
