@@ -49,7 +49,7 @@ from arke.plan.attention import F32, FEATURE, KEY, QUERY, VALUE
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import LaunchSpec
 from arke.targets.llvm.attention_tiles import AttentionEmitter
-from arke.targets.llvm.render import STORAGE
+from arke.targets.llvm.scalar import STORAGE
 from arke.targets.llvm.vec import NEG_INF
 
 DECODE_ROWS = 16  # a group of at most this many rows (R * S) runs split_kv by default

@@ -13,7 +13,8 @@ from arke.ir import semantic as ir
 from arke.ir.shapes import Dim, ceil_div, row_major_stride
 from arke.plan.attention import FEATURE, KEY, QUERY, VALUE, Attention
 from arke.plan.dispatch import Dispatch, KernelPlan
-from arke.targets.llvm.render import STORAGE, _Function
+from arke.targets.llvm.function import LLVMFunction
+from arke.targets.llvm.scalar import STORAGE
 from arke.targets.llvm.vec import NEG_INF, Vec, VectorExprMixin
 
 ROWS = 64  # query rows per task: a packed key tile serves all of them
@@ -22,7 +23,7 @@ PREFETCH_TILES = 4  # keys and values are prefetched this many tiles ahead ...
 PREFETCH_ROWS = 16  # ... by tasks of at most this many rows (decode: memory-bound)
 
 
-class AttentionEmitter(VectorExprMixin, _Function):
+class AttentionEmitter(VectorExprMixin, LLVMFunction):
     """The state and the tile kernels of one attention dispatch; the algorithms drive them."""
 
     def __init__(self, plan: KernelPlan, dispatch: Dispatch, name: str, declare: Callable[[str], None],

@@ -26,6 +26,10 @@ Blocking comes from the strategy: ``tile m`` sets ``mr`` (register rows), ``tile
 width ``nc``, ``tile k`` the depth ``kc``, ``vectorize n`` the lanes and ``unroll k`` the
 micro-kernel's unrolling, ``pack a`` packs a plain ``A`` too; the defaults suit AVX-512 (and
 shrink with ``vector_bits``).
+
+This module chooses the blocking and emits the task loop, the micro-kernel calls and the
+epilogue; the packing is :mod:`arke.targets.llvm.gemm_pack`'s, the micro-kernel and the decode
+forms :mod:`arke.targets.llvm.gemm_base`'s.
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ from arke.ir.shapes import Dim, dim_str
 from arke.plan.contraction import Contraction
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import LaunchSpec
-from arke.targets.llvm.gemm_base import GEMV_ROWS, Blocking, GemmBase
-from arke.targets.llvm.render import STORAGE
+from arke.targets.llvm.gemm_base import GEMV_ROWS, Blocking
+from arke.targets.llvm.gemm_pack import GemmPacking
+from arke.targets.llvm.scalar import STORAGE
 
 #: Vectors across a panel of B (nr = this × lanes).
 PANEL_VECTORS = 2
@@ -90,7 +95,7 @@ def render_contraction(plan: KernelPlan, d: Dispatch, entry: str, declare: Calla
     return text, launch, panel
 
 
-class _Gemm(GemmBase):
+class _Gemm(GemmPacking):
     """Emits a contraction dispatch: the task loop, packing, micro-kernel calls and epilogue."""
 
     def __init__(self, plan: KernelPlan, d: Dispatch, name: str, declare: Callable[[str], None], blk: Blocking,
@@ -248,74 +253,6 @@ class _Gemm(GemmBase):
         self.branch(self.has_pre, lambda: self.panel_dots(pa, a0, n0, nc, tile),
                     lambda: self.dots(pa, pb, a0, b0, n0, nc, tile))
 
-    def panel_dots(self, pa: ir.Load | None, a0: str, n0: str, nc: str, tile: str) -> None:
-        """``tile[r][col] = sum(A[r, k] * panel[k][col] for k)`` for the (at most three) rows, panel by
-        panel: each panel row is loaded once for every row of A, and k runs in order."""
-        c, blk = self.c, self.blk
-        lanes, nr = blk.lanes, blk.nr
-        vec = f"<{lanes} x float>"
-        fma = f"@llvm.fma.v{lanes}f32"
-        k_ext = self.dim(self.extent[c.k])
-        m_ext = self.dim(self.rows())
-        if pa is not None:
-            sa_m = self.stride(pa, c.m) if c.m is not None else "0"
-            a_ty = STORAGE[self.buffer(pa.src).dtype]
-            a_dtype = self.buffer(pa.src).dtype
-        else:
-            sa_m, a_ty, a_dtype = k_ext, "float", DType.F32
-        last_row = self.let(f"sub i64 {m_ext}, 1")
-        rows = GEMV_ROWS - 1
-        a_rows = []
-        for r in range(rows):
-            row = self.smin(str(r), last_row)  # rows past M repeat the last one (never stored)
-            off = self.let(f"mul i64 {row}, {sa_m}")
-            a_rows.append(self.let(f"getelementptr inbounds {a_ty}, ptr {a0}, i64 {off}"))
-        panels = self.let(f"add i64 {nc}, {nr - 1}")
-        panels = self.let(f"udiv i64 {panels}, {nr}")
-        first = self.let(f"udiv i64 {n0}, {nr}")
-        span = self.let(f"mul i64 {k_ext}, {nr}")
-
-        def panel(p: str) -> None:
-            at = self.let(f"add i64 {first}, {p}")
-            at = self.let(f"mul i64 {at}, {span}")
-            base = self.let(f"getelementptr inbounds float, ptr {self.pre}, i64 {at}")
-            accs = []
-            for j in range(rows * blk.nv):
-                acc = f"%pacc{j}.{self.loops_made}"
-                self.prologue.append(f"  {acc} = alloca {vec}, align 64")
-                self.emit(f"store {vec} zeroinitializer, ptr {acc}")
-                accs.append(acc)
-
-            def step(k: str) -> None:
-                row = self.let(f"mul i64 {k}, {nr}")
-                ws = []
-                for v in range(blk.nv):
-                    q = self.let(f"add i64 {row}, {v * lanes}")
-                    q = self.let(f"getelementptr inbounds float, ptr {base}, i64 {q}")
-                    ws.append(self.let(f"load {vec}, ptr {q}, align 4"))
-                for r in range(rows):
-                    q = self.let(f"getelementptr inbounds {a_ty}, ptr {a_rows[r]}, i64 {k}")
-                    x = self.to_f32(self.let(f"load {a_ty}, ptr {q}"), a_dtype)
-                    one = self.let(f"insertelement <1 x float> poison, float {x}, i64 0")
-                    xs = self.let(f"shufflevector <1 x float> {one}, <1 x float> poison, <{lanes} x i32> "
-                                  "zeroinitializer")
-                    for v in range(blk.nv):
-                        acc = accs[r * blk.nv + v]
-                        old = self.let(f"load {vec}, ptr {acc}")
-                        self.emit(f"store {vec} {self.let(f'call {vec} {fma}({vec} {xs}, {vec} {ws[v]}, {vec} {old})')}"
-                                  f", ptr {acc}")
-
-            self.counted("pk", "0", k_ext, step)
-            col = self.let(f"mul i64 {p}, {nr}")
-            for r in range(rows):  # the tile has at least mr >= 3 rows of nc columns: every store is inside
-                for v in range(blk.nv):
-                    q = self.let(f"add i64 {r * blk.nc}, {col}")
-                    q = self.let(f"add i64 {q}, {v * lanes}")
-                    q = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {q}")
-                    self.emit(f"store {vec} {self.let(f'load {vec}, ptr {accs[r * blk.nv + v]}')}, ptr {q}")
-
-        self.counted("pp", "0", panels, panel)
-
     # -- packed blocks and micro-kernel calls
     def blocks(self, a0: str, b0: str, n0: str, nc: str, packed: str, a_rows: str, tile: str) -> None:
         c, blk = self.c, self.blk
@@ -377,197 +314,6 @@ class _Gemm(GemmBase):
             self.counted("ir", "0", m_ext, row_block, step=blk.mr)
 
         self.counted("pc", "0", k_ext, depth, step=blk.kc)
-
-    def pack(self, b0: str, b_ty: str, n0: str, nc: str, pc: str, kc: str, sb_k: str, sb_n: str,
-             panels: str, packed: str) -> None:
-        """``packed[panel][kk][l] = f32(B[pc + kk, n0 + panel*nr + l])``, 0 past the slab's columns.
-
-        When B is contiguous along n, whole panels are copied a row of ``nr`` at a time (vector
-        loads along n); otherwise each column is read down k, the order B is stored in.
-        """
-        if self.plain_b is None:
-            self.pack_expression(n0, nc, pc, kc, panels, packed)
-            return
-        blk, b_dtype = self.blk, self.buffer(self.plain_b.src).dtype
-        if self.plain_b.indices[-1] == ir.Idx(self.c.n):
-            full = self.let(f"udiv i64 {nc}, {blk.nr}")
-            vec, raw = f"<{blk.nr} x float>", f"<{blk.nr} x {b_ty}>"
-
-            def row(kk: str) -> None:
-                k = self.let(f"add i64 {pc}, {kk}")
-                src = self.let(f"mul i64 {k}, {sb_k}")
-                src = self.let(f"add i64 {src}, {n0}")
-
-                def whole(p: str) -> None:
-                    col = self.let(f"mul i64 {p}, {blk.nr}")
-                    at = self.let(f"add i64 {src}, {col}")
-                    ptr = self.let(f"getelementptr inbounds {b_ty}, ptr {b0}, i64 {at}")
-                    v = self.to_f32(self.let(f"load {raw}, ptr {ptr}, align 1"), b_dtype, vec)
-                    o = self.let(f"mul i64 {p}, {kc}")
-                    o = self.let(f"add i64 {o}, {kk}")
-                    o = self.let(f"mul i64 {o}, {blk.nr}")
-                    q = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {o}")
-                    self.emit(f"store {vec} {v}, ptr {q}, align 4")
-
-                self.counted("whole", "0", full, whole)
-            self.counted("prow", "0", kc, row)
-            self.pack_columns(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, full, panels, packed)
-        elif self.contiguous_k(self.plain_b) and blk.nr % blk.lanes == 0 and blk.lanes >= 4:
-            full = self.let(f"udiv i64 {nc}, {blk.nr}")
-            deep = self.let(f"and i64 {kc}, {-blk.lanes}")
-            self.pack_transposed(b0, b_ty, n0, pc, deep, kc, sb_n, full, packed)
-            self.pack_columns(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, full, panels, packed)  # the last, partial panel
-            self.pack_columns(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, "0", full, packed, k_from=deep)  # k tail
-        else:
-            self.pack_columns(b0, b_ty, n0, nc, pc, kc, sb_k, sb_n, "0", panels, packed)
-
-    def pack_transposed(self, b0: str, b_ty: str, n0: str, pc: str, deep: str, kc: str, sb_n: str, full: str,
-                        packed: str) -> None:
-        """Whole panels of a B stored along k (``w[n, k]``, as ``linear`` reads it), for k below ``deep``
-        (a multiple of the lanes): ``lanes × lanes`` blocks loaded as vectors along k, one per
-        column, and transposed in registers into rows of the panel (vector stores along n)."""
-        from arke.targets.llvm.vec import Vec
-
-        assert self.plain_b is not None
-        blk, b_dtype = self.blk, self.buffer(self.plain_b.src).dtype
-        w = blk.lanes
-        vec = Vec(w, self.let, self.declare)
-        raw = f"<{w} x {b_ty}>"
-
-        def panel(p: str) -> None:
-            col0 = self.let(f"mul i64 {p}, {blk.nr}")
-            col0 = self.let(f"add i64 {n0}, {col0}")
-            dst0 = self.let(f"mul i64 {p}, {kc}")
-
-            def block(kb: str) -> None:
-                k = self.let(f"add i64 {pc}, {kb}")
-                for half in range(blk.nr // w):
-                    rows = []
-                    for lane in range(w):
-                        n = self.let(f"add i64 {col0}, {half * w + lane}")
-                        at = self.let(f"mul i64 {n}, {sb_n}")
-                        at = self.let(f"add i64 {at}, {k}")
-                        ptr = self.let(f"getelementptr inbounds {b_ty}, ptr {b0}, i64 {at}")
-                        rows.append(self.to_f32(self.let(f"load {raw}, ptr {ptr}, align 1"), b_dtype, vec.f))
-                    for j, row in enumerate(vec.transpose(rows)):
-                        o = self.let(f"add i64 {dst0}, {kb}")
-                        o = self.let(f"add i64 {o}, {j}")
-                        o = self.let(f"mul i64 {o}, {blk.nr}")
-                        o = self.let(f"add i64 {o}, {half * w}")
-                        q = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {o}")
-                        self.emit(f"store {vec.f} {row}, ptr {q}, align 4")
-
-            self.counted("tk", "0", deep, block, step=w)
-
-        self.counted("tpanel", "0", full, panel)
-
-    def pack_columns(self, b0: str, b_ty: str, n0: str, nc: str, pc: str, kc: str, sb_k: str, sb_n: str,
-                     first: str, panels: str, packed: str, k_from: str = "0") -> None:
-        """Panels ``first`` to ``panels`` packed a column at a time (reading down k, from ``k_from``)."""
-        assert self.plain_b is not None
-        blk, b_dtype = self.blk, self.buffer(self.plain_b.src).dtype
-
-        def panel(p: str) -> None:
-            col0 = self.let(f"mul i64 {p}, {blk.nr}")
-            dst0 = self.let(f"mul i64 {p}, {kc}")
-            dst0 = self.let(f"mul i64 {dst0}, {blk.nr}")
-
-            def column(lane: str) -> None:
-                col = self.let(f"add i64 {col0}, {lane}")
-                inside = self.let(f"icmp slt i64 {col}, {nc}")
-                safe = self.let(f"select i1 {inside}, i64 {col}, i64 0")
-                n = self.let(f"add i64 {n0}, {safe}")
-                src = self.let(f"mul i64 {n}, {sb_n}")
-                kb = self.let(f"mul i64 {pc}, {sb_k}")
-                src = self.let(f"add i64 {src}, {kb}")
-                dst = self.let(f"add i64 {dst0}, {lane}")
-
-                def step(kk: str) -> None:
-                    s = self.let(f"mul i64 {kk}, {sb_k}")
-                    s = self.let(f"add i64 {src}, {s}")
-                    ptr = self.let(f"getelementptr inbounds {b_ty}, ptr {b0}, i64 {s}")
-                    v = self.to_f32(self.let(f"load {b_ty}, ptr {ptr}"), b_dtype)
-                    v = self.let(f"select i1 {inside}, float {v}, float 0.0")
-                    o = self.let(f"mul i64 {kk}, {blk.nr}")
-                    o = self.let(f"add i64 {dst}, {o}")
-                    q = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {o}")
-                    self.emit(f"store float {v}, ptr {q}")
-
-                self.counted("kk", k_from, kc, step)
-
-            self.counted("lane", "0", str(blk.nr), column)
-
-        self.counted("panel", first, panels, panel)
-
-    def evaluate_rows(self, dst: str) -> None:
-        """``dst[m * K + k] = A(m, k)`` (through A's prologue) for the few rows of a decode call."""
-        c = self.c
-        m_axis = c.m
-        assert m_axis is not None
-        k_ext = self.dim(self.extent[c.k])
-
-        def row(m: str) -> None:
-            self.current[m_axis] = m
-            base = self.let(f"mul i64 {m}, {k_ext}")
-
-            def step(k: str) -> None:
-                self.current[c.k] = k
-                v = self.expr(c.a)
-                q = self.let(f"add i64 {base}, {k}")
-                q = self.let(f"getelementptr inbounds float, ptr {dst}, i64 {q}")
-                self.emit(f"store float {v}, ptr {q}")
-
-            self.counted("ek", "0", k_ext, step)
-
-        self.counted("em", "0", self.dim(self.rows()), row)
-
-    def pack_a_row(self, row: str, r: int, pc: str, kc: str, a_rows: str) -> str:
-        """Row ``r`` of the packed A block, interleaved ``[kk][mr]``: ``A(row, pc + kk)`` for kk < kc
-        (through the prologue, if A has one). Returns the row's first element."""
-        c, mr = self.c, self.blk.mr
-        dst = self.let(f"getelementptr inbounds float, ptr {a_rows}, i64 {r}")
-        if c.m is not None:
-            self.current[c.m] = row
-
-        def step(kk: str) -> None:
-            self.current[c.k] = self.let(f"add i64 {pc}, {kk}")
-            v = self.expr(c.a)
-            at = self.let(f"mul i64 {kk}, {mr}")
-            q = self.let(f"getelementptr inbounds float, ptr {dst}, i64 {at}")
-            self.emit(f"store float {v}, ptr {q}")
-
-        self.counted("ak", "0", kc, step)
-        return dst
-
-    def pack_expression(self, n0: str, nc: str, pc: str, kc: str, panels: str, packed: str) -> None:
-        """B panels through B's prologue expression (0 past the slab's columns)."""
-        c, blk = self.c, self.blk
-
-        def panel(p: str) -> None:
-            col0 = self.let(f"mul i64 {p}, {blk.nr}")
-            dst0 = self.let(f"mul i64 {p}, {kc}")
-            dst0 = self.let(f"mul i64 {dst0}, {blk.nr}")
-
-            def row(kk: str) -> None:
-                self.current[c.k] = self.let(f"add i64 {pc}, {kk}")
-                base = self.let(f"mul i64 {kk}, {blk.nr}")
-                base = self.let(f"add i64 {dst0}, {base}")
-
-                def lane(li: str) -> None:
-                    col = self.let(f"add i64 {col0}, {li}")
-                    inside = self.let(f"icmp slt i64 {col}, {nc}")
-                    safe = self.let(f"select i1 {inside}, i64 {col}, i64 0")
-                    self.current[c.n] = self.let(f"add i64 {n0}, {safe}")
-                    v = self.let(f"select i1 {inside}, float {self.expr(c.b)}, float 0.0")
-                    q = self.let(f"add i64 {base}, {li}")
-                    q = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {q}")
-                    self.emit(f"store float {v}, ptr {q}")
-
-                self.counted("bl", "0", str(blk.nr), lane)
-
-            self.counted("bk", "0", kc, row)
-
-        self.counted("bpanel", "0", panels, panel)
 
     # -- the finished sums: epilogue and store
     def finish(self, n0: str, nc: str, tile: str) -> None:

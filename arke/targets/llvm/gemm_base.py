@@ -1,8 +1,10 @@
-"""The shared machinery of the LLVM contraction renderer (``llvm_gemm``): addressing, small
-emitters, the MR×NR micro-kernel and the few-rows dot-product form.
+"""The shared machinery of the LLVM contraction renderer (:mod:`arke.targets.llvm.gemm`): addressing,
+small emitters, the MR×NR micro-kernel and the few-rows (decode) forms: dot products along k, or
+the prepacked panels of ``B`` streamed with ``A``'s elements broadcast.
 
 Split from :mod:`arke.targets.llvm.gemm` to keep each file to one job: this one emits the
-inner kernels, that one the task loop, packing and epilogue around them.
+inner kernels, :mod:`arke.targets.llvm.gemm_pack` the packing, and that one the task loop and
+epilogue around them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, row_major_stride
 from arke.plan.contraction import Contraction
 from arke.targets.llvm.convert import FLOAT16, widen
-from arke.targets.llvm.render import STORAGE, _Function
+from arke.targets.llvm.function import LLVMFunction
+from arke.targets.llvm.scalar import STORAGE
 
 #: Below this many rows a contraction contiguous along k runs as dot products (no packing).
 GEMV_ROWS = 4
@@ -39,14 +42,15 @@ class Blocking:
         return self.nv * self.lanes
 
 
-class GemmBase(_Function):
-    """Addressing, emitters and inner kernels of a contraction dispatch (see :class:`llvm_gemm._Gemm`)."""
+class GemmBase(LLVMFunction):
+    """Addressing, emitters and inner kernels of a contraction dispatch (see :class:`arke.targets.llvm.gemm._Gemm`)."""
 
     c: Contraction
     blk: Blocking
     plain_a: ir.Load | None
     plain_b: ir.Load | None
     packs_a: bool
+    pre: str  # the prepacked panels of B, when they came (see :meth:`arke.targets.llvm.gemm._Gemm.panel_operand`)
 
     def rows(self) -> Dim:
         return self.extent[self.c.m] if self.c.m is not None else sympy.Integer(1)
@@ -243,6 +247,74 @@ class GemmBase(_Function):
             self.counted("cols", "0", nc, columns, step=group)
 
         self.counted("row", "0", m_ext, row)
+
+    def panel_dots(self, pa: ir.Load | None, a0: str, n0: str, nc: str, tile: str) -> None:
+        """``tile[r][col] = sum(A[r, k] * panel[k][col] for k)`` for the (at most three) rows, panel by
+        panel: each panel row is loaded once for every row of A, and k runs in order."""
+        c, blk = self.c, self.blk
+        lanes, nr = blk.lanes, blk.nr
+        vec = f"<{lanes} x float>"
+        fma = f"@llvm.fma.v{lanes}f32"
+        k_ext = self.dim(self.extent[c.k])
+        m_ext = self.dim(self.rows())
+        if pa is not None:
+            sa_m = self.stride(pa, c.m) if c.m is not None else "0"
+            a_ty = STORAGE[self.buffer(pa.src).dtype]
+            a_dtype = self.buffer(pa.src).dtype
+        else:
+            sa_m, a_ty, a_dtype = k_ext, "float", DType.F32
+        last_row = self.let(f"sub i64 {m_ext}, 1")
+        rows = GEMV_ROWS - 1
+        a_rows = []
+        for r in range(rows):
+            row = self.smin(str(r), last_row)  # rows past M repeat the last one (never stored)
+            off = self.let(f"mul i64 {row}, {sa_m}")
+            a_rows.append(self.let(f"getelementptr inbounds {a_ty}, ptr {a0}, i64 {off}"))
+        panels = self.let(f"add i64 {nc}, {nr - 1}")
+        panels = self.let(f"udiv i64 {panels}, {nr}")
+        first = self.let(f"udiv i64 {n0}, {nr}")
+        span = self.let(f"mul i64 {k_ext}, {nr}")
+
+        def panel(p: str) -> None:
+            at = self.let(f"add i64 {first}, {p}")
+            at = self.let(f"mul i64 {at}, {span}")
+            base = self.let(f"getelementptr inbounds float, ptr {self.pre}, i64 {at}")
+            accs = []
+            for j in range(rows * blk.nv):
+                acc = f"%pacc{j}.{self.loops_made}"
+                self.prologue.append(f"  {acc} = alloca {vec}, align 64")
+                self.emit(f"store {vec} zeroinitializer, ptr {acc}")
+                accs.append(acc)
+
+            def step(k: str) -> None:
+                row = self.let(f"mul i64 {k}, {nr}")
+                ws = []
+                for v in range(blk.nv):
+                    q = self.let(f"add i64 {row}, {v * lanes}")
+                    q = self.let(f"getelementptr inbounds float, ptr {base}, i64 {q}")
+                    ws.append(self.let(f"load {vec}, ptr {q}, align 4"))
+                for r in range(rows):
+                    q = self.let(f"getelementptr inbounds {a_ty}, ptr {a_rows[r]}, i64 {k}")
+                    x = self.to_f32(self.let(f"load {a_ty}, ptr {q}"), a_dtype)
+                    one = self.let(f"insertelement <1 x float> poison, float {x}, i64 0")
+                    xs = self.let(f"shufflevector <1 x float> {one}, <1 x float> poison, <{lanes} x i32> "
+                                  "zeroinitializer")
+                    for v in range(blk.nv):
+                        acc = accs[r * blk.nv + v]
+                        old = self.let(f"load {vec}, ptr {acc}")
+                        self.emit(f"store {vec} {self.let(f'call {vec} {fma}({vec} {xs}, {vec} {ws[v]}, {vec} {old})')}"
+                                  f", ptr {acc}")
+
+            self.counted("pk", "0", k_ext, step)
+            col = self.let(f"mul i64 {p}, {nr}")
+            for r in range(rows):  # the tile has at least mr >= 3 rows of nc columns: every store is inside
+                for v in range(blk.nv):
+                    q = self.let(f"add i64 {r * blk.nc}, {col}")
+                    q = self.let(f"add i64 {q}, {v * lanes}")
+                    q = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {q}")
+                    self.emit(f"store {vec} {self.let(f'load {vec}, ptr {accs[r * blk.nv + v]}')}, ptr {q}")
+
+        self.counted("pp", "0", panels, panel)
 
     def hsum(self, v: str, lanes: int) -> str:
         """The lanes of ``v`` added pairwise, halves first: a fixed order."""

@@ -19,7 +19,7 @@ from arke.ir.dtypes import DType
 from arke.targets.llvm.lib import identity
 
 if TYPE_CHECKING:
-    from arke.targets.llvm.render import _Function
+    from arke.targets.llvm.function import LLVMFunction
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class LaneSum:
     term: Callable[[], str]
 
 
-def lane_loops(fn: _Function, names: Sequence[str], sums: Sequence[LaneSum]) -> list[str]:
+def lane_loops(fn: LLVMFunction, names: Sequence[str], sums: Sequence[LaneSum]) -> list[str]:
     """Float reductions over ``names`` in a fixed order with vector accumulators; their values.
 
     Term ``j`` of the innermost axis goes to accumulator ``j % L`` (L = ``fn.lanes``), each
@@ -119,7 +119,7 @@ def lane_loops(fn: _Function, names: Sequence[str], sums: Sequence[LaneSum]) -> 
     return values
 
 
-def _when(fn: _Function, cond: str, then: Callable[[], None]) -> None:
+def _when(fn: LLVMFunction, cond: str, then: Callable[[], None]) -> None:
     """``then``'s code, run only where ``cond`` holds."""
     fn.loops_made += 1
     yes, done = f"if.{fn.loops_made}", f"fi.{fn.loops_made}"

@@ -4,13 +4,14 @@ Each dispatch becomes ``define ptx_kernel void @<kernel>_d<k>(ptr addrspace(1) %
 ptr addrspace(1) %gdims, ptr addrspace(1) %gerr)``: the buffers it touches (in plan order,
 global memory), the kernel's dim values and an error word. Plans for this flavour group no
 families (``families`` is empty), so every op is its own dispatch. A launch runs at least
-``parallel_extent`` threads (a 1-D grid of ``BLOCK``-thread blocks); thread
+``parallel_extent`` threads (a 1-D grid of ``BLOCK``-thread blocks, the launch shape
+:mod:`arke.targets.nvidia.simt` gives every SIMT GPU renderer); thread
 ``ctaid.x * ntid.x + tid.x`` computes one element of the op's result, flattened row-major
 over its axes: a map's value, or a reduction's (a norm's statistics, a softmax's sums, a
 SIMT contraction's dot product) by a loop over the reduce axes in a fixed order, so a result
 never depends on the launch shape.
 
-Expressions, subscripts and checks are :class:`arke.targets.llvm.render._Function`'s: the
+Expressions, subscripts and checks are :class:`arke.targets.llvm.function.LLVMFunction`'s: the
 global pointers are cast to generic ones once in the entry block (NVPTX's address-space
 inference turns the accesses back into ``ld.global``/``st.global``), 16-bit floats stay i16
 bits converted in integer code, and the float functions NVPTX cannot lower without libdevice
@@ -23,39 +24,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Protocol
-
-import sympy
 
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
-from arke.ir.shapes import Dim, ceil_div, dim_str
 from arke.plan.dispatch import Dispatch, KernelPlan
-from arke.targets.artifact import Artifact, LaunchSpec, Renderer, UnsupportedError
+from arke.targets.artifact import Artifact, UnsupportedError
+from arke.targets.llvm.function import LLVMFunction
 from arke.targets.llvm.lib import float_const
 from arke.targets.llvm.nvptx_math import FUNCTIONS, nvptx_math
-from arke.targets.llvm.render import FLOAT_INTRINSIC, LIBM, _Function
+from arke.targets.llvm.scalar import FLOAT_INTRINSIC, LIBM
+from arke.targets.nvidia.simt import BLOCK, SIMTRenderer, element_count, per_element_kernels
 
 TRIPLE = "nvptx64-nvidia-cuda"
-#: threads per block of every launch (a multiple of the 32-thread warp)
-BLOCK = 128
 _SREG = ("tid", "ctaid", "ntid")
 
 
-def entry_name(kernel: str, k: int) -> str:
-    """The PTX entry of dispatch ``k`` (PTX names take no dots, so not the CPU's ``<kernel>.d<k>``)."""
-    return f"{kernel}_d{k}"
-
-
-def element_count(op: ir.MapOp | ir.ReduceOp | ir.ContractOp) -> Dim:
-    """The elements of an op's result: the threads a one-thread-per-element launch needs."""
-    total: Dim = sympy.Integer(1)
-    for a in op.axes:
-        total = total * a.extent
-    return total
-
-
-class NVPTXFunction(_Function):
+class NVPTXFunction(LLVMFunction):
     """Emits one dispatch as a PTX kernel: one thread per element of the result."""
 
     def __init__(self, plan: KernelPlan, dispatch: Dispatch, name: str, declare: Callable[[str], None]):
@@ -142,50 +126,6 @@ class NVPTXFunction(_Function):
 
 # every FLOAT_INTRINSIC NVPTX cannot lower is written out in llvm_nvptx_math
 assert {"log", "log2", "sin", "cos"} <= set(FUNCTIONS) and {"log", "log2", "sin", "cos"} <= set(FLOAT_INTRINSIC)
-
-
-class ElementKernel(Protocol):
-    """A dispatch's GPU function: its entry name, the buffers it takes and its thread count."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def args(self) -> Sequence[str]: ...
-    @property
-    def parallel_extent(self) -> Dim | None: ...
-
-    def render(self) -> str: ...
-
-
-def per_element_kernels(plan: KernelPlan, renderer: str, make: Callable[[Dispatch, str], ElementKernel],
-                        only: int | None = None) -> tuple[list[str], list[LaunchSpec]]:
-    """Every dispatch of ``plan`` (or dispatch ``only``) as a one-thread-per-element GPU function (its
-    text) and its launch: ``ceil(elements / BLOCK)`` blocks of :data:`BLOCK` threads. Shared by the
-    SIMT GPU targets."""
-    functions, launches = [], []
-    for k, d in enumerate(plan.dispatches):
-        if only is not None and k != only:
-            continue
-        if len(d.members) > 1:  # a fused group (from a plan made with families) has no per-element form
-            raise UnsupportedError(f"dispatch {k} of `{plan.name}` fuses {len(d.members)} ops; make the plan "
-                                   f"with families={renderer}.families")
-        fn = make(d, entry_name(plan.name, k))
-        functions.append(fn.render())
-        total = fn.parallel_extent if fn.parallel_extent is not None else sympy.Integer(1)
-        launches.append(LaunchSpec(fn.name, dim_str(total), tuple(plan.buffer_index(b) for b in fn.args),
-                                   grid=(dim_str(ceil_div(total, BLOCK)),), options=(("block", BLOCK),)))
-    return functions, launches
-
-
-class SIMTRenderer(Renderer):
-    """A GPU renderer of one kernel per op, one thread per result element (:func:`per_element_kernels`).
-
-    Make its plans with ``families=<renderer>.families`` (none: one dispatch per op).
-    ``meta["block"]`` is the threads per block of every launch.
-    """
-
-    capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "bool", "parallel"})
-    families: frozenset[str] = frozenset()
 
 
 class NVPTXRenderer(SIMTRenderer):

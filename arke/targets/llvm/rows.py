@@ -1,6 +1,6 @@
 """The LLVM form of a rows dispatch (:mod:`arke.plan.rows`): every member, row by row, in one function.
 
-The function has the generic signature (see :mod:`arke.targets.llvm.render`). Its workers split the
+The function has the generic signature (see :mod:`arke.targets.llvm.function`). Its workers split the
 group's row axes, flattened into one range ``[lo, hi)``; for each row, each member's loop
 nest over its remaining axes (and reduce axes) runs in order, so a row read by the first
 member is still in the cache when the later ones read it again. Every element is computed
@@ -29,15 +29,17 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, equal
 from arke.passes.rewrite import op_exprs
 from arke.plan.dispatch import Buffer, Dispatch, KernelPlan, PlanOp
+from arke.plan.exprs import loads_in
 from arke.plan.families import subexprs
 from arke.plan.rows import RowGroup, rename
-from arke.targets.llvm.render import STORAGE, _Function, _loads
+from arke.targets.llvm.function import LLVMFunction
+from arke.targets.llvm.scalar import STORAGE
 
 #: Ops worth computing once and reading back: anything beyond a few adds and multiplies.
 _COSTLY_BINARY = frozenset({"div", "pow", "mod", "floordiv"})
 
 
-class RowsFunction(_Function):
+class RowsFunction(LLVMFunction):
     """Emits one rows dispatch: a flat loop over rows, and every member's loops inside it."""
 
     def __init__(self, plan: KernelPlan, dispatch: Dispatch, name: str, declare: Callable[[str], None],
@@ -58,7 +60,7 @@ class RowsFunction(_Function):
         names = set()
         for op in self.members:
             names.add(op.result)
-            names |= {x.src for e in op_exprs(op) for x in _loads(e)}
+            names |= {x.src for e in op_exprs(op) for x in loads_in(e)}
         return names - set(self.internal)
 
     # -- the function
@@ -132,7 +134,7 @@ class RowsFunction(_Function):
         if not isinstance(op, ir.ReduceOp) or len(op.axes) <= self.r:
             return None
         n = op.axes[-1].name
-        return n if any(x.indices and x.indices[-1] == ir.Idx(n) for x in _loads(op.body)) else None
+        return n if any(x.indices and x.indices[-1] == ir.Idx(n) for x in loads_in(op.body)) else None
 
     # -- per-row storage
     def place_internal(self) -> None:

@@ -17,7 +17,7 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import equal
 from arke.targets.llvm.convert import FLOAT16, narrow, widen
 from arke.targets.llvm.lib import INT_BITS, float_const
-from arke.targets.llvm.render import COMPUTE, FLOAT_BINARY, FLOAT_COMPARE, INT_BINARY, INT_COMPARE
+from arke.targets.llvm.scalar import COMPUTE, FLOAT_BINARY, FLOAT_COMPARE, INT_BINARY, INT_COMPARE
 
 NEG_INF = "0xFFF0000000000000"
 
@@ -287,7 +287,7 @@ entry:
 # ---------------------------------------------------------------- expressions with lanes along an index
 
 if TYPE_CHECKING:
-    from arke.targets.llvm.render import _Function as _Host
+    from arke.targets.llvm.function import LLVMFunction as _Host
 else:
     _Host = object
 

@@ -1,23 +1,18 @@
 """Named linalg ops where they fit: ``linalg.matmul``/``batch_matmul`` for plain f32 matrix
 products (transposed operands through ``indexing_maps``), ``linalg.transpose`` for
-permutations, and no op at all for an identity copy (tensors are values). The rest of
-:mod:`arke.targets.mlir.ops` renders everything else as ``linalg.generic``.
+permutations, and no op at all for an identity copy (tensors are values).
+:mod:`arke.targets.mlir.lowering` renders everything else as ``linalg.generic``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.targets.mlir.body import STORAGE
-
-if TYPE_CHECKING:
-    from arke.targets.mlir.ops import Lowered, Lowering, Operand
+from arke.targets.mlir.ops import Lowered, Operand, OpLowering
 
 
-
-def named_op(self: Lowering, tag: str) -> Lowered | None:
+def named_op(self: OpLowering, tag: str) -> Lowered | None:
     """``linalg.matmul``/``batch_matmul`` for plain f32 matrix products, ``linalg.transpose`` for
     permutations; None when the op is not one of these."""
     op = self.op
@@ -59,19 +54,16 @@ def named_op(self: Lowering, tag: str) -> Lowered | None:
     r = self.ctx.fresh("r")
     self.ctx.emit(f"{r} = {kind} indexing_maps = [{maps}] ins({oa.ssa}, {ob.ssa} : {oa.type}, {ob.type}) "
                   f"outs({filled} : {out_type}) {{arke.value = \"{tag}\"}} -> {out_type}")
-    from arke.targets.mlir.ops import Lowered  # (mlir_ops imports this module)
-
     return Lowered(r, tuple(self.loops))
 
-def _transpose(self: Lowering, tag: str, ld: ir.Load) -> Lowered | None:
+
+def _transpose(self: OpLowering, tag: str, ld: ir.Load) -> Lowered | None:
     mapped = self.subscript_map(ld)
     names = [lp.name for lp in self.loops]
     if mapped is None or mapped[1] or sorted(mapped[0]) != sorted(names) or len(names) == 0:
         return None
     t = self.ctx.tensor(ld.src)
     if mapped[0] == tuple(names):
-        from arke.targets.mlir.ops import Lowered
-
         return Lowered(t.ssa, tuple(self.loops))  # values are immutable: the same tensor
     perm = [mapped[0].index(n) for n in names]
     shape = tuple(lp.extent for lp in self.loops)
@@ -81,6 +73,4 @@ def _transpose(self: Lowering, tag: str, ld: ir.Load) -> Lowered | None:
     self.ctx.emit(f"{r} = linalg.transpose ins({t.ssa} : {self.ctx.tensor_type(t.shape, elem)}) "
                   f"outs({init} : {self.ctx.tensor_type(shape, elem)}) permutation = {perm} "
                   f"{{arke.value = \"{tag}\"}}")
-    from arke.targets.mlir.ops import Lowered  # (mlir_ops imports this module)
-
     return Lowered(r, tuple(self.loops))

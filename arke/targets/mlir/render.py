@@ -1,7 +1,7 @@
 """The MLIR target: a kernel as one ``func.func`` of linalg ops on tensors, in upstream dialects only.
 
 Every op of the kernel (after inlining and fusion, :mod:`arke.passes`) becomes one linalg op
-(:mod:`arke.targets.mlir.ops`): ``linalg.matmul``/``batch_matmul`` for plain f32 products,
+(:mod:`arke.targets.mlir.lowering`): ``linalg.matmul``/``batch_matmul`` for plain f32 products,
 ``linalg.transpose`` for permutations, ``linalg.generic`` with indexing maps otherwise, whose
 region is the op's scalar body in ``arith``/``math`` (:mod:`arke.targets.mlir.body`). Attention
 is its math: contractions and reductions, grouped-query heads read by indexing maps. MLIR has
@@ -30,7 +30,8 @@ from arke.ir.shapes import Dim, sym
 from arke.plan.dispatch import KernelPlan
 from arke.targets.artifact import Artifact, LaunchSpec, Renderer, UnsupportedError
 from arke.targets.mlir.body import STORAGE
-from arke.targets.mlir.ops import SPLIT_SUFFIX, Lowering, Tensor
+from arke.targets.mlir.lowering import Lowering
+from arke.targets.mlir.ops import SPLIT_SUFFIX, Tensor
 
 
 def abi_dtype(dtype: DType) -> str:
