@@ -165,7 +165,7 @@ def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     status, _, err = run_cli(capsys, "build", str(path), "--target", "cuda", "--arch", "sm_70", "--emit", "ptx")
     assert status == 2 and "sm_90" in err
     status, _, err = run_cli(capsys, "build", str(path), "--target", "cuda", "--emit", "asm")
-    assert status == 2 and "source, ptx or cubin" in err
+    assert status == 2 and "source, ptx, cubin" in err
 
 
 STRATEGIES = GPU_AK + """
