@@ -166,7 +166,9 @@ def check_case(case: Case, run: Callable[..., Any], what: str, reassociates: boo
     args = random_inputs(reference, case.dims, seeded(case.id), ids=case.ids, ties=case.ties)
     want = reference(*args, **case.scalars)
     got = run(module, *args, **case.scalars)
-    atol = scaled_atol(case, want) if reassociates and case.tol >= INT8 else case.tol
+    # a target that reorders sums (or whose libm differs by ulps) is measured against the output's scale:
+    # the terms summed are of that size, so a fixed atol would hold on one CPU and not on another
+    atol = max(case.tol, scaled_atol(case, want)) if reassociates else case.tol
     assert_matches(got, want, rtol=case.tol, atol=atol, what=f"{what} {case.id}")
 
 
