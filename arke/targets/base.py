@@ -24,8 +24,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from arke.ir import strategy as sir
+from arke.targets import space
+from arke.targets.space import FUSED as FUSED  # re-exported: callers ask the registry's module
+from arke.targets.space import SINGLE as SINGLE
+from arke.targets.space import Takes, dispatch_family, family_words, roles_words
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from arke.ir import semantic as ir
     from arke.plan.dispatch import Dispatch, KernelPlan
     from arke.targets.artifact import Artifact, Renderer
@@ -38,10 +44,8 @@ REGISTRY: dict[str, str] = {
     "mlir": "arke.targets.mlir",
 }
 
-#: the families a plan may fuse ops into; any other dispatch is one op (pointwise, reduction ...)
-FUSED = frozenset({"attention", "contraction", "rows"})
-#: the name under which :attr:`Target.uses` lists what single-op dispatches take
-SINGLE = "single"
+# FUSED (the families a plan may fuse ops into) and SINGLE (the row of the tables for a dispatch of
+# one op) are defined in arke.targets.space, with the tables' roles, and re-exported here.
 
 
 class UsageError(Exception):
@@ -77,8 +81,19 @@ class Target:
     honours: ClassVar[frozenset[str]] = frozenset()
     #: decision -> the values this target can lower, where fewer than the decision's own choices
     choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
-    #: dispatch family (or :data:`SINGLE`) -> the decisions a dispatch of that family takes
+    #: dispatch family (or :data:`SINGLE`) -> the decisions a dispatch of that family takes (the keys of
+    #: :attr:`takes`: ``space.uses_of(takes)``)
     uses: ClassVar[Mapping[str, frozenset[str]]] = {}
+    #: dispatch family (or :data:`SINGLE`) -> decision -> on which roles of the dispatch it is taken
+    #: (:class:`arke.targets.space.Takes`); what the target's renderers for that family read
+    takes: ClassVar[Mapping[str, Mapping[str, Takes]]] = {}
+    #: dispatch family (or :data:`SINGLE`) -> decision -> why a dispatch of that family ignores it
+    drops: ClassVar[Mapping[str, Mapping[str, str]]] = {}
+    #: the fused families plans for this target group (its renderer's ``families``; :meth:`fused_families`)
+    families: ClassVar[frozenset[str]] = FUSED
+    #: whether its build command itself reports the decisions it cannot express (mlir's AK4013), so
+    #: ``akc build`` adds no AK4014 of its own for them
+    reports_unexpressed: ClassVar[bool] = False
     #: what ``akc build --emit`` takes for this target (``source`` first: the default)
     emits: ClassVar[tuple[str, ...]] = ("source",)
     #: whether whole decoder layers (``arke.models``) can run their plans on this target
@@ -168,36 +183,85 @@ class Target:
 
     # ------------------------------------------------------------ the strategy space
 
-    def decisions_for(self, dispatch: Dispatch) -> frozenset[str]:
-        """The decisions a dispatch of this target takes."""
-        family = dispatch.family if dispatch.family in FUSED and (dispatch.pattern is not None or
-                                                                   len(dispatch.members) > 1) else SINGLE
-        return self.uses.get(family, frozenset())
+    def fused_families(self, arch: str | None = None) -> frozenset[str]:
+        """The fused families plans for this target (for ``arch``) group, without importing its renderer."""
+        return self.families
+
+    def takes_for(self, arch: str | None = None) -> Mapping[str, Mapping[str, Takes]]:
+        """The :attr:`takes` table of this target's code for ``arch`` (a flavour may take fewer)."""
+        return self.takes
+
+    def drop_reason(self, decision: str, family: str, arch: str | None = None) -> str:
+        """Why a dispatch of ``family`` ignores ``decision`` (one it does not take at all)."""
+        why = self.drops.get(family, {}).get(decision)
+        return why or f"{family_words(family)} on `{self.name}` takes no `{decision}`"
+
+    def subject_roles(self, dispatch: Dispatch) -> dict[str, frozenset[str]]:
+        """Role -> the indices or operands playing it in ``dispatch`` (:func:`arke.targets.space.subject_roles`;
+        a target may add roles of its own)."""
+        return space.subject_roles(dispatch)
+
+    def decisions_for(self, dispatch: Dispatch, arch: str | None = None) -> frozenset[str]:
+        """The decisions a dispatch of this target takes (on some subject)."""
+        return frozenset(self.takes_for(arch).get(dispatch_family(dispatch), {}))
+
+    def honoured(self, decision: sir.Decision, dispatch: Dispatch, others: Sequence[sir.Decision] = (),
+                 arch: str | None = None) -> str | None:
+        """None when ``dispatch`` lowers ``decision`` as asked; else why it is dropped there. ``others``:
+        the rest of the strategy (a decision may be moot under another: ``split j`` under ``algorithm =
+        flash``). Structural: forms the dims choose at run time (a matrix-vector product for few rows)
+        count as taking what their dispatch takes."""
+        family = dispatch_family(dispatch)
+        entry = self.takes_for(arch).get(family, {}).get(decision.kind)
+        if entry is None:
+            return self.drop_reason(decision.kind, family, arch)
+        spec = sir.DECISIONS[decision.kind]
+        if spec.subject != "none" and decision.subject is not None:
+            roles = self.subject_roles(dispatch)
+            every = "index" if spec.subject == "index" else "operand"
+            if decision.subject not in roles.get(every, ()):
+                what = "an index" if every == "index" else "a tensor it reads"
+                return f"`{decision.subject}` is not {what} of this dispatch"
+            if entry.roles is not None and not any(decision.subject in roles.get(r, ()) for r in entry.roles):
+                return entry.why or (f"{family_words(family)} on `{self.name}` takes `{decision.kind}` on "
+                                     f"{roles_words(entry.roles)} only")
+        if entry.values is not None and decision.value not in entry.values:
+            return entry.why or (f"{family_words(family)} on `{self.name}` lowers `{decision.kind}` = "
+                                 + " or ".join(entry.values) + " only")
+        for kind, values in entry.unless:
+            other = next((d for d in others if d.kind == kind and d.subject is None), None)
+            if other is not None and other.value in values:
+                return f"`{kind} = {other.value}` does not use it"
+        return None
 
     def legal_values(self, decision: str, dispatch: Dispatch, dims: Mapping[str, int],
-                     subject: str | None = None) -> tuple[int | str, ...]:
+                     subject: str | None = None, arch: str | None = None) -> tuple[int | str, ...]:
         """The values of ``decision`` (on ``subject``, an index or operand) that this dispatch honours at
-        these dims; empty when the dispatch ignores the decision. Values are sampled where the range is
-        large (tiles: powers of two and the extent itself), so the tuple is a search space, not a proof."""
-        if decision not in self.decisions_for(dispatch):
+        these dims; empty when the dispatch drops the decision (:meth:`honoured`). Values are sampled where
+        the range is large (tiles: powers of two and the extent itself), so the tuple is a search space,
+        not a proof."""
+        entry = self.takes_for(arch).get(dispatch_family(dispatch), {}).get(decision)
+        if entry is None:
             return ()
         spec = sir.DECISIONS[decision]
-        if spec.subject == "index":
-            extents = dispatch_extents(dispatch, dims)
-            if subject is None or subject not in extents:
+        if spec.subject != "none":
+            if subject is None or self.honoured(sir.Decision(decision, subject, None), dispatch, arch=arch):
                 return ()
-            return _values_for(spec, extents[subject], self.choices.get(decision))
-        if spec.subject == "operand":
-            return ("",) if subject is not None and subject in dispatch_operands(dispatch) else ()
-        return _values_for(spec, None, self.choices.get(decision))
+            if spec.subject == "operand":
+                return ("",)
+            extents = dispatch_extents(dispatch, dims)
+            return _values_for(spec, extents[subject], None) if subject in extents else ()
+        values = _values_for(spec, None, self.choices.get(decision))
+        return values if entry.values is None else tuple(v for v in values if v in entry.values)
 
     # ------------------------------------------------------------ akc build
 
     def add_build_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Nothing by default: ``akc build``'s common arguments cover most targets."""
 
-    def build_command(self, args: argparse.Namespace, module: Any, names: list[str]) -> int:
-        """``akc build --target <this>`` for the kernels ``names`` of a checked module."""
+    def build_command(self, args: argparse.Namespace) -> int:
+        """``akc build --target <this>``: ``args`` as ``akc build`` parsed them (path, kernel, emit, arch,
+        device, output); returns the exit status, raises :class:`UsageError` for a bad combination."""
         raise UsageError(f"the {self.name} target has no build command")
 
 

@@ -294,14 +294,17 @@ def decisions_for(f: S.Function, target: str | None) -> st.SearchStrategy[Decisi
         st.builds(Decision, st.just("algorithm"), st.none(),
                   st.sampled_from(targets.narrowed_choices("algorithm", target) or ALGORITHMS)),
     ]
+    def honoured(kind: str) -> bool:
+        return target is None or target in targets.honouring(kind)
+
     if free or reduced:
         index = st.sampled_from(free + reduced)
-        options += [st.builds(Decision, st.just("tile"), index, st.integers(1, 512)),
-                    st.builds(Decision, st.just("vectorize"), index, pow2),
-                    st.builds(Decision, st.just("unroll"), index, st.integers(1, 64))]
-    if free:
+        options += [st.builds(Decision, st.just(kind), index, values) for kind, values in
+                    (("tile", st.integers(1, 512)), ("vectorize", pow2), ("unroll", st.integers(1, 64)))
+                    if honoured(kind)]
+    if free and honoured("parallel"):
         options.append(st.builds(Decision, st.just("parallel"), st.sampled_from(free), st.none() | st.integers(1, 64)))
-    if reduced:
+    if reduced and honoured("split"):
         options.append(st.builds(Decision, st.just("split"), st.sampled_from(reduced), st.integers(2, 64)))
     if tensors and (target is None or target in targets.honouring("pack")):
         options.append(st.builds(Decision, st.just("pack"), st.sampled_from(tensors), st.none()))

@@ -12,25 +12,52 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from arke.targets.base import SINGLE, Resource, Target
+from arke.targets.space import Takes, honours_of, takes, uses_of
 
 if TYPE_CHECKING:
     from arke.ir import semantic as ir
     from arke.ir import strategy as sir
     from arke.targets.artifact import Artifact, Renderer
 
-_GPU = frozenset({"warps", "stages"})
+_GPU = {"warps": takes(), "stages": takes()}
+
+#: What the CUDA C reads (gemm*.py: the blocking, warps and pipeline stages; rows.py: warps;
+#: attention*.py: the algorithm, blocks per role, split_kv's chunks, warps and stages). A dispatch
+#: of one op is one thread per element and reads nothing.
+TAKES: dict[str, dict[str, Takes]] = {
+    "contraction": {"tile": takes("m n k", why="a contraction block is sized along its rows, columns and depth only"),
+                    **_GPU},
+    "attention": {
+        "algorithm": takes(values=("flash", "split_kv"),
+                           why="`algorithm = materialized` runs as flash here (no row of scores is kept)"),
+        "tile": takes("query key feature value", why="an attention block is sized along its query, key, feature "
+                                                     "and value indices only"),
+        "split": takes("key", unless={"algorithm": ("flash", "materialized")},
+                       why="only the key index is split (into split_kv's chunks)"),
+        **_GPU,
+    },
+    "rows": {"warps": takes()},
+    SINGLE: {},
+}
+_ONE = "a dispatch of one op is one CUDA thread per element: it takes no decisions"
+_GRID = "every block of a GPU grid runs at once: there is no loop to split over workers"
+DROPS: dict[str, dict[str, str]] = {
+    SINGLE: dict.fromkeys(("tile", "vectorize", "unroll", "parallel", "split", "warps", "stages", "algorithm",
+                           "pack"), _ONE),
+    "rows": {"stages": "a rows block reads its row once: there is no pipeline to stage",
+             "tile": "a rows block is one row, its threads striding along it",
+             "vectorize": "a rows block is one row, its threads striding along it"},
+    **{f: {"parallel": _GRID} for f in ("contraction", "attention")},
+}
 
 
 class CudaTarget(Target):
     name = "cuda"
     description = "CUDA C compiled by NVRTC"
-    honours = frozenset({"tile", "vectorize", "unroll", "parallel", "split", "warps", "stages", "algorithm", "pack"})
-    uses = {
-        "contraction": frozenset({"tile"}) | _GPU,
-        "attention": frozenset({"algorithm", "tile", "split"}) | _GPU,
-        "rows": frozenset({"warps"}),
-        SINGLE: frozenset(),
-    }
+    honours = honours_of(TAKES)
+    takes = TAKES
+    uses = uses_of(TAKES)
+    drops = DROPS
     takes_arch = True
     emits = ("source", "ptx", "cubin")
     runs_layers = True
@@ -84,7 +111,7 @@ class CudaTarget(Target):
 
         return ptx_resources(kernel.ptx, kernel.arch)
 
-    def build_command(self, args: argparse.Namespace, module: Any = None, names: list[str] | None = None) -> int:
+    def build_command(self, args: argparse.Namespace) -> int:
         from arke.targets.cuda.build_cli import cmd_build_cuda
 
         return cmd_build_cuda(args)

@@ -11,24 +11,107 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+import sympy
+
+from arke.ir import semantic as ir
 from arke.targets.base import SINGLE, Resource, Target
+from arke.targets.space import Takes, dispatch_family, honours_of, takes, uses_of
 
 if TYPE_CHECKING:
-    from arke.ir import semantic as ir
     from arke.ir import strategy as sir
+    from arke.plan.dispatch import Dispatch, PlanOp
     from arke.targets.artifact import Artifact, Renderer
+
+_LOOPED = ("the CPU code gives no loop of its own to the indices the workers split (flattened into one "
+           "range) nor to the last index of a float reduction (summed in vector lanes)")
+
+#: What the CPU code reads (function.py: loop hints; gemm*.py: blocking and packing; attention*.py:
+#: the algorithm and the key chunks; kernel.py: the thread count).
+TAKES: dict[str, dict[str, Takes]] = {
+    "contraction": {
+        "tile": takes("m n k", why="a contraction is blocked along its rows, columns and depth only"),
+        "vectorize": takes("n", why="the micro-kernel's vector lanes run along a contraction's columns only"),
+        "unroll": takes("k", why="the micro-kernel unrolls its loop over a contraction's depth only"),
+        "pack": takes("a b", why="only the operands of the product are packed (not those of the epilogue)"),
+        "parallel": takes("batch n", why="the workers always split a contraction's batch indices and its columns, "
+                                         "never its rows"),
+        "threads": takes(),
+    },
+    "attention": {
+        "algorithm": takes(),
+        "parallel": takes("batch query", why="the workers split an attention core's batch indices and query rows"),
+        "split": takes("key", unless={"algorithm": ("flash", "materialized")},
+                       why="only the key index is split (into split_kv's chunks)"),
+        "threads": takes(),
+    },
+    "rows": {
+        "parallel": takes("rows", why="the workers split the group's rows (its leading indices, as one range)"),
+        "vectorize": takes("looped", why=_LOOPED),
+        "unroll": takes("looped", why=_LOOPED),
+        "threads": takes(),
+    },
+    SINGLE: {
+        "parallel": takes("axis"),
+        "vectorize": takes("looped", why=_LOOPED),
+        "unroll": takes("looped", why=_LOOPED),
+        "threads": takes(),
+    },
+}
+_SERIAL = "a reduction runs whole, in one fixed order, on the CPU: only attention's keys are split"
+DROPS: dict[str, dict[str, str]] = {
+    "contraction": {"split": "a contraction's depth is summed whole, in order, by each worker"},
+    "attention": {"tile": "the attention kernel's blocks follow the vector width",
+                  "vectorize": "the attention kernel's vectors follow the CPU's width",
+                  "unroll": "the attention kernel's loops are not unrolled on request"},
+    "rows": {"split": _SERIAL, "tile": "a rows dispatch runs each row whole: its loops are not tiled"},
+    SINGLE: {"split": _SERIAL, "tile": "a single-op loop nest is not tiled on the CPU"},
+}
+#: the GPU flavour (``arch``): one thread per element, no loop hints (nvptx.py)
+_GPU_WHY = "the llvm target's GPU flavour runs one thread per element and takes no strategy decisions"
+
+
+def _row_axis(op: PlanOp, rows: int | None, parallel: str | None) -> str | None:
+    """The result index a reduction keeps a row of accumulators along (function.py/rows.py ``rows_axis``)."""
+    if isinstance(op, ir.MapOp) or not op.axes or (rows is not None and
+                                                    (not isinstance(op, ir.ReduceOp) or len(op.axes) <= rows)):
+        return None
+    n = op.axes[-1].name
+    exprs = (op.lhs, op.rhs) if isinstance(op, ir.ContractOp) else (op.body,)
+    found = any(isinstance(x, ir.Load) and x.indices and x.indices[-1] == ir.Idx(n) for e in exprs for x in ir.walk(e))
+    return n if found and n != parallel else None
+
+
+def looped(op: PlanOp, parallel: str | None, rows: int | None = None) -> set[str]:
+    """The indices of ``op`` the CPU code gives a loop of its own (so loop hints reach them): as a single-op
+    dispatch split along ``parallel``, or as a member of a rows dispatch sharing ``rows`` row indices."""
+    axes = [a.name for a in op.axes]
+    if rows is None:
+        order = ([parallel] if parallel in axes else []) + [a for a in axes if a != parallel]
+        row = _row_axis(op, None, parallel)
+        outer = [a for a in order if a != row]
+        flat = (outer if row is not None or len(outer) == 1 else outer[:-1]) if axes and parallel == axes[0] else []
+        out = set(outer[len(flat):])
+    else:
+        row = _row_axis(op, rows, None)
+        out = {a for a in axes[rows:] if a != row}
+    reduced = [a for a in op.reduce_axes] if not isinstance(op, ir.MapOp) else []
+    if row is not None:
+        return out | {row} | {a.name for a in reduced}
+    if reduced:
+        extent = sympy.sympify(reduced[-1].extent)
+        short = bool(extent.is_Integer and int(extent) < 64)  # perhaps summed in sequence: loop hints reach it
+        in_lanes = op.dtype.is_float and not short
+        out |= {a.name for a in (reduced[:-1] if in_lanes else reduced)}
+    return out
 
 
 class LLVMTarget(Target):
     name = "llvm"
     description = "CPU code through LLVM (and its GPU flavour for NVIDIA)"
-    honours = frozenset({"tile", "vectorize", "unroll", "parallel", "split", "threads", "algorithm", "pack"})
-    uses = {
-        "contraction": frozenset({"tile", "vectorize", "unroll", "pack", "parallel", "threads"}),
-        "attention": frozenset({"algorithm", "split", "parallel", "threads"}),
-        "rows": frozenset({"parallel", "threads"}),
-        SINGLE: frozenset({"vectorize", "unroll", "parallel", "threads"}),
-    }
+    honours = honours_of(TAKES)
+    takes = TAKES
+    uses = uses_of(TAKES)
+    drops = DROPS
     takes_arch = True
     emits = ("source", "asm", "obj", "ptx", "cubin")
     runs_layers = True
@@ -41,6 +124,25 @@ class LLVMTarget(Target):
         from arke.targets.llvm.jit import host_panel_width
 
         return host_panel_width()
+
+    def fused_families(self, arch: str | None = None) -> frozenset[str]:
+        return self.families if arch is None else frozenset()  # the GPU flavour: one dispatch per op
+
+    def takes_for(self, arch: str | None = None) -> dict[str, dict[str, Takes]]:
+        return TAKES if arch is None else {}
+
+    def drop_reason(self, decision: str, family: str, arch: str | None = None) -> str:
+        return super().drop_reason(decision, family) if arch is None else _GPU_WHY
+
+    def subject_roles(self, dispatch: Dispatch) -> dict[str, frozenset[str]]:
+        roles = super().subject_roles(dispatch)
+        family = dispatch_family(dispatch)
+        if family == SINGLE:
+            roles["looped"] = frozenset(looped(dispatch.op, dispatch.parallel))
+        elif family == "rows":
+            r = getattr(dispatch.pattern, "rows", 1)
+            roles["looped"] = frozenset(n for op in dispatch.members for n in looped(op, None, r))
+        return roles
 
     def unavailable(self, device: str = "cpu", arch: str | None = None) -> str | None:
         if arch is None:
@@ -71,9 +173,10 @@ class LLVMTarget(Target):
             from arke.targets.llvm.nvptx import RENDERER
 
             return RENDERER
-        from arke.targets.llvm.render import RENDERER  # (kernels built here use the host's vector width)
+        from arke.targets.llvm.jit import host_renderer
 
-        return RENDERER
+        found: Renderer = host_renderer()
+        return found
 
     def cache_key(self, artifact: Artifact, arch: str | None = None) -> str:
         if arch is not None:
@@ -111,7 +214,7 @@ class LLVMTarget(Target):
 
         return ptx_resources(ptx_text, arch)
 
-    def build_command(self, args: argparse.Namespace, module: Any = None, names: list[str] | None = None) -> int:
+    def build_command(self, args: argparse.Namespace) -> int:
         from arke.targets.llvm.build_cli import cmd_build_llvm
 
         return cmd_build_llvm(args)

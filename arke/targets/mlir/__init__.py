@@ -9,26 +9,46 @@ transform script: :mod:`.schedule`. Compiling and running through IREE: :mod:`.k
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from arke.targets.base import SINGLE, Target
+from arke.targets.base import FUSED, SINGLE, Target
+from arke.targets.space import Takes, honours_of, takes, uses_of
 
 if TYPE_CHECKING:
     from arke.ir import semantic as ir
     from arke.ir import strategy as sir
     from arke.targets.artifact import Artifact, Renderer
 
-#: every dispatch is one linalg op, scheduled by the transform script
-_ALL = frozenset({"tile", "vectorize", "unroll", "parallel", "split", "threads", "algorithm"})
+#: every dispatch is one linalg op, scheduled by the transform script (schedule.py): a decision applies
+#: to the ops with a loop over its index of the right kind (``parallel`` on parallel loops, ``split``
+#: on reduced ones); linalg writes attention over whole tensors, the materialized algorithm
+_ONE_OP: dict[str, Takes] = {
+    "tile": takes(), "vectorize": takes(), "unroll": takes(), "threads": takes(),
+    "parallel": takes("axis", why="`parallel` applies to the op's parallel loops (its result indices)"),
+    "split": takes("reduced", why="`split` applies to the op's reduced loops"),
+    "algorithm": takes(values=("materialized",), why="upstream MLIR has no transform for online softmax or "
+                                                      "split-KV: the attention core stays materialized"),
+}
+TAKES: dict[str, dict[str, Takes]] = {family: _ONE_OP for family in (SINGLE, *sorted(FUSED))}
+DROPS: dict[str, dict[str, str]] = {
+    family: {"pack": "no upstream transform packs one operand of a linalg op into panels",
+             "warps": "a GPU decision: the MLIR target schedules loops", "stages": "a GPU decision: the MLIR "
+             "target schedules loops"} for family in TAKES
+}
 
 
 class MLIRTarget(Target):
     name = "mlir"
     description = "linalg on tensors, compiled by IREE"
-    honours = _ALL
+    honours = honours_of(TAKES)
     #: linalg writes attention over whole tensors: online softmax and split-KV need rewrites upstream lacks
-    choices = {"algorithm": ("materialized",)}
-    uses = {SINGLE: _ALL, "attention": _ALL, "contraction": _ALL, "rows": _ALL}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"algorithm": ("materialized",)}
+    takes = TAKES
+    uses = uses_of(TAKES)
+    drops = DROPS
+    #: plans group no families: IREE (or any MLIR pipeline) fuses the linalg ops itself
+    families = frozenset()
+    reports_unexpressed = True  # its build command reports what the transform script cannot say (AK4013)
     takes_device = True
     emits = ("source", "transform", "vmfb")
 
@@ -71,7 +91,7 @@ class MLIRTarget(Target):
 
         return build_kernel(module, ir_name, strategy, threads, device)
 
-    def build_command(self, args: argparse.Namespace, module: Any = None, names: list[str] | None = None) -> int:
+    def build_command(self, args: argparse.Namespace) -> int:
         from arke.targets.mlir.build_cli import cmd_build_mlir
 
         return cmd_build_mlir(args)

@@ -12,25 +12,51 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from arke.targets.base import SINGLE, Resource, Target
+from arke.targets.space import Takes, honours_of, takes, uses_of
 
 if TYPE_CHECKING:
     from arke.ir import semantic as ir
     from arke.ir import strategy as sir
     from arke.targets.artifact import Renderer
 
-_GPU = frozenset({"warps", "stages"})
+_GPU = {"warps": takes(), "stages": takes()}
+_BLOCKS = "a program's blocks run along the innermost result index and the innermost reduced index"
+_ROW_BLOCKS = "a rows program is one row: its blocks run along the indices after the rows and the reduced ones"
+_KEYS = {"algorithm": ("flash", "materialized")}
+
+#: What the Triton code reads (render.py: a program's blocks and launch options; gemm.py: the blocking;
+#: attention.py: the algorithm, blocks per role and split_kv's chunks).
+TAKES: dict[str, dict[str, Takes]] = {
+    "contraction": {"tile": takes("m n k", why="a contraction program is blocked along its rows, columns and depth "
+                                               "only"), **_GPU},
+    "attention": {
+        "algorithm": takes(values=("flash", "split_kv"),
+                           why="`algorithm = materialized` runs as flash here (no row of scores is kept)"),
+        "tile": takes("query key feature value", why="an attention program is blocked along its query, key, "
+                                                     "feature and value indices only"),
+        "split": takes("key", unless=_KEYS, why="only the key index is split (into split_kv's chunks)"),
+        **_GPU,
+    },
+    "rows": {"tile": takes("inner reduced", why=_ROW_BLOCKS), "vectorize": takes("inner reduced", why=_ROW_BLOCKS),
+             **_GPU},
+    SINGLE: {"tile": takes("last last_reduced", why=_BLOCKS), "vectorize": takes("last last_reduced", why=_BLOCKS),
+             **_GPU},
+}
+_GRID = "every program of a GPU grid runs at once: there is no loop to split over workers"
+DROPS: dict[str, dict[str, str]] = {
+    family: {"parallel": _GRID, "unroll": "Triton unrolls its own loops; the code asks for no unrolling",
+             "pack": "operands are read as stored: Triton has no packing pass"}
+    for family in (*TAKES,)
+}
 
 
 class TritonTarget(Target):
     name = "triton"
     description = "GPU kernels written in Triton"
-    honours = frozenset({"tile", "vectorize", "unroll", "parallel", "split", "warps", "stages", "algorithm", "pack"})
-    uses = {
-        "contraction": frozenset({"tile", "parallel"}) | _GPU,
-        "attention": frozenset({"algorithm", "tile", "split", "parallel"}) | _GPU,
-        "rows": frozenset({"parallel"}) | _GPU,
-        SINGLE: frozenset({"tile", "parallel"}) | _GPU,
-    }
+    honours = honours_of(TAKES)
+    takes = TAKES
+    uses = uses_of(TAKES)
+    drops = DROPS
     emits = ("source", "ptx", "cubin")
     runs_layers = True
 
@@ -66,7 +92,7 @@ class TritonTarget(Target):
         entries = compile_artifact(kernel.artifact, kernel.plan, "sm_90", check=False)
         return [Resource(e.entry, e.registers, e.spills, e.shared) for e in entries]
 
-    def build_command(self, args: argparse.Namespace, module: Any = None, names: list[str] | None = None) -> int:
+    def build_command(self, args: argparse.Namespace) -> int:
         from arke.targets.triton.build_cli import cmd_build_triton
 
         if args.arch is None:
