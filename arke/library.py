@@ -3,12 +3,15 @@
 Kernels compile on first use (a module that imports ``std.nn`` does not compile all of it).
 A kernel's strategy is chosen per call: the first of its strategies for the target whose
 ``when`` holds for the call's dims; each choice compiles once. Object code goes through the
-on-disk cache, keyed by everything that could change it.
+on-disk cache, keyed by everything that could change it. Compiling a strategy variant warns
+(:class:`~arke.targets.downgrades.StrategyDowngradeWarning`, code AK4014) for each of its decisions
+that no dispatch of the kernel honours on the library's target, once per (kernel, strategy, decision).
 """
 
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -63,6 +66,8 @@ class Kernel:
         with self._lock:
             if index not in self._variants:
                 strategy = self.strategies()[index] if index >= 0 else None
+                if strategy is not None:
+                    warn_unhonoured(self.library, self.name, self.ir_name, strategy)
                 self._variants[index] = _compile(self.library, self.ir_name, strategy)
             return self._variants[index]
 
@@ -151,6 +156,15 @@ class Library:
 
     def __dir__(self) -> list[str]:
         return [*super().__dir__(), *self.kernels]
+
+
+def warn_unhonoured(library: Library, name: str, ir_name: str, strategy: sir.Strategy) -> None:
+    """Warn (AK4014) for each decision of ``strategy`` that no dispatch of the kernel honours on the
+    library's target and architecture (the checker reports the ones it can know as diagnostics too)."""
+    from arke.targets.downgrades import StrategyDowngradeWarning, unhonoured
+
+    for found in unhonoured(library.backend, library.module.semantic, ir_name, strategy, library.arch, name):
+        warnings.warn(StrategyDowngradeWarning(found), stacklevel=4)
 
 
 def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> CPUKernel:

@@ -6,6 +6,7 @@
     akc build FILE --target cuda [--arch sm_90|sm_80] [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
     akc build FILE --target mlir [--device cpu|cuda] [--arch sm_80] [--kernel NAME]
                    [--emit source|transform|vmfb] [-o PATH]
+    akc build FILE --target T --explain [--kernel NAME] [--arch A] [--dims M=128,N=4097]
     akc run FILE KERNEL --dims M=128,N=4097 [--threads N] [--repeat R]
 
 ``build --target triton`` needs no GPU: ``ptx``/``cubin`` compile through ``triton.compile`` for
@@ -15,6 +16,13 @@ tiles need more than the architecture has is error ``AK4012`` at the decision th
 ``.vmfb`` for the CPU or a CUDA architecture (no GPU needed).
 ``run`` makes random inputs from the kernel's signature and the dims, runs the compiled
 kernel and the reference interpreter, and prints the largest difference and the times.
+
+A strategy decision that no dispatch of its kernel honours on the target is warning ``AK4014``:
+``akc check`` (so every build) reports what the plan alone shows, and ``build``/``run`` add what
+only the target and architecture show (a strategy for every target, the llvm GPU flavour), at the
+decision. ``build --explain`` prints each kernel's dispatches per strategy variant instead of
+building: family, ops, the decisions applied and dropped (with why), and what each dispatch takes
+(values too for the dims given with ``--dims``).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from typing import Any
 
 EMITS = ("source", "asm", "obj", "ptx", "cubin", "transform", "vmfb")
@@ -46,6 +55,10 @@ def add_commands(sub: Any) -> None:
                        help="mlir: build for this CPU or for an NVIDIA GPU (default cpu)")
     build.add_argument("-o", "--output", help="write here instead of standard output (needed for obj and vmfb; "
                                               "ptx/cubin/vmfb: a file for one entry, else a folder)")
+    build.add_argument("--explain", action="store_true",
+                       help="build nothing: print each dispatch of each strategy variant, with the decisions "
+                            "applied and dropped (and why) and what it takes")
+    build.add_argument("--dims", default="", help="with --explain: dim values (M=128,N=4097) for legal values")
     build.set_defaults(handler=cmd_build)
 
     run = sub.add_parser("run", help="run a kernel on random inputs and compare it with the interpreter",
@@ -66,6 +79,11 @@ def _usage(message: str) -> Exception:
     return UsageError(message)
 
 
+#: (target, arch, kernel) of the ``akc build``/``run`` in progress: whose build-time AK4014 warnings
+#: :func:`report_downgrades` prints when the target's command loads the file
+_BUILDING: list[tuple[str, str | None, str | None]] = []
+
+
 def _library(path: str, target: str) -> Any:
     from arke.cli.app import load_or_report
     from arke.library import Library
@@ -74,6 +92,7 @@ def _library(path: str, target: str) -> Any:
     module = load_or_report(path)
     if isinstance(module, int):
         return module
+    report_downgrades(module, path)
     try:
         why = targets.get(target).unavailable()
     except ValueError as err:
@@ -105,7 +124,108 @@ def cmd_build(args: argparse.Namespace) -> int:
                 continue
         if target.name not in takers:
             raise _usage(f"--device {device} is for --target {' or '.join(takers)}")
-    return target.build_command(args)
+    if getattr(args, "explain", False):
+        return cmd_explain(args, target)
+    return _reporting(args.target, args.arch, args.kernel, lambda: target.build_command(args))
+
+
+def _reporting(target: str, arch: str | None, kernel: str | None, run: Any) -> int:
+    """Run a build command that prints its AK4014 warnings as diagnostics (:func:`report_downgrades`),
+    not as Python warnings too."""
+    from arke.targets.downgrades import StrategyDowngradeWarning
+
+    _BUILDING.append((target, arch, kernel))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", StrategyDowngradeWarning)
+            status: int = run()
+            return status
+    finally:
+        _BUILDING.pop()
+
+
+def report_downgrades(module: Any, path: str) -> None:
+    """Print (to stderr) the AK4014 warnings the build in progress adds to the check's: the decisions no
+    dispatch honours on its target and architecture that ``akc check`` could not know. A target that
+    reports what it cannot express itself (mlir: AK4013) adds none."""
+    if not _BUILDING:
+        return
+    from arke.lang.diagnostics import make
+    from arke.lang.render import Sources, print_diagnostics
+    from arke.lang.strategies import decision_span
+    from arke.targets import base as targets
+    from arke.targets import downgrades
+
+    name, arch, kernel = _BUILDING[-1]
+    try:
+        target = targets.get(name)
+    except ValueError:
+        return
+    if target.reports_unexpressed:
+        return
+    text, blocks = _strategy_blocks(path)
+    diags = []
+    for n in [kernel] if kernel else list(module.names):
+        ir_name = module.kernel_map.get(n)
+        if ir_name is None:
+            continue
+        own = [b for b in blocks if b.kernel == n]
+        mine = [s for s in module.strategies.strategies if s.kernel == ir_name]
+        placed = dict(zip(map(id, mine[len(mine) - len(own):]), own)) if len(own) <= len(mine) else {}
+        for s in module.strategies.for_kernel(ir_name, target.name):
+            for g in downgrades.build_time(target, module.semantic, ir_name, s, arch, n):
+                block = placed.get(id(s))
+                if block is None:
+                    print(f"akc: warning[{downgrades.CODE}]: {g.message()}", file=sys.stderr)
+                    continue
+                diags.append(make(downgrades.CODE, g.message(), decision_span(block, g.decision), hint=g.hint))
+    if diags:
+        print_diagnostics(diags, Sources({path: text}), sys.stderr)
+
+
+def _strategy_blocks(path: str) -> tuple[str, list[Any]]:
+    """The text of ``path`` and its ``@strategy`` blocks (none for stdin, read already)."""
+    from arke.lang.parser import parse
+
+    if path == "-":
+        return "", []
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError):
+        return "", []
+    tree, _ = parse(text, path)
+    return text, list(tree.strategies)
+
+
+def cmd_explain(args: argparse.Namespace, target: Any) -> int:
+    """``akc build --explain``: each kernel's dispatches per strategy variant, with the decisions applied
+    and dropped (and why) and what each takes; builds nothing."""
+    from arke.cli.app import load_or_report
+    from arke.targets.downgrades import explain
+
+    arch = None
+    if args.arch is not None and target.takes_arch:
+        try:
+            arch = target.check_options("cpu", args.arch)
+        except ValueError as err:
+            raise _usage(str(err)) from None
+    dims = parse_dims(args.dims) if args.dims else None
+    module = load_or_report(args.path)
+    if isinstance(module, int):
+        return module
+    names = [args.kernel] if args.kernel else list(module.names)
+    for n in names:
+        if n not in module.kernel_map:
+            raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
+    parts = []
+    for n in names:
+        ir_name = module.kernel_map[n]
+        parts.append(explain(target, module.semantic, ir_name, module.strategies.for_kernel(ir_name, target.name),
+                             n, arch, dims))
+    sys.stdout.write("\n".join(parts))
+    sys.stdout.flush()
+    return 0
 
 
 def load_kernels(args: argparse.Namespace) -> tuple[Any, list[str]] | int:
@@ -120,6 +240,7 @@ def load_kernels(args: argparse.Namespace) -> tuple[Any, list[str]] | int:
     for n in names:
         if n not in module.kernel_map:
             raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
+    report_downgrades(module, args.path)
     return module, names
 
 
@@ -163,6 +284,10 @@ def random_inputs(fn: Any, dims: dict[str, int], seed: int) -> list[Any]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``akc run``: the compiled kernel against the interpreter, on random inputs."""
+    return _reporting(args.target, None, args.kernel, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     import torch
 
     from arke.runtime.guards import GuardError

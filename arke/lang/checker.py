@@ -121,7 +121,8 @@ def _check_text(text: str, path: str, _stack: tuple[str, ...], _prefix: str) -> 
         fn, indices[sig.ir_name], calls[sig.ir_name] = check_kernel(sig, scope, imported.failed, diags)
         if fn is not None:
             own_functions.append(fn)
-    strategies = late_checks(calls, module.strategies, scope, indices, diags)
+    strategies = late_checks(calls, module.strategies, scope, indices, diags,
+                             functions=(*imported.functions, *own_functions))
     return finish(diags, imported, tuple(own), own_functions, strategies, scope, indices, module)
 
 
@@ -198,10 +199,11 @@ def check_kernel(sig: Signature, scope: dict[str, Signature], import_failed: boo
 
 def late_checks(calls: dict[str, list[tuple[str, Span]]], strategies: tuple[ast.Strategy, ...],
                 scope: dict[str, Signature], indices: dict[str, dict[str, IndexInfo]],
-                diags: list[Diagnostic]) -> StrategySet:
-    """What needs every kernel checked first: call cycles, then the strategies (their StrategyIR)."""
+                diags: list[Diagnostic], functions: tuple[semantic.Function, ...] = ()) -> StrategySet:
+    """What needs every kernel checked first: call cycles, then the strategies (their StrategyIR, and
+    with the lowered ``functions`` the decisions no dispatch of their kernel honours: AK4014)."""
     _report_cycles(calls, diags)
-    return check_strategies(strategies, scope, indices, diags)
+    return check_strategies(strategies, scope, indices, diags, functions)
 
 
 def finish(diags: list[Diagnostic], imported: Imported, own: tuple[str, ...], own_functions: list[semantic.Function],

@@ -91,6 +91,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK4011": (Severity.ERROR, "split of an index that is not reduced"),
     "AK4012": (Severity.ERROR, "strategy needs more shared memory or registers than the GPU has"),
     "AK4013": (Severity.WARNING, "strategy decision the target cannot express"),
+    "AK4014": (Severity.WARNING, "decision has no effect on any dispatch of the kernel"),
 }
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+from arke.ir import semantic
 from arke.ir import strategy as sir
 from arke.ir.shapes import Dim
 from arke.lang import ast
@@ -18,9 +19,13 @@ def check_strategies(
     sigs: Mapping[str, Signature],
     indices: Mapping[str, Mapping[str, IndexInfo]],
     diags: list[Diagnostic],
+    functions: Sequence[semantic.Function] = (),
 ) -> sir.StrategySet:
-    """Check every ``@strategy`` block; the StrategyIR of those without errors."""
+    """Check every ``@strategy`` block; the StrategyIR of those without errors. ``functions``: the
+    lowered kernels in scope (the file's and its imports'), for the AK4014 warnings of decisions no
+    dispatch of their kernel's plan honours (:func:`unhonoured_decisions`)."""
     out: list[sir.Strategy] = []
+    pairs: list[tuple[ast.Strategy, sir.Strategy]] = []
     seen: dict[tuple[str, str | None, str], Span] = {}
     for s in strategies:
         checked = _check(s, sigs, indices, diags)
@@ -34,7 +39,45 @@ def check_strategies(
             continue
         seen[key] = s.span
         out.append(checked)
+        pairs.append((s, checked))
+    if functions:
+        diags.extend(unhonoured_decisions(pairs, functions))
     return sir.StrategySet(tuple(out))
+
+
+def unhonoured_decisions(pairs: Sequence[tuple[ast.Strategy, sir.Strategy]],
+                         functions: Sequence[semantic.Function]) -> list[Diagnostic]:
+    """AK4014 for each decision that no dispatch of its kernel's plan honours, where the plan alone shows
+    it (:func:`arke.targets.downgrades.check_time`): on the strategy's target, or on every target for a
+    strategy without one. A kernel that did not lower (or calls one that did not) is left alone."""
+    from arke.targets import downgrades  # pure: plans and the targets' tables, no compiler
+
+    lowered = {f.name: f for f in functions}
+    module = semantic.Module(tuple(lowered.values()))
+    out = []
+    for s, checked in pairs:
+        if checked.kernel not in lowered or not checked.decisions:
+            continue
+        try:
+            found = downgrades.check_time(module, checked.kernel, checked, s.kernel)
+        except (KeyError, ValueError, NotImplementedError):  # a callee missing after its own errors
+            continue
+        out += [make(downgrades.CODE, g.message(), decision_span(s, g.decision), hint=g.hint) for g in found]
+    return out
+
+
+def decision_span(s: ast.Strategy, decision: sir.Decision) -> Span:
+    """Where ``decision`` is written in block ``s``: the decision's line, or its item among several
+    (``j = 64`` of ``tile i = 128, j = 64``); the block's kernel name if it is not there."""
+    for d in s.decisions:
+        if d.name != decision.kind:
+            continue
+        if decision.subject is None:
+            return d.span
+        item = next((i for i in d.items if i.name == decision.subject), None)
+        if item is not None:
+            return d.span if len(d.items) == 1 else item.span
+    return s.kernel_span
 
 
 def _check(s: ast.Strategy, sigs: Mapping[str, Signature], indices: Mapping[str, Mapping[str, IndexInfo]],

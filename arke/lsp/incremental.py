@@ -424,7 +424,8 @@ class IncrementalChecker:
             diags.extend(body_diags)
             if fn is not None:
                 own_functions.append(fn)
-        strategies = late_checks(calls, module.strategies, scope, indices, diags)
+        strategies = late_checks(calls, module.strategies, scope, indices, diags,
+                                 functions=(*imported.functions, *own_functions))
         placed = [move.diagnostic(d) for d in diags]
         if any(d.code == "AK1006" for d in placed):  # how deep a check may go depends on the call stack
             raise _Fallback("an expression too long to check")
