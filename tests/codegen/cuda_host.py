@@ -34,12 +34,12 @@ from typing import Any
 import torch
 
 import arke
-from arke.targets.artifact import LaunchSpec
-from arke.targets.cuda.render import RENDERER, CudaRenderer
-from arke.plan.dispatch import KernelPlan, make_plan
 from arke.ir.shapes import evaluate, parse_dim
 from arke.ir.strategy import Strategy
+from arke.plan.dispatch import KernelPlan, make_plan
 from arke.runtime.guards import TORCH_DTYPES, prepare_args
+from arke.targets.artifact import LaunchSpec
+from arke.targets.cuda.render import RENDERER, CudaRenderer
 
 #: Shims that make a CUDA-C translation unit plain host C++ (prepended to the rendered source).
 SHIMS = r"""
@@ -355,9 +355,9 @@ def nvrtc_available() -> bool:
 
 def check_host_case(case: Any, renderer: CudaRenderer = RENDERER, what: str = "cuda (host)") -> None:
     """A conformance case (``test_conformance.Case``) through the host-compiled CUDA C equals the
-    interpreter; the error word must stay clear on in-range inputs. libm (glibc here, libdevice on a
-    GPU, torch in the interpreter) differs by ulps, so the int8 chains are measured as on a
-    reassociating target."""
+    interpreter within the suite's rule (``codegen_support.tolerance``: libm, glibc here, libdevice
+    on a GPU, torch in the interpreter, differs by ulps, and the sums run in the kernel's order);
+    the error word must stay clear on in-range inputs."""
     from test_conformance import check_case
 
     def call(module: arke.Module, *args: Any, **scalars: Any) -> Any:
@@ -365,4 +365,4 @@ def check_host_case(case: Any, renderer: CudaRenderer = RENDERER, what: str = "c
         assert err == 0, f"{what} {case.id}: the error word was raised on in-range inputs"
         return got
 
-    check_case(case, call, what, reassociates=True)
+    check_case(case, call, what)

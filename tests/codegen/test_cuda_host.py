@@ -2,8 +2,9 @@
 
 :mod:`cuda_host` compiles each rendered translation unit with g++ (shims for the CUDA keywords,
 ``-ffp-contract=off`` as NVRTC's ``--fmad=false``) and runs every thread of every launch in turn;
-the results must equal the reference interpreter's at the case's tolerance, and a bad subscript
-must raise the error word. Each kernel compiles once per process.
+the results must equal the reference interpreter's within the suite's rule
+(``codegen_support.tolerance``), and a bad subscript must raise the error word. Each kernel
+compiles once per process.
 """
 
 from __future__ import annotations

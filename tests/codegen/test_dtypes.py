@@ -12,17 +12,16 @@ reference interpreter.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from codegen_support import (
-    BF16_TOL,
-    F16_TOL,
-    F32_TOL,
     RUNNABLE,
     as_dtype,
+    assert_conforms,
     assert_matches,
     build,
     same_bits,
@@ -194,7 +193,6 @@ kernel math(x: f32[N]) -> (a: f32[N], b: f32[N], c: f32[N], d: f32[N], e: f32[N]
 SOURCE = "\n".join([*(FLOATS_16.format(t=t) for t in ("bf16", "f16")),
                     *(INTEGERS.format(t=t) for t in ("i8", "i32", "i64")), OTHERS])
 INT_TYPES = {"i8": np.int8, "i32": np.int32, "i64": np.int64}
-TOL_16 = {"bf16": BF16_TOL, "f16": F16_TOL}
 TARGETS = pytest.mark.parametrize("target", RUNNABLE)
 
 
@@ -202,12 +200,15 @@ def module() -> Any:
     return text_module(SOURCE)
 
 
-def check(target: str, name: str, *args: Any, tol: float = F32_TOL, **scalars: Any) -> None:
-    """Kernel ``name`` built for ``target`` gives the interpreter's answer on these arguments."""
+def check(target: str, name: str, *args: Any, exact: bool = False, **scalars: Any) -> None:
+    """Kernel ``name`` built for ``target`` gives the interpreter's answer on these arguments: within
+    the rule (codegen_support.tolerance), or bit for bit when ``exact``."""
     reference = module().kernels[name]
-    want = reference(*args, **scalars)
     got = build(module(), target).kernels[name](*args, **scalars)
-    assert_matches(got, want, rtol=tol, atol=tol, what=f"{target} {name}")
+    if exact:
+        assert_matches(got, reference(*args, **scalars), rtol=0, atol=0, what=f"{target} {name}")
+    else:
+        assert_conforms(got, reference, *args, what=f"{target} {name}", **scalars)
 
 
 def floats(rng: np.random.Generator, dt: str, *shape: int) -> Any:
@@ -223,22 +224,41 @@ def floats(rng: np.random.Generator, dt: str, *shape: int) -> Any:
 def test_16_bit_norms_and_activations(target: str, dt: str, m: int, n: int) -> None:
     rng = seeded("norm16", dt, m, n)
     x, w = floats(rng, dt, m, n), floats(rng, dt, n)
-    check(target, f"rmsnorm_{dt}", x, w, tol=TOL_16[dt])
-    check(target, f"softmax_{dt}", x, tol=TOL_16[dt])
-    check(target, f"silu_{dt}", x, tol=TOL_16[dt])
-    check(target, f"literal_{dt}", x, tol=TOL_16[dt])  # weak literals round to the 16-bit type
+    check(target, f"rmsnorm_{dt}", x, w)
+    check(target, f"softmax_{dt}", x)
+    check(target, f"silu_{dt}", x)
+    check(target, f"literal_{dt}", x)  # weak literals round to the 16-bit type
+
+
+LINEAR_16 = pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 1), (3, 17, 33), (1, 513, 7)])
 
 
 @TARGETS
 @pytest.mark.parametrize("dt", ["bf16", "f16"])
-@pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 1), (3, 17, 33), (1, 513, 7)])
+@LINEAR_16
 def test_16_bit_linear_accumulates_in_f32(target: str, dt: str, m: int, k: int, n: int) -> None:
     rng = seeded("linear16", dt, m, k, n)
-    # the result is f32: only the summation order may differ (see test_conformance's LONG)
+    # the result is f32: only the summation order may differ
     x, w = floats(rng, dt, m, k), floats(rng, dt, n, k)
-    check(target, f"linear_{dt}", x, w, tol=1e-4)
-    # a 16-bit result: one rounding of the f32 sum (a different summation order may flip it by an ulp)
-    check(target, f"dot_{dt}", x, w, tol=TOL_16[dt])
+    check(target, f"linear_{dt}", x, w)
+
+
+@TARGETS
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@LINEAR_16
+def test_16_bit_dot_rounds_its_result_once(target: str, dt: str, m: int, k: int, n: int,
+                                           request: pytest.FixtureRequest) -> None:
+    """A 16-bit result: one rounding (to nearest even) of the f32 sum, which a different summation
+    order may flip by an ulp only where the sum lies near a rounding boundary."""
+    if target == "triton" and dt == "bf16" and k > 1 and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        # (1 x 1 x 1 happens to round as it truncates)
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "the triton contraction family converts its bf16 result with a plain `.to(tl.bfloat16)` "
+            "(arke/targets/triton/gemm.py), which Triton's interpreter truncates; expressions round in "
+            "integer code instead (arke/targets/triton/expr.py, `rounded`)")))
+    rng = seeded("linear16", dt, m, k, n)
+    x, w = floats(rng, dt, m, k), floats(rng, dt, n, k)
+    check(target, f"dot_{dt}", x, w)
 
 
 # Spec §9.3: f16/bf16 arithmetic runs in f32 and rounds only where a value is stored, and products
@@ -251,7 +271,7 @@ def test_16_bit_arithmetic_rounds_only_when_stored(target: str, dt: str, big: fl
     # (1 + big) - big: 1 + big is not a 16-bit number, but the expression is only stored once
     x = as_dtype(np.array([1.0, 1.0, 3.0]), DType(dt))
     y = as_dtype(np.array([big, -big, big]), DType(dt))
-    check(target, f"cancel_{dt}", x, y, tol=0.0)
+    check(target, f"cancel_{dt}", x, y, exact=True)
 
 
 @TARGETS
@@ -261,7 +281,7 @@ def test_16_bit_products_accumulate_unrounded(target: str, dt: str) -> None:
     # sum is order-free and the results must be identical
     x = as_dtype(np.array([[1 + 3 * 2**-7, -1.0]]), DType(dt))
     w = as_dtype(np.array([[1 + 3 * 2**-7, 1.0]]), DType(dt))
-    check(target, f"dot_{dt}", x, w, tol=0.0)
+    check(target, f"dot_{dt}", x, w, exact=True)
 
 
 # ---------------------------------------------------------------- integers

@@ -12,12 +12,12 @@ import platform
 from typing import Any
 
 import pytest
-from codegen_support import assert_matches, random_inputs, seeded, std_module, text_module
+from codegen_support import assert_conforms, random_inputs, seeded, std_module, text_module
 
-from arke.targets.llvm.render import LLVMRenderer
 from arke.plan.dispatch import make_plan
-from arke.targets.llvm.kernel import CPUKernel
 from arke.targets.llvm.jit import compile_object, host_vector_bits
+from arke.targets.llvm.kernel import CPUKernel
+from arke.targets.llvm.render import LLVMRenderer
 
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
                                 reason="the ISA variants named here are x86-64 CPUs")
@@ -69,5 +69,4 @@ def test_every_vector_width_matches_interpreter(bits: int, cpu: str | None, labe
     module = text_module(F16) if label == "f16" else std_module(label)
     reference = module.kernels[name]
     args = random_inputs(reference, dims, seeded(name, dims, bits))
-    tol = 1e-2 if name.endswith("bf16") else 2e-3 if label == "f16" else 1e-4
-    assert_matches(compiled(module, name, bits, cpu)(*args), reference(*args), rtol=tol, atol=tol, what=name)
+    assert_conforms(compiled(module, name, bits, cpu)(*args), reference, *args, what=f"{name} at {bits} bits")

@@ -17,10 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 from codegen_support import (
-    BF16_TOL,
-    F16_TOL,
     RUNNABLE,
-    assert_matches,
+    assert_conforms,
     build,
     random_inputs,
     same_bits,
@@ -30,10 +28,10 @@ from codegen_support import (
 )
 
 import arke
-from arke.targets.llvm.render import LLVMRenderer
+from arke.ir import semantic as ir
 from arke.plan.dispatch import Dispatch, KernelPlan, make_plan, op_exprs
 from arke.plan.rows import RowGroup
-from arke.ir import semantic as ir
+from arke.targets.llvm.render import LLVMRenderer
 
 #: Kernels written for these tests: groups that are legal, and some that must not be made.
 SOURCE = """
@@ -263,17 +261,12 @@ def test_wide_row_temps_live_in_scratch() -> None:
 # ---------------------------------------------------------------- against the interpreter
 
 
-def check(label: str, name: str, dims: dict[str, int], target: str, *, tol: float | None = None,
-          args: list[Any] | None = None) -> None:
+def check(label: str, name: str, dims: dict[str, int], target: str, *, args: list[Any] | None = None) -> None:
+    """The compiled kernel equals the interpreter within the rule (codegen_support.tolerance)."""
     mod = module(label)
     kernel = mod.kernels[name]
     args = args if args is not None else random_inputs(kernel, dims, seeded(name, dims), ids=IDS)
-    got = build(mod, target).kernels[name](*args)
-    want = kernel(*args)
-    if tol is None:
-        assert_matches(got, want, what=f"{name} {dims}")
-    else:
-        assert_matches(got, want, rtol=tol, atol=tol, what=f"{name} {dims}")
+    assert_conforms(build(mod, target).kernels[name](*args), kernel, *args, what=f"{name} {dims}")
 
 
 @pytest.mark.parametrize("target", RUNNABLE)
@@ -303,8 +296,7 @@ def test_test_kernels_match_the_interpreter(name: str, target: str) -> None:
 @pytest.mark.parametrize("name", ["softmax", "layernorm", "logsumexp"])
 @pytest.mark.parametrize("shape", [(3, 4097), (1, 1), (5, 17)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_16_bit_storage_matches_the_interpreter(name: str, t: str, shape: tuple[int, int], target: str) -> None:
-    tol = {"bf16": BF16_TOL, "f16": F16_TOL}[t]
-    check(t, f"{name}_{t}", {"M": shape[0], "N": shape[1]}, target, tol=tol)
+    check(t, f"{name}_{t}", {"M": shape[0], "N": shape[1]}, target)
 
 
 @pytest.mark.parametrize("target", RUNNABLE)

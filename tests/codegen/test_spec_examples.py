@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from codegen_support import RUNNABLE, assert_matches, build, random_inputs, seeded
+from codegen_support import RUNNABLE, assert_matches, build, random_inputs, seeded, tolerance
 
 import arke
 from arke.ir.shapes import evaluate
@@ -101,7 +101,7 @@ def test_spec_example_kernels_match_the_interpreter(folder: Path, line: int, cod
         got = outcome(lambda: library.kernels[name](*args))  # noqa: B023
         assert got[0] == want[0], f"`{name}`: compiled {got}, interpreter {want}"
         if want[0] == "ok":
-            assert_matches(got[1], want[1], what=f"spec line {line} `{name}`")
+            assert_matches(got[1], want[1], bound=tolerance(reference, args), what=f"spec line {line} `{name}`")
 
 
 def test_some_examples_are_clean() -> None:
