@@ -173,10 +173,9 @@ class LLVMTarget(Target):
             from arke.targets.llvm.nvptx import RENDERER
 
             return RENDERER
-        from arke.targets.llvm.jit import host_renderer
+        from arke.targets.llvm.render import RENDERER  # (kernels built here use the host's vector width)
 
-        found: Renderer = host_renderer()
-        return found
+        return RENDERER
 
     def cache_key(self, artifact: Artifact, arch: str | None = None) -> str:
         if arch is not None:
