@@ -15,7 +15,7 @@ import sympy
 
 from arke.ir import semantic as ir
 from arke.targets.base import SINGLE, Resource, Target
-from arke.targets.space import Takes, dispatch_family, honours_of, takes, uses_of
+from arke.targets.space import Takes, dispatch_family, takes
 
 if TYPE_CHECKING:
     from arke.ir import strategy as sir
@@ -108,9 +108,7 @@ def looped(op: PlanOp, parallel: str | None, rows: int | None = None) -> set[str
 class LLVMTarget(Target):
     name = "llvm"
     description = "CPU code through LLVM (and its GPU flavour for NVIDIA)"
-    honours = honours_of(TAKES)
     takes = TAKES
-    uses = uses_of(TAKES)
     drops = DROPS
     takes_arch = True
     emits = ("source", "asm", "obj", "ptx", "cubin")
@@ -169,13 +167,10 @@ class LLVMTarget(Target):
         return arch is None
 
     def renderer(self, arch: str | None = None) -> Renderer:
-        if arch is not None:
-            from arke.targets.llvm.nvptx import RENDERER
+        from arke.targets.llvm import nvptx, render
 
-            return RENDERER
-        from arke.targets.llvm.render import RENDERER  # (kernels built here use the host's vector width)
-
-        return RENDERER
+        # (kernels built for this CPU are rendered for its vector width: jit.host_renderer)
+        return render.RENDERER if arch is None else nvptx.RENDERER
 
     def cache_key(self, artifact: Artifact, arch: str | None = None) -> str:
         if arch is not None:
