@@ -77,12 +77,13 @@ class Target:
     name: ClassVar[str] = ""
     #: one line for hover, completion and ``akc build --help``
     description: ClassVar[str] = ""
-    #: the decisions this target honours somewhere (others are AK4009 at a strategy for it)
+    #: the decisions this target honours somewhere (others are AK4009 at a strategy for it); derived
+    #: from :attr:`takes` when a subclass sets that
     honours: ClassVar[frozenset[str]] = frozenset()
     #: decision -> the values this target can lower, where fewer than the decision's own choices
     choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     #: dispatch family (or :data:`SINGLE`) -> the decisions a dispatch of that family takes (the keys of
-    #: :attr:`takes`: ``space.uses_of(takes)``)
+    #: :attr:`takes`, derived from it)
     uses: ClassVar[Mapping[str, frozenset[str]]] = {}
     #: dispatch family (or :data:`SINGLE`) -> decision -> on which roles of the dispatch it is taken
     #: (:class:`arke.targets.space.Takes`); what the target's renderers for that family read
@@ -102,6 +103,13 @@ class Target:
     takes_arch: ClassVar[bool] = False
     #: whether ``arke.build(..., device=...)`` takes another device than the CPU
     takes_device: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A target states what it takes once (:attr:`takes`); ``honours`` and ``uses`` follow from it."""
+        super().__init_subclass__(**kwargs)
+        if "takes" in cls.__dict__:
+            cls.uses = space.uses_of(cls.takes)
+            cls.honours = space.honours_of(cls.takes)
 
     # ------------------------------------------------------------ running here
 
@@ -163,7 +171,7 @@ class Target:
         """The plan of one kernel grouped into the families this target's renderer (for ``arch``) renders."""
         from arke.plan.dispatch import make_plan
 
-        return make_plan(module, ir_name, strategy, self.renderer(arch).families)
+        return make_plan(module, ir_name, strategy, self.fused_families(arch))
 
     def cache_key(self, artifact: Artifact, arch: str | None = None) -> str:
         """The on-disk cache key of the compiled form of ``artifact`` (everything that could change it)."""

@@ -118,3 +118,18 @@ def test_build_goes_through_the_registry(nn: arke.Module) -> None:
     assert lib.backend is targets.get("llvm") and lib.on_host
     with pytest.raises(ValueError, match="unknown target"):
         arke.build(nn, target="tpu")
+
+
+@pytest.mark.parametrize("name", targets.names())
+def test_plans_group_what_the_renderer_renders(name: str) -> None:
+    """``fused_families`` (read without importing a renderer, by the checker) is the renderer's own."""
+    target = targets.get(name)
+    for arch in (None, "sm_90") if target.takes_arch else (None,):
+        assert target.fused_families(arch) == target.renderer(arch).families, (name, arch)
+
+
+@pytest.mark.parametrize("name", targets.names())
+def test_honours_and_uses_follow_from_takes(name: str) -> None:
+    target = targets.get(name)
+    assert target.uses == {family: frozenset(entries) for family, entries in target.takes.items()}
+    assert target.honours == frozenset(d for entries in target.takes.values() for d in entries)

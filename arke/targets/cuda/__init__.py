@@ -12,7 +12,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from arke.targets.base import SINGLE, Resource, Target
-from arke.targets.space import Takes, honours_of, takes, uses_of
+from arke.targets.space import Takes, takes
 
 if TYPE_CHECKING:
     from arke.ir import semantic as ir
@@ -54,9 +54,7 @@ DROPS: dict[str, dict[str, str]] = {
 class CudaTarget(Target):
     name = "cuda"
     description = "CUDA C compiled by NVRTC"
-    honours = honours_of(TAKES)
     takes = TAKES
-    uses = uses_of(TAKES)
     drops = DROPS
     takes_arch = True
     emits = ("source", "ptx", "cubin")

@@ -12,7 +12,7 @@ import argparse
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from arke.targets.base import FUSED, SINGLE, Target
-from arke.targets.space import Takes, honours_of, takes, uses_of
+from arke.targets.space import Takes, takes
 
 if TYPE_CHECKING:
     from arke.ir import semantic as ir
@@ -40,11 +40,9 @@ DROPS: dict[str, dict[str, str]] = {
 class MLIRTarget(Target):
     name = "mlir"
     description = "linalg on tensors, compiled by IREE"
-    honours = honours_of(TAKES)
     #: linalg writes attention over whole tensors: online softmax and split-KV need rewrites upstream lacks
     choices: ClassVar[dict[str, tuple[str, ...]]] = {"algorithm": ("materialized",)}
     takes = TAKES
-    uses = uses_of(TAKES)
     drops = DROPS
     #: plans group no families: IREE (or any MLIR pipeline) fuses the linalg ops itself
     families = frozenset()

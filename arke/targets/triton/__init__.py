@@ -12,7 +12,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from arke.targets.base import SINGLE, Resource, Target
-from arke.targets.space import Takes, honours_of, takes, uses_of
+from arke.targets.space import Takes, takes
 
 if TYPE_CHECKING:
     from arke.ir import semantic as ir
@@ -53,9 +53,7 @@ DROPS: dict[str, dict[str, str]] = {
 class TritonTarget(Target):
     name = "triton"
     description = "GPU kernels written in Triton"
-    honours = honours_of(TAKES)
     takes = TAKES
-    uses = uses_of(TAKES)
     drops = DROPS
     emits = ("source", "ptx", "cubin")
     runs_layers = True
