@@ -8,6 +8,7 @@ could run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -15,10 +16,14 @@ if TYPE_CHECKING:
     from arke.ir import strategy as sir
 
 
-def variants(module: Module, ir_name: str, target: str = "triton") -> list[tuple[str, sir.Strategy | None]]:
-    """(label, strategy) of each variant a call may use: every strategy for ``target``, then the
-    defaults unless a strategy without ``when`` always applies."""
-    strategies = module.strategies.for_kernel(ir_name, target)
+def variants(module: Module, ir_name: str, target: str) -> list[tuple[str, sir.Strategy | None]]:
+    """(label, strategy) of each variant a call of kernel ``ir_name`` may use on ``target``."""
+    return strategy_variants(module.strategies.for_kernel(ir_name, target))
+
+
+def strategy_variants(strategies: Sequence[sir.Strategy]) -> list[tuple[str, sir.Strategy | None]]:
+    """(label, strategy) of each variant: every strategy, then the defaults unless a strategy without
+    ``when`` always applies."""
     out: list[tuple[str, sir.Strategy | None]] = [(f"strategy {k + 1}" if len(strategies) > 1 else "strategy", s)
                                                   for k, s in enumerate(strategies)]
     if not any(s.when is None for s in strategies):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from arke.ir import strategy as sir
+from arke.plan.variants import strategy_variants
 from arke.targets import base as targets
 from arke.targets.space import SINGLE, dispatch_family, roles_words
 
@@ -240,16 +241,6 @@ def build_time(target: targets.Target, module: ir.Module, ir_name: str, strategy
 # ---------------------------------------------------------------- akc build --explain
 
 
-def variants(strategies: Sequence[sir.Strategy]) -> list[tuple[str, sir.Strategy | None]]:
-    """(label, strategy) of each variant a call may use: every strategy, then the defaults unless a
-    strategy without ``when`` always applies."""
-    out: list[tuple[str, sir.Strategy | None]] = [(f"strategy {k + 1}" if len(strategies) > 1 else "strategy", s)
-                                                  for k, s in enumerate(strategies)]
-    if not any(s.when is None for s in strategies):
-        out.append(("defaults", None))
-    return out
-
-
 def _taken_text(target: targets.Target, dispatch: Dispatch, dims: Mapping[str, int] | None,
                 arch: str | None) -> str:
     """``tile m|n|k, vectorize n, threads 1..16``: what the dispatch takes, with values where known."""
@@ -292,7 +283,7 @@ def explain(target: targets.Target, module: ir.Module, ir_name: str, strategies:
 
     lines = []
     flavour = f" ({arch})" if arch else ""
-    for label, strategy in variants(strategies):
+    for label, strategy in strategy_variants(strategies):
         notes = []
         if strategy is not None and strategy.when is not None:
             notes.append(f"when {cond_text(strategy.when)}")
@@ -319,5 +310,5 @@ def explain(target: targets.Target, module: ir.Module, ir_name: str, strategies:
 
 
 __all__ = ["CODE", "DispatchReport", "Downgrade", "StrategyDowngradeWarning", "build_time", "check_time",
-           "dispatch_reports", "explain", "plan_of", "unhonoured", "variants", "where_taken",
+           "dispatch_reports", "explain", "plan_of", "unhonoured", "where_taken",
            "words"]

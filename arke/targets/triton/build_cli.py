@@ -132,7 +132,7 @@ def cmd_build_triton(args: argparse.Namespace) -> int:
             text = f.read()
     for name in names:
         ir_name = module.kernel_map[name]
-        for label, strategy in variants(module, ir_name):
+        for label, strategy in variants(module, ir_name, "triton"):
             plan = make_plan(module.semantic, ir_name, strategy, families=getattr(render, "families", None))
             try:
                 artifact = render.render(plan)
