@@ -201,7 +201,6 @@ def _strategy_blocks(path: str) -> tuple[str, list[Any]]:
 def cmd_explain(args: argparse.Namespace, target: Any) -> int:
     """``akc build --explain``: each kernel's dispatches per strategy variant, with the decisions applied
     and dropped (and why) and what each takes; builds nothing."""
-    from arke.cli.app import load_or_report
     from arke.targets.downgrades import explain
 
     arch = None
@@ -211,13 +210,10 @@ def cmd_explain(args: argparse.Namespace, target: Any) -> int:
         except ValueError as err:
             raise _usage(str(err)) from None
     dims = parse_dims(args.dims) if args.dims else None
-    module = load_or_report(args.path)
-    if isinstance(module, int):
-        return module
-    names = [args.kernel] if args.kernel else list(module.names)
-    for n in names:
-        if n not in module.kernel_map:
-            raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
+    loaded = _module_and_names(args)
+    if isinstance(loaded, int):
+        return loaded
+    module, names = loaded
     parts = []
     for n in names:
         ir_name = module.kernel_map[n]
@@ -231,6 +227,15 @@ def cmd_explain(args: argparse.Namespace, target: Any) -> int:
 def load_kernels(args: argparse.Namespace) -> tuple[Any, list[str]] | int:
     """The checked module of ``args.path`` and the kernels to build (``--kernel``, else every kernel
     the file defines); the exit status instead when the file has errors (already reported)."""
+    loaded = _module_and_names(args)
+    if not isinstance(loaded, int):
+        report_downgrades(loaded[0], args.path)
+    return loaded
+
+
+def _module_and_names(args: argparse.Namespace) -> tuple[Any, list[str]] | int:
+    """The checked module of ``args.path`` and ``--kernel`` (else every kernel the file defines); the
+    exit status instead when the file has errors (already reported)."""
     from arke.cli.app import load_or_report
 
     module = load_or_report(args.path)
@@ -240,7 +245,6 @@ def load_kernels(args: argparse.Namespace) -> tuple[Any, list[str]] | int:
     for n in names:
         if n not in module.kernel_map:
             raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
-    report_downgrades(module, args.path)
     return module, names
 
 
