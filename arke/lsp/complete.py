@@ -27,7 +27,6 @@ from lsprotocol import types
 from arke.ir.dtypes import DTYPES
 from arke.ir.shapes import dim_str
 from arke.ir.strategy import DECISIONS
-from arke.targets import base as targets
 from arke.lang.checker import find_module, stdlib_modules
 from arke.lang.parser import parse
 from arke.lang.signatures import Signature
@@ -46,6 +45,7 @@ from arke.lsp.words import (
     reduction_doc,
     target_doc,
 )
+from arke.targets import base as targets
 
 K = types.CompletionItemKind
 _ITEM_START = re.compile(r"^[ \t]*(kernel\b|@|import\b|from\b)", re.MULTILINE)

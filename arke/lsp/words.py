@@ -1,17 +1,17 @@
 """The language's own words, explained for hover and completion.
 
 The *lists* come from the implementation (built-ins and reductions from
-:mod:`arke.lang.exprs`, dtypes from :mod:`arke.ir.dtypes`, decisions and targets from
-:mod:`arke.ir.strategy`, and where they have an effect from the targets' registry); only the one-line explanations are written here, taken from
-``spec/language.md``. A test checks that every built-in has one.
+:mod:`arke.lang.exprs`, dtypes from :mod:`arke.ir.dtypes`, decisions from :mod:`arke.ir.strategy`,
+targets and where each decision has an effect from the registry in :mod:`arke.targets.base`); only
+the one-line explanations are written here, taken from ``spec/language.md``. A test checks that every built-in has one.
 """
 
 from __future__ import annotations
 
 from arke.ir.dtypes import DTYPES
 from arke.ir.strategy import DECISIONS, DecisionSpec
-from arke.targets import base as targets
 from arke.lang.exprs import BUILTINS, MATH_BINARY, MATH_UNARY, REDUCTIONS
+from arke.targets import base as targets
 
 #: Keywords (reserved everywhere, spec §2).
 KEYWORDS = ("kernel", "let", "return", "if", "else", "for", "and", "or", "not", "in", "import", "from", "where",

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from arke.targets.llvm.convert import narrow, widen
-from arke.targets.llvm.jit import Loaded as _Loaded, compile_object
+from arke.targets.llvm.jit import Loaded as _Loaded
+from arke.targets.llvm.jit import compile_object
 
 KINDS = {"bfloat": torch.bfloat16, "half": torch.float16}
 

@@ -20,10 +20,10 @@ import torch
 from codegen_support import std_module
 from gpu_support import ARCHS, GPU_AK, KERNELS, assert_assembles_without_spills, run_cli, stdlib_source
 
-from arke.targets.cuda.render import RENDERER
-from arke.targets.cuda.expr import CONVERT
 from arke.plan.dispatch import make_plan
 from arke.targets.cuda import nvrtc
+from arke.targets.cuda.expr import CONVERT
+from arke.targets.cuda.render import RENDERER
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="no NVRTC (pip install 'arke[cuda]')")
 needs_ptxas = pytest.mark.skipif(nvrtc.ptxas_path() is None, reason="no ptxas (it ships with Triton)")

@@ -127,8 +127,8 @@ def test_a_barrier_in_a_divergent_branch_fails_the_run() -> None:
 @pytest.mark.skipif(not cuda_host.nvrtc_available(), reason="needs NVRTC (pip install 'arke[cuda]')")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_the_same_kernels_compile_for_the_gpu(arch: str) -> None:
-    from arke.targets.nvidia import ptx as nvptx
     from arke.targets.cuda import nvrtc
+    from arke.targets.nvidia import ptx as nvptx
 
     ptx = nvrtc.compile_ptx(PRELUDE + MMA + REDUCE + COPY, arch, kernel="sim")
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx and "cp.async.cg.shared.global" in ptx

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from gpu_support import GPU_AK, run_cli
 
-from arke.targets.nvidia import ptx as nvptx
 from arke.targets.cuda import nvrtc
+from arke.targets.nvidia import ptx as nvptx
 
 TARGETS = pytest.mark.parametrize("target", ["llvm", pytest.param("cuda", marks=pytest.mark.skipif(
     not nvrtc.available(), reason="no NVRTC (pip install 'arke[cuda]')"))])

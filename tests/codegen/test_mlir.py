@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from codegen_support import STDLIB, std_module, text_module
 
-from arke.targets.mlir.render import RENDERER, fixed_dims
-from arke.plan.dispatch import KernelPlan, make_plan
 from arke.ir import semantic as ir
 from arke.ir import strategy as sir
+from arke.plan.dispatch import KernelPlan, make_plan
+from arke.targets.mlir.render import RENDERER, fixed_dims
 
 IREE_OPT = Path(sys.executable).parent / "iree-opt"
 pytestmark = pytest.mark.skipif(not IREE_OPT.exists(), reason="IREE is not installed (pip install 'arke[mlir]')")

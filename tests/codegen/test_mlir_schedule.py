@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import arke
-from arke.targets.mlir.schedule import Note, OpLoops, note_diagnostics, parallel_dims, schedule, transform_module
 from arke.plan.dispatch import KernelPlan, make_plan
+from arke.targets.mlir.schedule import Note, OpLoops, note_diagnostics, parallel_dims, schedule, transform_module
 
 ROOT = Path(__file__).resolve().parents[2]
 IREE_OPT = Path(sys.executable).parent / "iree-opt"

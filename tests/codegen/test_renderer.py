@@ -21,10 +21,10 @@ from codegen_support import STDLIB, TARGETS, std_module, text_module
 from test_dtypes import SOURCE as DTYPE_SOURCE
 
 import arke
+from arke.ir.shapes import free_dims, parse_dim
+from arke.plan.dispatch import make_plan
 from arke.targets import base as targets
 from arke.targets.artifact import Artifact
-from arke.plan.dispatch import make_plan
-from arke.ir.shapes import free_dims, parse_dim
 
 # Kernels with strategies: rendered with each of them (the `parallel` axis changes the launch).
 STRATEGIES = """

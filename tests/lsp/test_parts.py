@@ -7,7 +7,6 @@ from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
 from arke.ir.strategy import DECISIONS
-from arke.targets import base as targets
 from arke.lang.checker import check_text
 from arke.lang.exprs import BUILTINS, REDUCTIONS
 from arke.lsp.complete import complete
@@ -17,6 +16,7 @@ from arke.lsp.hover import hover_markdown
 from arke.lsp.index import DocumentIndex
 from arke.lsp.textmap import TextMap
 from arke.lsp.words import builtin_doc, decision_doc, decisions_for, reduction_doc
+from arke.targets import base as targets
 
 UTF16 = PositionCodec(types.PositionEncodingKind.Utf16)
 UTF8 = PositionCodec(types.PositionEncodingKind.Utf8)

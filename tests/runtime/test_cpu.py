@@ -30,9 +30,9 @@ import torch
 
 import arke
 from arke.lang.checker import stdlib_path
-from arke.targets.llvm import kernel as cpu
 from arke.library import Library
 from arke.runtime.guards import GuardError
+from arke.targets.llvm import kernel as cpu
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,12 +17,12 @@ import pytest
 import torch
 
 import arke
-from arke.targets import base as targets
-from arke.plan.dispatch import make_plan
-from arke.targets.nvidia import driver as cuda
-from arke.targets.cuda import nvrtc
 from arke.library import runnable_targets
+from arke.plan.dispatch import make_plan
 from arke.runtime.guards import GuardError
+from arke.targets import base as targets
+from arke.targets.cuda import nvrtc
+from arke.targets.nvidia import driver as cuda
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen"))
 from codegen_support import text_module

@@ -21,10 +21,10 @@ import torch
 
 import arke
 from arke.lang.checker import stdlib_path
-from arke.targets.mlir import kernel as iree
 from arke.library import Library, runnable_targets
 from arke.runtime.cache import CacheWarning, default_cache
 from arke.runtime.guards import TORCH_DTYPES, GuardError
+from arke.targets.mlir import kernel as iree
 
 needs_iree = pytest.mark.skipif(not iree.iree_available(), reason="IREE is not installed (pip install 'arke[mlir]')")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
-from functools import cache
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 
