@@ -56,3 +56,13 @@ def decided(plan: KernelPlan, kind: str, subject: str | None) -> int | None:
     """The integer value of the strategy's ``kind`` decision on ``subject``, if it made one."""
     d = plan.decision(kind, subject)
     return int(d.value) if d is not None and isinstance(d.value, int) else None
+
+
+def attention_modes(plan: KernelPlan, key_index: str) -> list[str]:
+    """The attention kernels a GPU renderer writes for a dispatch whose keys run along ``key_index``:
+    the strategy's ``algorithm`` (``split_kv`` too when it splits the keys; ``materialized`` is written
+    as ``flash``), else both ``flash`` and ``split_kv``, the call's dims choosing between them."""
+    choice = plan.decision("algorithm")
+    chunks = decided(plan, "split", key_index)
+    algorithm = str(choice.value) if choice is not None else "split_kv" if chunks else "auto"
+    return {"auto": ["flash", "split_kv"], "split_kv": ["split_kv"]}.get(algorithm, ["flash"])

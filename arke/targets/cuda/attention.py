@@ -77,7 +77,7 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, ceil_div, dim_str, floordiv, row_major_stride
 from arke.plan.attention import KEY, QUERY, VALUE, Attention
 from arke.plan.dispatch import Buffer, Dispatch, KernelPlan
-from arke.plan.exprs import decided, product
+from arke.plan.exprs import attention_modes, decided, product
 from arke.targets.artifact import LaunchSpec, UnsupportedError
 from arke.targets.cuda.attention_blocks import DECODE_ROWS, HEADER_WORDS, NEG_INF, SPLIT_TILES, Choices
 from arke.targets.cuda.attention_loops import main_loop
@@ -91,10 +91,7 @@ def render_attention(plan: KernelPlan, dispatch: Dispatch, entry: str) -> tuple[
     dims choose it (split_kv when a group has at most :data:`DECODE_ROWS` rows)."""
     if not isinstance(dispatch.pattern, Attention):
         raise UnsupportedError(f"{entry}: an attention dispatch needs its Attention pattern")
-    choice = plan.decision("algorithm")
-    chunks = decided(plan, "split", dispatch.pattern.key_index)
-    algorithm = str(choice.value) if choice is not None else "split_kv" if chunks else "auto"
-    modes = {"auto": ["flash", "split_kv"], "split_kv": ["split_kv"]}.get(algorithm, ["flash"])  # materialized: flash
+    modes = attention_modes(plan, dispatch.pattern.key_index)
     texts, launches = [], []
     for mode in modes:
         name = entry + ("s" if mode == "split_kv" and len(modes) > 1 else "")

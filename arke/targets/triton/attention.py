@@ -53,7 +53,7 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, ceil_div, dim_str, floordiv
 from arke.plan.attention import FEATURE, KEY, QUERY, VALUE, Attention
 from arke.plan.dispatch import Dispatch, KernelPlan
-from arke.plan.exprs import decided, product
+from arke.plan.exprs import attention_modes, decided, product
 from arke.targets.artifact import LaunchSpec, UnsupportedError
 from arke.targets.triton.expr import STORAGE, Source
 from arke.targets.triton.gemm import (
@@ -91,10 +91,7 @@ def render_attention(plan: KernelPlan, dispatch: Dispatch, entry: str,
     compiled for its own case (a kernel holding both would need the registers of both)."""
     if not isinstance(dispatch.pattern, Attention):
         raise UnsupportedError(f"{entry}: an attention dispatch needs its Attention pattern")
-    choice = plan.decision("algorithm")
-    chunks = decided(plan, "split", dispatch.pattern.key_index)
-    algorithm = str(choice.value) if choice is not None else "split_kv" if chunks else "auto"
-    modes = {"auto": ["flash", "split_kv"], "split_kv": ["split_kv"]}.get(algorithm, ["flash"])  # materialized: flash
+    modes = attention_modes(plan, dispatch.pattern.key_index)
     parts = [_Flash(plan, dispatch, entry + ("s" if mode == "split_kv" and len(modes) > 1 else ""), source(plan),
                     mode, auto=len(modes) > 1).render() for mode in modes]
     return "\n\n".join(text for text, _ in parts), [launch for _, launch in parts]
