@@ -349,6 +349,13 @@ def _numpy_kernel(name: str, *arrays: Any) -> Any:
     return ((p @ v) / p.sum(-1, keepdims=True)).astype(np.float32)
 
 
+def test_demo_finds_the_examples() -> None:
+    """``akc demo`` reads the repository's examples/ (the stand-ins below never touch the files)."""
+    from arke.cli import demo
+
+    assert (demo.EXAMPLES / "rmsnorm.ak").is_file() and (demo.EXAMPLES / "attention.ak").is_file()
+
+
 @pytest.mark.parametrize("wrong", [False, True])
 def test_demo_compares_the_interpreter_with_torch(wrong: bool, capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import torch
 
 #: Where the example programs live (the repository's ``examples/`` folder).
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # arke/cli/demo.py -> the repository
 
 #: Largest max-abs difference accepted for f32 results of these sizes.
 TOLERANCE = 1e-4
