@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Helpers shared by several test folders (the tolerance rule, host CUDA, GPU build checks) live in
+# tests/support/ and are imported by module name from any test.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 # The triton target runs in Triton's CPU interpreter in the tests (set before triton is imported).
 os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -154,3 +154,18 @@ def test_packages_import_each_other_without_a_circle() -> None:
 def test_modules_stay_small(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{lines} lines: split it by responsibility (about 500 at most)"
+
+
+TESTS = Path(__file__).resolve().parent
+# Test folders that mirror no package of arke/: shared helpers and the spec's own examples.
+NOT_A_PACKAGE = {"support": "helpers several test folders share", "spec": "the examples of spec/"}
+
+
+def test_the_tests_mirror_the_package() -> None:
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    stray = sorted(name for name in folders - set(NOT_A_PACKAGE) if not (ROOT / name).is_dir())
+    assert not stray, f"test folders with no arke/ package of that name: {stray}"
+    target_tests = {p.name for p in (TESTS / "targets").iterdir() if p.is_dir() and not p.name.startswith("__")}
+    missing = sorted(set(targets.names()) - target_tests)
+    assert not missing, f"targets without a tests/targets/<name>/ folder: {missing}"
+    assert not sorted(target_tests - {p.name for p in (ROOT / "targets").iterdir() if p.is_dir()})

@@ -3,7 +3,7 @@
     python tools/llvm_bits.py OUT.json            # write {case id: sha256 of the outputs' bytes}
     python tools/llvm_bits.py OUT.json --against BEFORE.json   # and compare with an earlier run
 
-Runs the cases of ``tests/codegen/test_conformance.py`` on the ``llvm`` target with the suite's own
+Runs the cases of ``tests/targets/test_conformance.py`` on the ``llvm`` target with the suite's own
 inputs (one thread and two, which must agree), hashing each result's dtype, shape and raw bytes.
 Exit status 1 when any case differs from ``--against`` or when a case is missing from either side.
 """
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests" / "codegen"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests" / "targets"), str(ROOT)]
 os.environ.setdefault("ARKE_CACHE_DIR", tempfile.mkdtemp(prefix="arke-bits-"))
 
 

@@ -2,7 +2,7 @@
 
 The block-cooperative families (rows with warp reductions, tensor-core contractions, flash
 attention) reach the hardware only through the few functions of :data:`WARP`, so that the
-host check (``tests/codegen/cuda_host.py``) can give each its exact meaning on the CPU: the
+host check (``tests/support/cuda_host.py``) can give each its exact meaning on the CPU: the
 text below is the GPU's, compiled unless ``AK_HOST`` is defined, and the host defines the same
 names (fibers for the threads of a block, a rendezvous for every collective).
 

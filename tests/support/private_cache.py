@@ -1,4 +1,4 @@
-"""Fixtures of the codegen tests: compiled kernels go to a private on-disk cache."""
+"""A fixture shared by the target and plan tests: each test module builds into its own cache."""
 
 from __future__ import annotations
 

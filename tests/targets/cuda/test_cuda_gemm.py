@@ -1,4 +1,4 @@
-"""The CUDA-C target's contraction family (``arke/codegen/cuda_gemm*.py``), checked without a GPU.
+"""The CUDA-C target's contraction family (``arke/targets/cuda/gemm*.py``), checked without a GPU.
 
 Kernels are planned with the contraction family on and run through the host simulator
 (:mod:`cuda_host`: the rendered CUDA C compiled by g++, a block's threads as fibers, ``ak_mma_*``

@@ -24,7 +24,8 @@ from arke.targets import base as targets
 from arke.targets.cuda import nvrtc
 from arke.targets.nvidia import driver as cuda
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen"))
+# test_conformance.py (its cases) sits one folder up.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from codegen_support import text_module
 from test_conformance import CASES, Case, check_case
 

@@ -21,7 +21,7 @@ import arke
 from arke.plan.dispatch import KernelPlan, make_plan
 from arke.targets.mlir.schedule import Note, OpLoops, note_diagnostics, parallel_dims, schedule, transform_module
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 IREE_OPT = Path(sys.executable).parent / "iree-opt"
 
 

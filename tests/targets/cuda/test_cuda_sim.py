@@ -1,4 +1,4 @@
-"""The host check's own semantics (tests/codegen/cuda_host.py): hand-written CUDA C kernels that use
+"""The host check's own semantics (tests/support/cuda_host.py): hand-written CUDA C kernels that use
 each cooperative primitive, run on the host against torch, and compiled by NVRTC for the GPU.
 
 The mma test builds its fragments straight from the PTX ISA's layout tables for

@@ -1,4 +1,4 @@
-"""Shared helpers of the codegen conformance tests (tests/codegen/test_*.py).
+"""Shared helpers of the codegen conformance tests (tests/targets/, tests/plan/).
 
 Every compiled target is compared with the reference interpreter (the oracle) on the same
 inputs. Libraries are built once per process and kept here, so each distinct kernel

@@ -1,4 +1,4 @@
-"""The CUDA-C target's attention family (``arke/codegen/cuda_attention*.py``), checked without a GPU.
+"""The CUDA-C target's attention family (``arke/targets/cuda/attention*.py``), checked without a GPU.
 
 Kernels are planned with the attention family on and run in the host simulator
 (:mod:`cuda_host`: g++, the threads of a block as fibers, shuffles and tensor-core MMAs with
