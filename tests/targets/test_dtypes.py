@@ -12,7 +12,6 @@ reference interpreter.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -246,16 +245,9 @@ def test_16_bit_linear_accumulates_in_f32(target: str, dt: str, m: int, k: int, 
 @TARGETS
 @pytest.mark.parametrize("dt", ["bf16", "f16"])
 @LINEAR_16
-def test_16_bit_dot_rounds_its_result_once(target: str, dt: str, m: int, k: int, n: int,
-                                           request: pytest.FixtureRequest) -> None:
+def test_16_bit_dot_rounds_its_result_once(target: str, dt: str, m: int, k: int, n: int) -> None:
     """A 16-bit result: one rounding (to nearest even) of the f32 sum, which a different summation
     order may flip by an ulp only where the sum lies near a rounding boundary."""
-    if target == "triton" and dt == "bf16" and k > 1 and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        # (1 x 1 x 1 happens to round as it truncates)
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "the triton contraction family converts its bf16 result with a plain `.to(tl.bfloat16)` "
-            "(arke/targets/triton/gemm.py), which Triton's interpreter truncates; expressions round in "
-            "integer code instead (arke/targets/triton/expr.py, `rounded`)")))
     rng = seeded("linear16", dt, m, k, n)
     x, w = floats(rng, dt, m, k), floats(rng, dt, n, k)
     check(target, f"dot_{dt}", x, w)

@@ -37,7 +37,7 @@ from arke.plan.contraction import Contraction
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.plan.exprs import decided, product
 from arke.targets.artifact import LaunchSpec, UnsupportedError
-from arke.targets.triton.expr import COMPUTE, STORAGE, Emitter, Source
+from arke.targets.triton.expr import COMPUTE, Emitter, Source
 
 #: Default blocks (rows, columns, depth) and warps of a contraction program in f32 (an IEEE f32
 #: ``tl.dot`` runs on FMA units: a shallow k step keeps its operands in registers without spills) ...
@@ -263,14 +263,15 @@ class _Gemm:
         c, src = self.c, self.src
         out = self.d.op
         value = acc
-        if self.contract.dtype in HALF:  # the sum as its dtype stores it (the epilogue reads that)
-            value = src.fresh()
-            src.line(f"{value} = {acc}.to({STORAGE[self.contract.dtype]}).to(tl.float32)", 1)
         extent = dict(self.extent)
         if c.epilogue is not None:
             names = dict(zip([a.name for a in c.epilogue.axes], [a.name for a in self.contract.axes]))
             index = {**index, **{mine: index[theirs] for mine, theirs in names.items() if theirs in index}}
             extent |= {a.name: a.extent for a in c.epilogue.axes}
+        if self.contract.dtype in HALF:  # the sum as its dtype stores it (the epilogue reads that)
+            # rounded as expressions round it: a plain .to(tl.bfloat16) truncates in Triton's interpreter
+            rounding = ValueEmitter(src, "[BLOCK_M, BLOCK_N]", index, mask, 1, {}, extent)
+            value = rounding.rounded(acc, self.contract.dtype)
         em = ValueEmitter(src, "[BLOCK_M, BLOCK_N]", index, mask, 1, {c.result: value}, extent)
         if c.epilogue is not None:
             value = em.expr(c.epilogue.body)
