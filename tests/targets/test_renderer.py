@@ -87,8 +87,8 @@ print(json.dumps({{"digests": out, "llvmlite": sorted(m for m in sys.modules if 
 
 
 def render_in_subprocess(hash_seed: str) -> dict[str, object]:
-    here = str(Path(__file__).resolve().parents[1] / "support")
-    script = RENDER_SCRIPT.format(paths=[here], targets=list(TARGETS))
+    here = Path(__file__).resolve()
+    script = RENDER_SCRIPT.format(paths=[str(here.parent), str(here.parents[1] / "support")], targets=list(TARGETS))
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
