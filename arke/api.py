@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arke.lang.diagnostics import CheckError, Diagnostic, make
@@ -66,15 +65,19 @@ def _read(source_or_path: str | os.PathLike[str]) -> tuple[str, str] | Diagnosti
 
 
 def read_file(path: str) -> tuple[str, str] | Diagnostic:
-    """The text of a `.ak` file, or a diagnostic saying why it cannot be read."""
-    from arke.lang.source import NO_SPAN, Span
+    """The text of a `.ak` file, or a diagnostic saying why it cannot be read.
+
+    Only a regular file (a link is followed) of at most :data:`arke.lang.source.MAX_SOURCE_BYTES`
+    is read: a FIFO, a device or a larger file is AK1004 too, and never blocks.
+    """
+    from arke.lang.source import NO_SPAN, Span, read_source_bytes
 
     span = Span(path, 1, 1, 1, 1, 0, 0) if path else NO_SPAN
     try:
-        data = Path(path).read_bytes()
+        data = read_source_bytes(path)
     except OSError as err:
         return make("AK1004", f"cannot read `{path}`: {err.strerror or err}", span,
-                    hint="check the path and its permissions")
+                    hint=getattr(err, "hint", "check the path and its permissions"))
     return decode_source(data, path, f"`{path}`")
 
 

@@ -11,8 +11,10 @@
     akc --version
 
 Exit status: 0 clean (warnings allowed), 1 the program has errors, 2 a usage or I/O
-problem (a missing or unreadable file), 3 an internal error (a bug: please report it;
-``AKC_DEBUG=1`` shows its traceback). Bad input never shows a Python traceback.
+problem (a missing or unreadable file, one that is not a regular file or is over 16 MiB, a
+folder that cannot be listed, standard input or output closed, a full disk under standard
+output), 3 an internal error (a bug: please report it; ``AKC_DEBUG=1`` shows its traceback).
+Bad input never shows a Python traceback; an I/O problem is one line on standard error.
 
 ``akc check`` starts fast: it must not import torch, triton or llvmlite (a test holds
 this), so every heavy module is imported inside the command that needs it.
@@ -21,13 +23,15 @@ this), so every heavy module is imported inside the command that needs it.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import stat
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from arke.lang.diagnostics import Diagnostic, Severity
 
@@ -109,8 +113,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if sys.stdout is None:  # `akc ... >&-`: no command can say anything (and fd 1 would go to a file it opens)
+        print("akc: error: standard output is closed; give akc somewhere to write (or >/dev/null)", file=sys.stderr)
+        return EXIT_USAGE
+    stdout = sys.stdout
+    if handler.__module__ != "arke.cli.lsp":  # the language server writes bytes under stdout, on its own terms
+        sys.stdout = cast(IO[str], _Stdout(stdout))
     try:
-        return handler(args)
+        status = handler(args)
+        sys.stdout.flush()  # a full disk shows here, not in Python's final flush
+        return status
     except UsageError as err:
         print(f"akc: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -120,12 +132,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `akc check ... | head`: the reader left; say nothing more
         _silence_stdout()
         return EXIT_ERRORS
+    except OSError as err:  # an I/O problem, not a bug: a full disk under stdout, a file that vanished …
+        return _io_error(err)
     except Exception as exc:  # the one place that turns a bug into a clear message
         if os.environ.get("AKC_DEBUG"):
             traceback.print_exc()
         hint = "" if os.environ.get("AKC_DEBUG") else " (AKC_DEBUG=1 shows the traceback)"
         print(f"akc: internal error: {type(exc).__name__}: {exc}, please report{hint}", file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        sys.stdout = stdout
+
+
+class _StdoutError(OSError):
+    """Writing standard output failed (a full disk, a closed descriptor): what :func:`main` reports as such."""
+
+
+class _Stdout:
+    """``sys.stdout`` while a command runs: the same stream, but an :class:`OSError` from writing or
+    flushing it becomes :class:`_StdoutError`, so the message can say it was standard output."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise _StdoutError(err.errno, err.strerror) from err
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise _StdoutError(err.errno, err.strerror) from err
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _io_error(err: OSError) -> int:
+    """Say in one line what could not be read or written, and return the usage/I/O exit status."""
+    reason = err.strerror or str(err)
+    if isinstance(err, _StdoutError):
+        message = f"cannot write standard output: {reason}"
+        _silence_stdout()
+    elif err.filename:
+        message = f"`{err.filename}`: {reason}"
+    else:
+        message = f"I/O error: {reason}"
+    print(f"akc: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _silence_stdout() -> None:
@@ -143,9 +204,10 @@ def _silence_stdout() -> None:
 def collect(paths: Sequence[str]) -> list[str]:
     """The files to check: files and ``-`` as given, folders expanded to their ``*.ak`` files.
 
-    Folders are searched recursively in sorted order, skipping hidden folders. A path that
-    does not exist is kept: reading it reports the problem as a diagnostic. A folder
-    without ``.ak`` files is a usage error.
+    Folders are searched recursively in sorted order, skipping hidden folders; a ``*.ak`` there
+    that is no regular file (a FIFO, a device, a link to one) is skipped with a message on stderr.
+    A path that does not exist is kept: reading it reports the problem as a diagnostic. A folder
+    that cannot be listed, or has no ``.ak`` files, is a usage error.
     """
     files: list[str] = []
     for path in paths:
@@ -160,24 +222,51 @@ def collect(paths: Sequence[str]) -> list[str]:
 
 
 def _ak_files(folder: Path) -> list[str]:
+    from arke.lang.source import file_kind
+
+    def unlistable(err: OSError) -> None:
+        raise UsageError(f"cannot list folder `{err.filename or folder}`: {err.strerror or err}")
+
     out = []
-    for root, dirs, names in os.walk(folder):
+    for root, dirs, names in os.walk(folder, onerror=unlistable):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        out += [os.path.join(root, n) for n in sorted(names) if n.endswith(".ak")]
+        for name in sorted(n for n in names if n.endswith(".ak")):
+            path = os.path.join(root, name)
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:  # a dangling link, say: reading it reports the problem
+                mode = stat.S_IFREG
+            if stat.S_ISREG(mode):
+                out.append(path)
+            else:
+                print(f"akc: skipping `{path}`: not a regular file (it is {file_kind(mode)})", file=sys.stderr)
     return out
 
 
 def read_input(path: str, stdin: IO[str] | None = None) -> tuple[str, str] | Diagnostic:
-    """(text, path) of a file or of stdin (``-``), or the AK1004 diagnostic saying why it cannot be read."""
+    """(text, path) of a file or of stdin (``-``), or the AK1004 diagnostic saying why it cannot be read.
+
+    Standard input is read up to :data:`arke.lang.source.MAX_SOURCE_BYTES`; a closed or unreadable
+    one is AK1004 too.
+    """
     from arke.api import decode_source, read_file
+    from arke.lang.diagnostics import make
+    from arke.lang.source import Span, read_bounded
 
     if path != STDIN:
         return read_file(path)
     stream = stdin or sys.stdin
-    buffer = getattr(stream, "buffer", None)
-    if buffer is None:  # a text stream without bytes underneath (tests, embedding)
-        return stream.read(), STDIN
-    data: bytes = buffer.read()
+    try:
+        if stream is None:  # the shell closed it (`akc check - <&-`)
+            raise OSError(errno.EBADF, "it is closed")
+        buffer = getattr(stream, "buffer", None)
+        if buffer is None:  # a text stream without bytes underneath (tests, embedding)
+            return stream.read(), STDIN
+        data: bytes = read_bounded(buffer, "standard input")
+    except (OSError, ValueError) as err:  # ValueError: a closed Python file object
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        return make("AK1004", f"cannot read standard input: {reason}", Span(STDIN, 1, 1, 1, 1, 0, 0),
+                    hint=getattr(err, "hint", "give akc a file, or something to read on standard input"))
     return decode_source(data, STDIN, "standard input")
 
 

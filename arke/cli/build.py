@@ -186,12 +186,12 @@ def report_downgrades(module: Any, path: str) -> None:
 def _strategy_blocks(path: str) -> tuple[str, list[Any]]:
     """The text of ``path`` and its ``@strategy`` blocks (none for stdin, read already)."""
     from arke.lang.parser import parse
+    from arke.lang.source import read_source_bytes
 
     if path == "-":
         return "", []
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_source_bytes(path).decode("utf-8")  # a regular file of bounded size: never a FIFO
     except (OSError, UnicodeDecodeError):
         return "", []
     tree, _ = parse(text, path)

@@ -5,7 +5,8 @@
     akc lsp            # speaks the Language Server Protocol on stdin/stdout
 
 Editors start it themselves (see ``editors/vscode`` and the README). Log messages go to
-stderr, never to stdout, which carries the protocol.
+stderr, never to stdout, which carries the protocol. With standard input or output closed it
+exits with status 2 and a one-line message.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ def add_parser(sub: Any) -> None:
 
 def cmd_lsp(args: argparse.Namespace) -> int:
     """``akc lsp``: serve until the client says exit; returns the exit status."""
+    if sys.stdin is None or sys.stdout is None:  # `akc lsp <&-`: there is no client to talk to
+        from arke.targets.base import UsageError
+
+        closed = "standard input" if sys.stdin is None else "standard output"
+        raise UsageError(f"the language server speaks on standard input and output, and {closed} is closed")
     logging.basicConfig(stream=sys.stderr, level=getattr(args, "log_level", "warning").upper(),
                         format="akc lsp: %(levelname)s %(name)s: %(message)s")
     from arke.lsp.server import create_server

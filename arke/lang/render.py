@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from arke.lang.diagnostics import Diagnostic, Severity
-from arke.lang.source import Source, Span
+from arke.lang.source import Source, Span, read_source_bytes
 
 #: How each severity is labelled in text, and its colour.
 _LABELS: dict[Severity, tuple[str, str]] = {
@@ -84,7 +84,7 @@ def _read_source(path: str) -> Source | None:
     if not path or path == "-" or path.startswith("<"):
         return None
     try:
-        data = Path(path).read_bytes()
+        data = read_source_bytes(path)  # never a FIFO or a device: a diagnostic about one must not hang
     except OSError:
         return None
     return Source(path, data.decode("utf-8", errors="replace"))

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import bisect
+import errno
+import os
+import stat
 from dataclasses import dataclass, field
+from typing import BinaryIO
+
+#: The most bytes akc reads from one source file or from standard input (16 MiB, over a hundred times the
+#: largest program we know of): a longer one is refused with a message, never read into memory.
+MAX_SOURCE_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -69,3 +77,69 @@ class Source:
     @property
     def line_count(self) -> int:
         return len(self._line_starts)
+
+
+# ---------------------------------------------------------------- reading source files safely
+
+
+class SourceFileError(OSError):
+    """A path that names no regular file (a FIFO, a device, a socket, a folder), or a file too large to read.
+
+    An :class:`OSError`, so every caller that reports unreadable files reports these the same way;
+    ``strerror`` says what is wrong and ``hint`` what to do.
+    """
+
+    def __init__(self, code: int, message: str, path: str, hint: str) -> None:
+        super().__init__(code, message, path)
+        self.hint = hint
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages: ``a FIFO``, ``a character device`` …"""
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def check_regular(path: str, st: os.stat_result, limit: int = MAX_SOURCE_BYTES) -> None:
+    """Raise :class:`SourceFileError` unless ``st`` (of ``path``, links followed) is a regular file of at
+    most ``limit`` bytes."""
+    if not stat.S_ISREG(st.st_mode):
+        raise SourceFileError(errno.EINVAL, f"not a regular file (it is {file_kind(st.st_mode)})", path,
+                              "only regular files are read as source")
+    if st.st_size > limit:
+        raise too_large(path, limit)
+
+
+def too_large(path: str, limit: int = MAX_SOURCE_BYTES) -> SourceFileError:
+    return SourceFileError(errno.EFBIG, f"larger than {limit // (1024 * 1024)} MiB, the most akc reads from "
+                                        "one source file", path, "split the program into modules")
+
+
+def read_source_bytes(path: str | os.PathLike[str], limit: int = MAX_SOURCE_BYTES) -> bytes:
+    """The bytes of the regular file at ``path`` (a link is followed), at most ``limit`` of them.
+
+    Never blocks on a FIFO and never reads a device: the path is checked with ``stat`` before it is
+    opened (without blocking), and the open file again before it is read. Raises :class:`OSError`
+    (:class:`SourceFileError` for a file that is not regular or too large).
+    """
+    name = os.fspath(path)
+    check_regular(name, os.stat(name), limit)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(name, flags)
+    try:
+        check_regular(name, os.fstat(fd), limit)  # replaced between the stat and the open
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return read_bounded(f, name, limit)
+    finally:
+        os.close(fd)
+
+
+def read_bounded(stream: BinaryIO, name: str, limit: int = MAX_SOURCE_BYTES) -> bytes:
+    """Everything ``stream`` holds, or :class:`SourceFileError` once it has given more than ``limit`` bytes."""
+    data = stream.read(limit + 1)
+    if data is None:  # a non-blocking stream with nothing to read yet
+        data = b""
+    if len(data) > limit:
+        raise too_large(name, limit)
+    return data

@@ -19,6 +19,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from arke.lang.source import read_source_bytes
+
 if TYPE_CHECKING:
     pass
 
@@ -111,9 +113,8 @@ def cmd_build_mlir(args: argparse.Namespace) -> int:
     module, names = loaded
     render = _renderer()
     text = ""
-    if args.path != "-":
-        with open(args.path, encoding="utf-8") as f:
-            text = f.read()
+    if args.path != "-":  # load_kernels read it already; only a regular file of bounded size, never a FIFO
+        text = read_source_bytes(args.path).decode("utf-8")
     texts: list[str] = []
     built: list[tuple[str, bytes]] = []
     warnings: list[Any] = []

@@ -18,7 +18,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from arke.lang.diagnostics import Diagnostic, make
-from arke.lang.source import Span
+from arke.lang.source import Span, read_source_bytes
 
 if TYPE_CHECKING:
     from arke.targets.nvidia.cubin import CompiledEntry
@@ -127,9 +127,8 @@ def cmd_build_triton(args: argparse.Namespace) -> int:
     entries: list[CompiledEntry] = []
     failed = 0
     text = ""
-    if args.path != "-":
-        with open(args.path, encoding="utf-8") as f:
-            text = f.read()
+    if args.path != "-":  # load_kernels read it already; only a regular file of bounded size, never a FIFO
+        text = read_source_bytes(args.path).decode("utf-8")
     for name in names:
         ir_name = module.kernel_map[name]
         for label, strategy in variants(module, ir_name, "triton"):
