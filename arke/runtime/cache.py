@@ -8,7 +8,9 @@ source, so code built by another compiler is never reused. Guarantees:
   (atomic); a failed write leaves neither an entry nor a temporary file.
 - **Checked on every read**: header (magic, version, SHA-256 of key + metadata + payload,
   lengths), JSON metadata, payload. A bad file gives a :class:`CacheWarning` naming it and
-  saying what to do; it is removed and the caller rebuilds.
+  saying what to do; it is removed and the caller rebuilds. Only a regular file of at most
+  :data:`MAX_ENTRY_BYTES` is read: an entry that is a FIFO, a device, a link to one or a
+  folder is such a bad file too, found by ``stat`` before any open, so it never blocks.
 - **Concurrent builders both succeed**: :meth:`Cache.get_or_build` holds a per-key ``flock``
   while building, so a second process waits, then reads the entry; after
   ``ARKE_CACHE_LOCK_TIMEOUT`` it builds itself. A dead holder's lock is freed by the OS.
@@ -27,6 +29,7 @@ import json
 import logging
 import os
 import re
+import stat
 import struct
 import tempfile
 import threading
@@ -52,6 +55,9 @@ FORMAT_VERSION = 1
 MAGIC = b"ARKECACH"
 #: magic, format version, reserved (0), SHA-256 of key + metadata + payload, payload length, metadata length.
 _HEADER = struct.Struct("<8sHH32sQI")
+#: The largest entry the cache reads or writes (1 GiB; compiled kernels are far smaller): a larger one
+#: stays in memory only, and a larger file on disk is a corrupted entry, never read whole.
+MAX_ENTRY_BYTES = 1 << 30
 _KEY_RE = re.compile(r"[A-Za-z0-9_-]{2,128}")
 _SUFFIXES = (".entry", ".lock", ".tmp")
 
@@ -68,8 +74,46 @@ class Entry:
     meta: Mapping[str, str] = field(default_factory=dict)
 
 
-class _Corrupt(Exception):
-    """An entry file that fails a check; the message says which."""
+class _Corrupt(ValueError):
+    """An entry file that fails a check; the message says which (and ``inode`` is the file's, when known)."""
+
+    def __init__(self, message: str, inode: int = -1) -> None:
+        super().__init__(message)
+        self.inode = inode
+
+
+def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> tuple[bytes, int]:
+    """The bytes and inode of the regular file at ``path`` (a link is followed), at most ``limit`` bytes
+    (default :data:`MAX_ENTRY_BYTES`).
+
+    Never blocks and never reads a device: ``path`` is checked with ``stat`` before it is opened
+    (without blocking), and the open file again before it is read. A FIFO, a device, a folder or
+    a larger file raises ``ValueError`` (saying which); an unreadable one :class:`OSError`.
+    """
+    limit = MAX_ENTRY_BYTES if limit is None else limit
+    _regular(os.stat(path), limit)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        inode = _regular(os.fstat(fd), limit)  # replaced between the stat and the open
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            blob = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(blob) > limit:  # it grew while being read
+        raise _Corrupt(f"more than {limit} bytes", inode)
+    return blob, inode
+
+
+def _regular(st: os.stat_result, limit: int) -> int:
+    """The inode of ``st`` (links followed) if it is a regular file of at most ``limit`` bytes; else
+    :class:`_Corrupt`."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) \
+            else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a special file"
+        raise _Corrupt(f"not a regular file but {kind}", st.st_ino)
+    if st.st_size > limit:
+        raise _Corrupt(f"{st.st_size} bytes, more than the {limit} it may have", st.st_ino)
+    return st.st_ino
 
 
 @functools.cache
@@ -233,7 +277,9 @@ class Cache:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"cache data must be bytes, not {type(data).__name__}")
         entry = Entry(bytes(data), strings)
-        if self.disk and self._writable:
+        if len(entry.data) > MAX_ENTRY_BYTES:
+            log.debug("entry %s is %d bytes, more than %d: kept in memory only", key, len(entry.data), MAX_ENTRY_BYTES)
+        elif self.disk and self._writable:
             self._write(key, path, entry)
         self._memory[key] = entry
 
@@ -278,11 +324,15 @@ class Cache:
     # -- disk ------------------------------------------------------------------------------
 
     def _read(self, key: str, path: Path) -> Entry | None:
+        """The entry at ``path``; None for a miss or an unreadable file, and for a corrupted entry,
+        removed. Only a regular file of at most :data:`MAX_ENTRY_BYTES` is read: a FIFO, a device
+        (or a link to one), a folder or a larger file is a corrupted entry and never blocks."""
         try:
-            with open(path, "rb") as f:
-                inode = os.fstat(f.fileno()).st_ino
-                blob = f.read()
+            blob, inode = read_regular(path)
         except FileNotFoundError:
+            return None
+        except _Corrupt as exc:
+            self._discard(path, exc.inode, str(exc))
             return None
         except OSError as exc:  # unreadable: a miss; a later write reports a real problem
             log.debug("cannot read %s: %s", path, exc)
@@ -352,7 +402,7 @@ class Cache:
             try:
                 lock = self.path(key).with_suffix(".lock")
                 lock.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
             except OSError:  # the write after the build reports the directory
                 fd = -1
         if fd < 0:

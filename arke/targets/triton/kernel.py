@@ -76,6 +76,17 @@ def _directory() -> Path:
     return path
 
 
+def _held(path: Path) -> bytes | None:
+    """What the cached module file at ``path`` holds; None when it is missing, unreadable or no regular
+    file (a FIFO there must not hang the build: it is replaced)."""
+    from arke.runtime.cache import read_regular
+
+    try:
+        return read_regular(path)[0]
+    except (OSError, ValueError):
+        return None
+
+
 def load_source(source: str) -> ModuleType:
     """Import a rendered Triton module (written under a hashed name, atomically, into the cache)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:32]
@@ -83,9 +94,9 @@ def load_source(source: str) -> ModuleType:
     if name in sys.modules:
         return sys.modules[name]
     path = _directory() / f"{name}.py"
-    if not path.exists() or path.read_text() != source:
+    if _held(path) != source.encode():
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(source)
         os.replace(tmp, path)
     spec = importlib.util.spec_from_file_location(name, path)
