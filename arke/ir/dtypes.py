@@ -79,3 +79,14 @@ def fits(value: int, dtype: DType) -> bool:
     """Whether the integer ``value`` is representable in integer type ``dtype``."""
     low, high = INT_RANGE.get(dtype, (-(2**63), 2**63 - 1))
     return low <= value <= high
+
+
+# The smallest magnitude that rounds to infinity (to nearest, ties to even) in each float type,
+# and the largest finite value (for messages).
+_FLOAT_OVERFLOW = {DType.F16: 65520.0, DType.BF16: 2.0**128 - 2.0**119, DType.F32: 2.0**128 - 2.0**103}
+FLOAT_MAX: dict[DType, float] = {DType.F16: 65504.0, DType.BF16: 2.0**128 - 2.0**120, DType.F32: 2.0**128 - 2.0**104}
+
+
+def float_fits(value: float, dtype: DType) -> bool:
+    """Whether ``value`` rounds to a finite number of float type ``dtype`` (inf and NaN do not)."""
+    return abs(value) < _FLOAT_OVERFLOW.get(dtype, _FLOAT_OVERFLOW[DType.F32])

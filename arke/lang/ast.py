@@ -27,10 +27,37 @@ class Name(Expr):
 
 @dataclass(frozen=True)
 class Num(Expr):
-    """A numeric literal. ``is_int`` is true for `3`, false for `3.0`, `1e-6` and `inf`."""
+    """A numeric literal. ``is_int`` is true for `3`, false for `3.0`, `1e-6` and `inf`.
+
+    ``text`` is the literal as written (with a folded sign), for messages. An integer of more
+    than :data:`MAX_INT_DIGITS` digits is never converted: its ``value`` is ``±10**MAX_INT_DIGITS``,
+    which no dtype holds, so the checker reports it (quoting ``text``) wherever it is used.
+    """
 
     value: float | int
     is_int: bool
+    text: str = ""
+
+
+# No integer type holds more than 19 digits; longer literals keep a stand-in value (see Num).
+MAX_INT_DIGITS = 40
+
+
+def int_value(digits: str) -> int:
+    """The value of a decimal integer literal, or ``10**MAX_INT_DIGITS`` when it is longer than that.
+
+    Never ``int()`` of an unbounded digit string: Python refuses more than 4300 digits, and the
+    conversion is quadratic.
+    """
+    significant = digits.lstrip("0") or "0"
+    return int(significant) if len(significant) <= MAX_INT_DIGITS else 10**MAX_INT_DIGITS
+
+
+def shown(text: str, limit: int = 24) -> str:
+    """A literal's text for a message: itself when short, else its ends and its length."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:10]}…{text[-6:]} ({len(text)} characters)"
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,14 @@ gives one diagnostic, not a cascade.
 # that provides the state, which mypy flags as "erased self type" without this.)
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import sympy
 
 from arke.ir import semantic as ir
-from arke.ir.dtypes import DTYPES, DType, fits
+from arke.ir.dtypes import DTYPES, FLOAT_MAX, DType, fits, float_fits
 from arke.ir.shapes import Dim, dim_str, floordiv, mod
 from arke.lang import ast
 from arke.lang.diagnostics import Related, did_you_mean
@@ -68,10 +69,16 @@ class ExprLowering:
     def _e_Num(self: KernelChecker, e: ast.Num) -> Term:
         if e.is_int:
             if not fits(int(e.value), DType.I64):
-                self.error("AK1005", f"integer literal {e.value} does not fit in i64", e.span,
-                           hint="write it as a float (with a `.0`) if an approximate value will do")
+                hint = ("write it as a float (with a `.0`) if an approximate value will do" if len(e.text) < 39
+                        else f"i64 holds integers up to {2**63 - 1}")
+                self.error("AK1005", f"integer literal {ast.shown(e.text)} does not fit in i64", e.span, hint=hint)
                 return POISON
             return scalar_const(int(e.value), DType.I64)
+        # No float type is wider than f32, so a literal beyond f32 fits no type (`inf` is allowed).
+        if e.text.lstrip("+-") != "inf" and not float_fits(float(e.value), DType.F32):
+            self.error("AK1005", f"float literal {ast.shown(e.text)} does not fit in f32", e.span,
+                       hint=f"f32 holds finite values up to ±{FLOAT_MAX[DType.F32]:.7g}; write `inf` for infinity")
+            return POISON
         return scalar_const(float(e.value), DType.F32)
 
     def _e_Name(self: KernelChecker, e: ast.Name) -> Term:
@@ -201,9 +208,17 @@ class ExprLowering:
 
     def literal_fits(self: KernelChecker, s: Scalar, dtype: DType, e: ast.Expr,
                      hint: str = "widen the other operand first, as in `i64(...)`") -> bool:
-        """A weak integer literal must be representable in the integer type it takes."""
-        if s.weak and dtype.is_int and isinstance(s.sx, ir.Const) and not fits(int(s.sx.value), dtype):
-            self.error("AK1005", f"the literal {s.sx.value} does not fit in {dtype}", e.span, hint=hint)
+        """A weak literal must be representable in the type it takes: an integer in an integer
+        type, a finite number in a float type (rounding to infinity does not fit)."""
+        if not (s.weak and isinstance(s.sx, ir.Const)) or isinstance(s.sx.value, bool):
+            return True
+        value = s.sx.value
+        if dtype.is_int and not (math.isfinite(value) and fits(int(value), dtype)):
+            self.error("AK1005", f"the literal {value} does not fit in {dtype}", e.span, hint=hint)
+            return False
+        if dtype.is_float and math.isfinite(value) and not float_fits(float(value), dtype):
+            self.error("AK1005", f"the literal {value} does not fit in {dtype}", e.span,
+                       hint=f"{dtype} holds finite values up to ±{FLOAT_MAX[dtype]:.7g}; widen first, as in `f32(...)`")
             return False
         return True
 
@@ -217,6 +232,8 @@ class ExprLowering:
                            e.cond.span, hint="compare it, as in `x > 0`")
                 return None
             dtype, weak = common_dtype(x, y)
+            if not (self.literal_fits(x, dtype, e.then) and self.literal_fits(y, dtype, e.other)):
+                return None
             return Scalar(ir.Select(cond.sx, cast(x.sx, dtype), cast(y.sx, dtype), dtype), dtype,
                           cond.free | x.free | y.free, weak)
 

@@ -188,7 +188,7 @@ class _Build(Transformer[Token, Any]):
         # Fold the sign into a literal: `-inf`, `-1` are constants, not negations.
         if isinstance(operand, ast.Num):
             value = operand.value if op == "+" else -operand.value
-            return ast.Num(span, value, operand.is_int)
+            return ast.Num(span, value, operand.is_int, op + operand.text)
         return ast.Unary(span, op, operand)
 
     def in_set(self, span: Span, c: list[Any]) -> ast.InSet:
@@ -218,20 +218,20 @@ class _Build(Transformer[Token, Any]):
     def name(self, span: Span, c: list[Token]) -> ast.Expr:
         text = str(c[0])
         if text == "inf":
-            return ast.Num(span, float("inf"), False)
+            return ast.Num(span, float("inf"), False, text)
         return ast.Name(span, text)
 
     def int_lit(self, span: Span, c: list[Token]) -> ast.Num:
-        return ast.Num(span, int(str(c[0])), True)
+        return ast.Num(span, ast.int_value(str(c[0])), True, str(c[0]))
 
     def bad_number(self, span: Span, c: list[Token]) -> ast.Num:
         text = str(c[0])
         self.diags.append(make("AK1005", f"malformed number `{text}`: its exponent has no digits", span,
                                hint=f"write the exponent's digits, as in `{text.rstrip('eE+-')}e-3`"))
-        return ast.Num(span, 0.0, False)
+        return ast.Num(span, 0.0, False, text)
 
     def float_lit(self, span: Span, c: list[Token]) -> ast.Num:
-        return ast.Num(span, float(str(c[0])), False)
+        return ast.Num(span, float(str(c[0])), False, str(c[0]))
 
     # -- strategies
     def strategy(self, span: Span, c: list[Any]) -> ast.Strategy:
@@ -277,11 +277,11 @@ class _Build(Transformer[Token, Any]):
 
     # Decision values travel with their span, so a decision's span covers its value.
     def dv_int(self, span: Span, c: list[Token]) -> tuple[int, Span]:
-        return int(str(c[0])), span
+        return ast.int_value(str(c[0])), span
 
     def dv_name(self, span: Span, c: list[Token]) -> tuple[str, Span]:
         return str(c[0]), span
 
     def dv_list(self, span: Span, c: list[Token]) -> tuple[tuple[int, ...], Span]:
-        return tuple(int(str(t)) for t in c), span
+        return tuple(ast.int_value(str(t)) for t in c), span
 

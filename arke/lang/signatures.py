@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from arke.ir import semantic as ir
-from arke.ir.dtypes import DTYPES, DType, fits
+from arke.ir.dtypes import DTYPES, FLOAT_MAX, DType, fits, float_fits
 from arke.ir.shapes import Dim, const, decide, dim_str, floordiv, mod, sym, text_form
 from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
@@ -52,6 +52,10 @@ def dim_expr(e: ast.Expr, dims: dict[str, Dim], error: ErrorFn, what: str = "dim
     """An AST expression over dim names and integers, as a SymPy dim (None after an error)."""
     if isinstance(e, ast.Num):
         if e.is_int:
+            if not fits(int(e.value), DType.I64):
+                error("AK1005", f"integer literal {ast.shown(e.text)} does not fit in i64", e.span,
+                      hint=f"a {what} is an i64; i64 holds values up to {2**63 - 1}")
+                return None
             return const(int(e.value))
         error("AK3015", f"a {what} must be an integer, not `{e.value}`", e.span)
         return None
@@ -286,10 +290,13 @@ def _default(p: ast.Param, t: ir.TensorType, error: ErrorFn) -> float | int | bo
     ok = (given.is_bool == t.dtype.is_bool) and not (given.is_float and t.dtype.is_int)
     if ok and t.dtype.is_int and not fits(int(value), t.dtype):
         ok = False
+    infinite = isinstance(d, ast.Num) and d.text.lstrip("+-") == "inf"
+    if ok and t.dtype.is_float and not infinite and not float_fits(float(value), t.dtype):
+        ok = False
     if not ok:
         hint = ("write `true` or `false`" if t.dtype.is_bool else "write an integer that fits" if t.dtype.is_int
-                else "write a number")
-        error("AK3018", f"default `{d.id if isinstance(d, ast.Name) else value}` does not fit `{p.name}: "
-              f"{t.dtype}`", d.span, hint=hint)
+                else f"write a number up to ±{FLOAT_MAX[t.dtype]:.7g}" if given != DType.BOOL else "write a number")
+        error("AK3018", f"default `{d.id if isinstance(d, ast.Name) else ast.shown(d.text)}` does not fit "
+              f"`{p.name}: {t.dtype}`", d.span, hint=hint)
         return None
     return float(value) if t.dtype.is_float else value

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from arke.ir import semantic
 from arke.ir import strategy as sir
+from arke.ir.dtypes import DType, fits
 from arke.ir.shapes import Dim
 from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
@@ -217,6 +218,10 @@ def _value(spec: sir.DecisionSpec, value: object, span: Span, err: object, exten
         return value
     if not isinstance(value, int):
         e("AK4004", f"`{spec.name}` takes an integer, not `{value}`", span)  # type: ignore[operator]
+        return _BAD
+    if not fits(value, DType.I64):  # a literal of any length parses; its value is only a stand-in (ast.Num)
+        e("AK1005", f"the value of `{spec.name}` does not fit in i64", span,  # type: ignore[operator]
+          hint=f"write a value such as {_example(spec)}")
         return _BAD
     low = 2 if spec.values == "split" else 1
     if value < low:

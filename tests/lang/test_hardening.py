@@ -1,0 +1,124 @@
+"""Hostile inputs to the language front end (issue 16): each is a diagnostic, never a crash or a stall.
+
+* item 5: integer literals of thousands of digits (Python refuses ``int()`` of more than 4300);
+* item 6: float literals a float type cannot hold (they became ``inf`` or a raw error downstream);
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import arke
+from arke.lang.diagnostics import Diagnostic
+from arke.lang.fmt import format_source
+
+ROOT = Path(__file__).resolve().parents[2]
+HUGE = "1" * 5000
+
+
+def errors(text: str, path: str = "<hardening>") -> list[tuple[str, int]]:
+    return [(d.code, d.span.line) for d in arke.check(text, path=path) if d.is_error]
+
+
+def only(text: str, code: str) -> Diagnostic:
+    found = [d for d in arke.check(text, path="<hardening>") if d.is_error]
+    assert [d.code for d in found] == [code], found
+    return found[0]
+
+
+def kernel(body: str, params: str = "x: f32[N]", out: str = "f32[N]", where: str = "") -> str:
+    return f"kernel f({params}) -> {out}{where} {{\n  {body}\n}}\n"
+
+
+# ---------------------------------------------------------------- item 5: huge integer literals
+
+HUGE_INTS = {
+    "operand": kernel(f"return x[i] + {HUGE}"),
+    "negated": kernel(f"return x[i] - -{HUGE}", "x: i64[N]", "i64[N]"),
+    "let": kernel(f"let c = {HUGE}\n  return x[i] + f32(c)"),
+    "dim": kernel("return x[i]", out=f"f32[N * {HUGE}]"),
+    "where": kernel("return x[i]", where=f"\n  where N < {HUGE}"),
+    "where set": kernel("return x[i]", where=f"\n  where N in {{4, {HUGE}}}"),
+}
+
+
+@pytest.mark.parametrize("text", HUGE_INTS.values(), ids=HUGE_INTS.keys())
+def test_huge_integer_literal_is_AK1005(text: str) -> None:
+    d = only(text, "AK1005")
+    assert d.span.line == (1 if "N *" in text else 2)
+    assert "does not fit in i64" in d.message and d.hint
+    assert len(d.message) < 200  # the 5000 digits are shortened, not echoed
+    assert d.span.end - d.span.start >= 5000  # the span covers the whole literal
+
+
+def test_huge_defaults_and_decisions_are_reported() -> None:
+    text = kernel("return x[i] * s + f32(n)", f"x: f32[N], s: f32 = {HUGE}, n: i64 = {HUGE}")
+    assert errors(text) == [("AK3018", 1), ("AK3018", 1)]
+    text = kernel("return x[i]") + f"\n@strategy(f, target = llvm) {{\n  tile i = {HUGE}\n  threads = {HUGE}\n}}\n"
+    assert errors(text) == [("AK1005", 6), ("AK1005", 7)]
+
+
+def test_huge_literal_formats_unchanged() -> None:
+    text = kernel(f"return x[i] + {HUGE} + {HUGE}.5")
+    formatted = format_source(text)
+    assert formatted.count(HUGE) == 2 and format_source(formatted) == formatted
+
+
+def test_akc_check_and_fmt_report_a_huge_literal(tmp_path: Path) -> None:
+    path = tmp_path / "huge.ak"
+    path.write_text(HUGE_INTS["operand"], encoding="utf-8")
+    run = [sys.executable, "-m", "arke"]
+    env = {**os.environ, "NO_COLOR": "1"}
+    check = subprocess.run([*run, "check", str(path)], capture_output=True, text=True, env=env, timeout=120)
+    assert check.returncode == 1, check.stderr
+    assert "huge.ak:2:17: error[AK1005]" in check.stdout and "internal error" not in check.stderr
+    fmt = subprocess.run([*run, "fmt", "--check", str(path)], capture_output=True, text=True, env=env, timeout=120)
+    assert fmt.returncode in (0, 1) and "internal error" not in fmt.stderr, fmt.stderr
+
+
+# ---------------------------------------------------------------- item 6: floats beyond their type
+
+
+@pytest.mark.parametrize("body", ["return x[i] + 3.4e39", "return x[i] * -1e300", f"return x[i] + {HUGE}.0"])
+def test_float_literal_beyond_f32_is_AK1005(body: str) -> None:
+    d = only(kernel(body), "AK1005")
+    assert "does not fit in f32" in d.message and d.hint and "inf" in d.hint
+
+
+LITERAL_IN_F16 = {
+    "operand": "return x[i] + 70000.0",
+    "int operand": "return x[i] + 70000",
+    "cast": "return x[i] * f16(1e5)",
+    "ternary": "return x[i] if x[i] > 0.0 else -1e6",
+    "compare": "return x[i] if x[i] < 65520.0 else 0.0",
+}
+
+
+@pytest.mark.parametrize("body", LITERAL_IN_F16.values(), ids=LITERAL_IN_F16.keys())
+def test_literal_that_rounds_to_inf_in_f16_is_AK1005(body: str) -> None:
+    d = only(kernel(body, "x: f16[N]", "f16[N]"), "AK1005")
+    assert "does not fit in f16" in d.message and "65504" in (d.hint or "")
+
+
+def test_literals_that_fit_still_check() -> None:
+    assert errors(kernel("return x[i] + 3.4e38 - inf")) == []
+    assert errors(kernel("return x[i] * 65504.0 if x[i] > -inf else 1e-30", "x: f16[N]", "f16[N]")) == []
+    assert errors(kernel("return x[i] * 3.38e38", "x: bf16[N]", "bf16[N]")) == []
+    assert errors(kernel("return f32(x[i]) + 70000.0", "x: f16[N]")) == []
+    assert errors(kernel("return x[i] * s", "x: f16[N], s: f16 = -inf")) == []
+
+
+def test_float_default_beyond_its_dtype_is_AK3018() -> None:
+    assert errors(kernel("return x[i] * s", "x: f16[N], s: f16 = 1e5", "f16[N]")) == [("AK3018", 1)]
+    assert errors(kernel("return x[i] * s", "x: f32[N], s: f32 = 1e39")) == [("AK3018", 1)]
+
+
+def test_store_and_argument_literals_must_fit() -> None:
+    assert errors("kernel f(x: f16[N]) -> y: f16[N] {\n  y[i] = 1e5\n  return y\n}\n") == [("AK1005", 2)]
+    callee = kernel("return x[i] * s", "x: f16[N], s: f16", "f16[N]").replace("kernel f", "kernel g")
+    assert errors(callee + kernel("return g(x, 1e5)", "x: f16[N]", "f16[N]")) == [("AK1005", 5)]
