@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from functools import cache
 from typing import TypeAlias
@@ -318,3 +318,49 @@ def decide(cond: sympy.Basic) -> bool | None:
         if fails:
             return False
     return None
+
+
+def decide_in(x: Dim, values: Sequence[Dim], budget: int = 32) -> bool | None:
+    """:func:`decide` for ``x in {values}``: True/False when it holds for every (or no) positive value.
+
+    Linear in the set, where ``Or(Eq(x, v) ...)`` handed to SymPy costs milliseconds a value:
+    literal values are compared as Python integers, a bound of ``x`` rules out whole ranges of
+    them, and SymPy is asked about at most ``budget`` values one by one. A set that is not
+    settled within that is left to run time (None), which is always sound.
+    """
+    x = sympy.sympify(x)
+    numbers: set[int] = set()
+    symbolic: list[sympy.Expr] = []
+    for v in values:
+        e = sympy.sympify(v)
+        if e.is_Integer:
+            numbers.add(int(e))
+        elif e not in symbolic:
+            symbolic.append(e)
+    if x.is_Integer:
+        if int(x) in numbers:
+            return True
+        candidates = list(symbolic)  # x is a number and no literal is it; a symbolic value may be
+    else:
+        if any(x == v for v in symbolic):
+            return True
+        # x depends on dims, so no number equals it for every value: each is either ruled out or unsure.
+        positive, nonnegative = x.is_positive, x.is_nonnegative
+        left = sorted(c for c in numbers if not ((positive and c <= 0) or (nonnegative and c < 0)))
+        if left and ((x - left[-1]).is_positive or (x - left[0]).is_negative):
+            left = []
+        candidates = [*symbolic, *(const(c) for c in left)]
+    unsure = False
+    for n, v in enumerate(candidates):
+        if n >= budget:
+            return None
+        verdict = decide(sympy.Eq(x, v))
+        if verdict is True:
+            return True
+        if verdict is None:
+            unsure = True
+            # Only a symbolic value can equal a symbolic x for every value of the dims: once none is
+            # left (or x is a number), nothing can make the membership certain.
+            if x.is_Integer or n + 1 >= len(symbolic):
+                return None
+    return None if unsure else False

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import sympy
 
 from arke.ir import semantic as ir
-from arke.ir.shapes import Dim, decide, dim_str
+from arke.ir.shapes import Dim, dim_str
 from arke.lang import ast
 from arke.lang.diagnostics import Related
-from arke.lang.signatures import cond_str, cond_subs, cond_sympy, subs_dims
+from arke.lang.signatures import cond_str, cond_subs, decide_cond, subs_dims
 from arke.lang.source import Span
 from arke.lang.terms import POISON, Scalar, Tensor, broadcast_scalar
 
@@ -67,7 +67,7 @@ class KernelCalls:
                 return POISON
         for cond, text in callee.conds:
             c = cond_subs(cond, bind)
-            verdict = decide(cond_sympy(c, self.sig.subst))
+            verdict = decide_cond(c, self.sig.subst)
             if verdict is False:
                 self.error("AK3011", f"this call breaks `{text}`, a where clause of `{e.func}`", e.span,
                            related=[Related(callee.node.name_span, f"`{e.func}` is defined here")])

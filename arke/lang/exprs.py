@@ -243,16 +243,18 @@ class ExprLowering:
         x = self.scalar(e.operand)
         if not isinstance(x, Scalar):
             return POISON
-        result: Scalar | None = None
+        eqs: list[Scalar] = []
         for v in e.values:
             t = self.scalar(v)
-            if not isinstance(t, Scalar):
-                return POISON
-            eq = self.binary("==", x, t, e)
+            eq = self.binary("==", x, t, e) if isinstance(t, Scalar) else None
             if eq is None:
                 return POISON
-            result = eq if result is None else self.binary("or", result, eq, e)
-        return result if result is not None else scalar_const(False, DType.BOOL, weak=False)
+            eqs.append(eq)
+        while len(eqs) > 1:  # a balanced `or`: a set of thousands stays a shallow expression
+            odd = eqs[-1:] if len(eqs) % 2 else []
+            eqs = [Scalar(ir.Binary("or", a.sx, b.sx, DType.BOOL), DType.BOOL, a.free | b.free)
+                   for a, b in zip(eqs[::2], eqs[1::2])] + odd
+        return eqs[0] if eqs else scalar_const(False, DType.BOOL, weak=False)
 
     # ------------------------------------------------------------ lifting over whole tensors
 

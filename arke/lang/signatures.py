@@ -15,7 +15,7 @@ import sympy
 
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DTYPES, FLOAT_MAX, DType, fits, float_fits
-from arke.ir.shapes import Dim, const, decide, dim_str, floordiv, mod, sym, text_form
+from arke.ir.shapes import Dim, const, decide, decide_in, dim_str, floordiv, mod, sym, text_form
 from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.source import Source, Span
@@ -118,6 +118,27 @@ def cond_sympy(c: ir.Cond, subst: dict[sympy.Symbol, Dim] | None = None) -> symp
     return {"and": sympy.And, "or": sympy.Or}[c.op](*parts) if c.op != "not" else sympy.Not(parts[0])
 
 
+def decide_cond(c: ir.Cond, subst: dict[sympy.Symbol, Dim] | None = None) -> bool | None:
+    """:func:`decide` of :func:`cond_sympy`, with a set membership decided by :func:`decide_in`
+    (linear in the set) instead of SymPy's ``Or`` of one ``Eq`` a value."""
+    s = subst or {}
+    if not _has_set(c):
+        return decide(cond_sympy(c, s))
+    if isinstance(c, ir.InSet):
+        return decide_in(_subs(c.x, s), [_subs(v, s) for v in c.values])
+    assert isinstance(c, ir.BoolOp)
+    verdicts = [decide_cond(p, s) for p in c.parts]
+    if c.op == "not":
+        return None if verdicts[0] is None else not verdicts[0]
+    if c.op == "and":
+        return False if False in verdicts else (True if all(v is True for v in verdicts) else None)
+    return True if True in verdicts else (False if all(v is False for v in verdicts) else None)
+
+
+def _has_set(c: ir.Cond) -> bool:
+    return isinstance(c, ir.InSet) or (isinstance(c, ir.BoolOp) and any(_has_set(p) for p in c.parts))
+
+
 def cond_str(c: ir.Cond) -> str:
     """A condition as text, in the language's own spelling."""
     if isinstance(c, ir.Rel):
@@ -131,7 +152,9 @@ def cond_str(c: ir.Cond) -> str:
 
 def _subs(d: Dim, s: dict[sympy.Symbol, Dim]) -> Dim:
     """Replace every symbol of ``s`` at once (a callee's ``M, N`` may become the caller's ``N, M``)."""
-    return text_form(sympy.sympify(d).xreplace(s)) if s else d
+    if not s or isinstance(d, sympy.Integer):  # a literal (most values of a large `in` set) has none
+        return d
+    return text_form(sympy.sympify(d).xreplace(s))
 
 
 def subs_dims(d: Dim, s: dict[sympy.Symbol, Dim]) -> Dim:
@@ -233,7 +256,7 @@ def _where(sig: Signature, node: ast.Kernel, error: ErrorFn) -> None:
         sig.subst = {k: v for k, v in closed.items() if k not in sympy.sympify(v).free_symbols}
     guards = []
     for c, text, span in conds:
-        verdict = decide(cond_sympy(c))
+        verdict = decide_cond(c)
         if verdict is False:
             error("AK3007", f"where clause `{text}` can never hold", span,
                   hint="every dim is a positive integer; check the clause")

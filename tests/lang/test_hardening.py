@@ -2,6 +2,7 @@
 
 * item 5: integer literals of thousands of digits (Python refuses ``int()`` of more than 4300);
 * item 6: float literals a float type cannot hold (they became ``inf`` or a raw error downstream);
+* item 10: ``where N in {...}`` sets of tens of thousands of values (SymPy took minutes);
 """
 
 from __future__ import annotations
@@ -9,13 +10,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import arke
+from arke.ir import semantic as ir
+from arke.ir.shapes import const, decide, sym
+from arke.lang.checker import check_text
 from arke.lang.diagnostics import Diagnostic
 from arke.lang.fmt import format_source
+from arke.lang.signatures import cond_sympy, decide_cond
 
 ROOT = Path(__file__).resolve().parents[2]
 HUGE = "1" * 5000
@@ -122,3 +128,58 @@ def test_store_and_argument_literals_must_fit() -> None:
     assert errors("kernel f(x: f16[N]) -> y: f16[N] {\n  y[i] = 1e5\n  return y\n}\n") == [("AK1005", 2)]
     callee = kernel("return x[i] * s", "x: f16[N], s: f16", "f16[N]").replace("kernel f", "kernel g")
     assert errors(callee + kernel("return g(x, 1e5)", "x: f16[N]", "f16[N]")) == [("AK1005", 5)]
+
+
+# ---------------------------------------------------------------- item 10: large `in` sets
+
+
+def where_set(n: int, values: str = "") -> str:
+    values = values or ", ".join(str(16 * k + 16) for k in range(n))
+    return kernel("return x[i] * 2.0", where=f"\n  where N in {{{values}}}")
+
+
+def test_a_where_set_of_20000_values_checks_fast() -> None:
+    text = where_set(20000)
+    start = time.perf_counter()
+    result = arke.check(text, path="<big set>")
+    elapsed = time.perf_counter() - start
+    assert result == []
+    assert elapsed < 10, f"{elapsed:.1f} s"  # ~0.5 s here; SymPy's Or of 20000 Eqs took minutes
+
+
+def test_a_call_of_a_kernel_with_a_large_where_set_checks_fast() -> None:
+    callee = where_set(20000)
+    caller = "\nkernel g(y: f32[M]) -> f32[M] {\n  return f(y) + 1.0\n}\n"
+    start = time.perf_counter()
+    assert arke.check(callee + caller, path="<big set call>") == []
+    assert time.perf_counter() - start < 10
+
+
+def test_where_set_verdicts() -> None:
+    assert errors(where_set(0, ", ".join(str(-k) for k in range(20000)))) == [("AK3007", 2)]  # never positive
+    assert errors(where_set(0, "0, -1, -2")) == [("AK3007", 2)]
+    assert errors(where_set(0, "N, 4")) == []  # always holds
+
+
+def test_where_set_decision_agrees_with_sympy() -> None:
+    n, m = sym("N"), sym("M")
+    xs = [n, n + 5, 2 * n, n - 3, n * m, n - m, const(7), const(-2)]
+    values = [const(c) for c in (-3, -1, 0, 1, 2, 7, 100)] + [n, m, n + 1, 2 * n, m + 100]
+    for x in xs:
+        for k in range(len(values)):
+            for chosen in (values[k:k + 1], values[k:k + 3], values[::k + 1]):
+                c = ir.InSet(x, tuple(chosen))
+                assert decide_cond(c) == decide(cond_sympy(c)), (x, chosen)
+
+
+def test_a_large_in_set_in_a_body_stays_shallow() -> None:
+    text = kernel("return x[i] if i in {" + ", ".join(str(3 * k) for k in range(4096)) + "} else 0.0")
+    result = check_text(text, "<big body set>")
+    assert result.semantic is not None
+
+    def depth(e: object) -> int:
+        kids = [getattr(e, a) for a in ("a", "b", "cond", "x") if hasattr(e, a)]
+        return 1 + max((depth(k) for k in kids), default=0)
+
+    # 4096 values as a chain of `or` would be 4096 deep (and a build recursed too deep on 20000)
+    assert max(depth(op.body) for op in result.semantic.functions[0].ops if hasattr(op, "body")) < 40
