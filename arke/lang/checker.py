@@ -71,14 +71,47 @@ def stdlib_path(module: str) -> Path:
     return Path(str(resources.files("arke.stdlib"))).joinpath(*parts[:-1], parts[-1] + ".ak") if parts else Path()
 
 
-def find_module(module: str, importer: str) -> Path | None:
-    """Where ``import module`` in file ``importer`` points: the stdlib for ``std.*``, else next to the importer."""
+def _folder(importer: str) -> Path:
+    """The folder a file's imports are looked up in: its own (the current one for text without a path)."""
+    return Path(importer).parent if importer and not importer.startswith("<") else Path.cwd()
+
+
+def _module_file(module: str, importer: str) -> Path:
     if module == "std" or module.startswith("std."):
-        path = stdlib_path(module)
-    else:
-        base = Path(importer).parent if importer and not importer.startswith("<") else Path.cwd()
-        path = base.joinpath(*module.split(".")[:-1], module.split(".")[-1] + ".ak")
-    return path if path.is_file() else None
+        return stdlib_path(module)
+    return _folder(importer).joinpath(*module.split(".")[:-1], module.split(".")[-1] + ".ak")
+
+
+def find_module(module: str, importer: str) -> Path | None:
+    """Where ``import module`` in file ``importer`` points: the stdlib for ``std.*``, else next to the
+    importer; None when there is no such file or it is refused (:func:`refused_module`)."""
+    path = _module_file(module, importer)
+    return path if path.is_file() and refused_module(module, importer) is None else None
+
+
+def refused_module(module: str, importer: str) -> str | None:
+    """Why the file ``import module`` names exists but is not imported, or None.
+
+    Links are resolved first; what they lead to must be a regular `.ak` file inside the importing
+    file's folder (resolved too). So a link (to a file, or a folder on the way) cannot make an
+    import read a file elsewhere on the machine, nor a device, a FIFO or a non-`.ak` file.
+    """
+    if module == "std" or module.startswith("std."):
+        return None
+    path = _module_file(module, importer)
+    if not os.path.lexists(path):
+        return None
+    try:
+        real, root = path.resolve(strict=True), _folder(importer).resolve(strict=True)
+    except (OSError, RuntimeError):  # a dangling link, or a loop of links: simply not found
+        return None
+    if not real.is_relative_to(root):
+        return "it is a link that leads outside the importing file's folder"
+    if real.suffix != ".ak":
+        return "it is a link to a file that is not a `.ak` file"
+    if not real.is_file():
+        return "it is not a regular file"
+    return None
 
 
 def stdlib_modules() -> list[str]:
@@ -233,6 +266,12 @@ _BUILTIN_KERNELS_OK = frozenset({"relu", "gelu", "silu", "sigmoid", "tanh", "exp
 
 def _import(imp: ast.Import, importer: str, stack: tuple[str, ...], diags: list[Diagnostic]) -> _Loaded | None:
     path = find_module(imp.module, importer)
+    refused = refused_module(imp.module, importer) if path is None else None
+    if refused is not None:
+        diags.append(make("AK2004", f"module `{imp.module}` cannot be imported: {refused}", imp.span,
+                          hint="an import reads only regular `.ak` files inside the importing file's folder "
+                          "(links are followed only within it); copy or move the module there"))
+        return None
     if path is None:
         known = stdlib_modules()
         guess = did_you_mean(imp.module, known)

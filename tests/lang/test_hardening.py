@@ -3,6 +3,7 @@
 * item 5: integer literals of thousands of digits (Python refuses ``int()`` of more than 4300);
 * item 6: float literals a float type cannot hold (they became ``inf`` or a raw error downstream);
 * item 10: ``where N in {...}`` sets of tens of thousands of values (SymPy took minutes);
+* imports through symbolic links that lead outside the importing file's folder.
 """
 
 from __future__ import annotations
@@ -183,3 +184,38 @@ def test_a_large_in_set_in_a_body_stays_shallow() -> None:
 
     # 4096 values as a chain of `or` would be 4096 deep (and a build recursed too deep on 20000)
     assert max(depth(op.body) for op in result.semantic.functions[0].ops if hasattr(op, "body")) < 40
+
+
+# ---------------------------------------------------------------- imports through links
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    outside, proj = tmp_path / "outside", tmp_path / "proj"
+    (proj / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret_token: hunter2\n", encoding="utf-8")
+    (outside / "lib.ak").write_text(kernel("return x[i]").replace("kernel f", "kernel g"), encoding="utf-8")
+    (proj / "sub" / "real.ak").write_text(kernel("return x[i]").replace("kernel f", "kernel h"), encoding="utf-8")
+    (proj / "notes.txt").write_text("secret_token: hunter3\n", encoding="utf-8")
+    links = {"evil.ak": outside / "secret.txt", "lib.ak": outside / "lib.ak", "linked": outside,
+             "notes.ak": proj / "notes.txt", "zero.ak": Path("/dev/zero"), "alias.ak": proj / "sub" / "real.ak"}
+    for name, target in links.items():
+        (proj / name).symlink_to(target)
+    return proj
+
+
+@pytest.mark.parametrize("module", ["evil", "lib", "linked.lib", "notes", "zero"])
+def test_an_import_cannot_follow_a_link_out_of_its_folder(project: Path, module: str) -> None:
+    path = project / "main.ak"
+    path.write_text(f"import {module}\n\n" + kernel("return x[i]"), encoding="utf-8")
+    found = [d for d in arke.check(str(path)) if d.is_error]
+    assert [d.code for d in found] == ["AK2004"] and "cannot be imported" in found[0].message
+    shown = "\n".join(str(d) + "".join(r.message for r in d.related) + (d.hint or "") for d in found)
+    assert "secret_token" not in shown and "hunter" not in shown
+
+
+def test_links_inside_the_folder_still_import(project: Path) -> None:
+    path = project / "main.ak"
+    path.write_text("from alias import h\n\n" + kernel("return h(x)"), encoding="utf-8")
+    assert arke.check(str(path)) == []
