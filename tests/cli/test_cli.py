@@ -20,7 +20,7 @@ from arke.lang.checker import CheckResult
 from arke.lang.diagnostics import make
 from arke.lang.source import Source
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 GOOD = """\
 kernel rmsnorm(x: f32[M, N], w: f32[N], eps: f32 = 1e-6) -> f32[M, N]

@@ -9,7 +9,7 @@ import pytest
 
 from arke.cli import app as cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 MATMUL_ROWS = """\
 kernel centred(x: f32[M, K], w: f32[N, K]) -> f32[M, N] {

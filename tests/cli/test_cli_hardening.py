@@ -21,7 +21,7 @@ import pytest
 from arke.cli import app as cli
 from arke.lang.source import MAX_SOURCE_BYTES, SourceFileError, read_source_bytes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 posix = pytest.mark.skipif(os.name != "posix", reason="FIFOs, /dev/zero and closed descriptors are POSIX")
 
 GOOD = """\
