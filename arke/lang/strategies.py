@@ -217,7 +217,8 @@ def _value(spec: sir.DecisionSpec, value: object, span: Span, err: object, exten
             return _BAD
         return value
     if not isinstance(value, int):
-        e("AK4004", f"`{spec.name}` takes an integer, not `{value}`", span)  # type: ignore[operator]
+        what = "a list" if isinstance(value, tuple) else f"`{value}`"  # (a list's items may be stand-ins: ast.Num)
+        e("AK4004", f"`{spec.name}` takes an integer, not {what}", span)  # type: ignore[operator]
         return _BAD
     if not fits(value, DType.I64):  # a literal of any length parses; its value is only a stand-in (ast.Num)
         e("AK1005", f"the value of `{spec.name}` does not fit in i64", span,  # type: ignore[operator]

@@ -68,6 +68,9 @@ def test_huge_defaults_and_decisions_are_reported() -> None:
     assert errors(text) == [("AK3018", 1), ("AK3018", 1)]
     text = kernel("return x[i]") + f"\n@strategy(f, target = llvm) {{\n  tile i = {HUGE}\n  threads = {HUGE}\n}}\n"
     assert errors(text) == [("AK1005", 6), ("AK1005", 7)]
+    listed = [d for d in arke.check(text.replace(f"tile i = {HUGE}", f"tile i = [4, {HUGE}]"), path="<h>")
+              if d.is_error]
+    assert [d.code for d in listed] == ["AK4004", "AK1005"] and "0000000000" not in listed[0].message
 
 
 def test_huge_literal_formats_unchanged() -> None:
