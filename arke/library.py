@@ -103,18 +103,18 @@ class Kernel:
         return variant.run_prepared(args, dims, not any_torch, threads, out)
 
     def _signature(self, arrays: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        """The shapes, dtypes and device of a call that fills exactly the tensor parameters with plain tensors
-        on one device (the CPU for a target that runs on the host)."""
+        """The shapes, dtypes and device of a call that fills exactly the tensor parameters with plain (dense)
+        tensors with data on one device (the CPU for a target that runs on the host)."""
         if len(arrays) != len(self._tensor_params):
             return None
         key = []
         where = None
         for a in arrays:
-            if type(a) is not torch.Tensor or a.requires_grad:
+            if type(a) is not torch.Tensor or a.requires_grad or a.layout != torch.strided:
                 return None
             if where is None:
                 where = a.device
-                if where.type != "cpu" and self.library.on_host:
+                if where.type != "cpu" and (self.library.on_host or where.type == "meta"):
                     return None
             elif a.device != where:
                 return None
@@ -138,7 +138,12 @@ class Library:
     def __init__(self, module: Module, target: str, threads: int | None, device: str = "cpu",
                  arch: str | None = None):
         from arke.runtime.host import run_threads
+        from arke.runtime.limits import MAX_THREADS
 
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or not 1 <= threads <= MAX_THREADS):
+            raise ValueError(f"threads must be a whole number from 1 to {MAX_THREADS}, or None for every core, "
+                             f"not {threads!r}")
         found = targets.get(target)  # an unknown name: a ValueError naming the targets
         arch = found.check_options(device, arch)  # a ValueError saying which values it takes
         found.require(device, arch)  # a ValueError saying what to install or do

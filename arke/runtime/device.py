@@ -18,6 +18,7 @@ from arke.ir import semantic as ir
 from arke.ir.shapes import evaluate
 from arke.plan.dispatch import KernelPlan
 from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
+from arke.runtime.limits import check_threads, refuse_huge_broadcast
 from arke.targets.artifact import Artifact
 
 
@@ -54,6 +55,9 @@ class DeviceKernel:
         :meth:`device` and their results copied back.
         """
         fn = self.plan.function
+        check_threads(self.name, threads)
+        for name, v in args.items():
+            refuse_huge_broadcast(self.name, name, v)  # launches take dense buffers: a view is copied
         home = next((v.device for v in args.values() if v.dim()), torch.device("cpu"))
         dev = home if home.type != "cpu" else self.device()  # a GPU tensor stays on its GPU
         given = None

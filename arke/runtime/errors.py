@@ -14,9 +14,12 @@ class GuardError(ValueError):
     ``rule`` says which check failed (tools match on it): ``kernel`` (no such kernel),
     ``arity``, ``missing``, ``type`` (not a tensor / not a number), ``rank``, ``dtype``,
     ``scalar`` (a scalar value that does not fit), ``dim``, ``where`` (a guard), ``device``
-    (tensors on different devices, or an ``out=`` on the wrong one), and, while
+    (tensors on different devices, an ``out=`` on the wrong one, a tensor on the meta device),
+    ``size`` (a result or op whose dims overflow 64-bit sizes, a broadcast input too big to
+    copy), ``threads`` (a ``threads=`` that is not a whole number from 1 to 1024), and, while
     running, ``index`` (a subscript out of range) and ``arith`` (integer division by zero,
-    integer to a negative power). ``param`` is the parameter concerned, if any.
+    integer to a negative power). ``param`` is the parameter concerned, if any (``out`` and
+    ``threads`` for those keywords).
     """
 
     def __new__(cls, kernel: str, message: str, *, rule: str, param: str | None = None) -> GuardError:
@@ -50,5 +53,5 @@ class DTypeError(GuardError):
 
 
 _KINDS: dict[str, type[GuardError]] = {"rank": ShapeError, "dim": ShapeError, "where": ShapeError,
-                                       "index": ShapeError, "dtype": DTypeError, "type": DTypeError,
-                                       "scalar": DTypeError}
+                                       "index": ShapeError, "size": ShapeError, "dtype": DTypeError,
+                                       "type": DTypeError, "scalar": DTypeError}

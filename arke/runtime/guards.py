@@ -11,11 +11,15 @@ the rule broken:
 3. the dim symbols, bound from ``Function.bindings`` (:func:`bind_dims`); every dim must
    be at least 1, because the checker's proofs assume positive dims (``dim``);
 4. every parameter axis against its declared dim, literal dims included (``dim``);
-5. every :class:`~arke.ir.semantic.Guard` (``where``).
+5. every :class:`~arke.ir.semantic.Guard` (``where``);
+6. that every result and every op's domain fits the 64-bit sizes the targets compute with
+   (``size``: a dim such as ``N * 2**62`` overflows on every target otherwise).
 
 :func:`prepare_args` turns the user's arguments (NumPy arrays, torch tensors, Python
 numbers) into CPU torch tensors after these checks; scalars are converted to their
-parameter's dtype (see :func:`scalar_tensor` for what is accepted).
+parameter's dtype (see :func:`scalar_tensor` for what is accepted). Tensors must be dense
+(strided) and hold data (not on the ``meta`` device); :mod:`arke.runtime.limits` has the
+checks of ``threads=`` and of broadcast inputs.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from arke.ir import semantic as S
 from arke.ir.dtypes import DTYPES, DType
 from arke.ir.shapes import Dim, dim_str, evaluate, free_dims
 from arke.runtime.errors import GuardError
+from arke.runtime.limits import check_tensor_kind
 
 #: The torch dtype that stores each DType.
 TORCH_DTYPES: dict[DType, torch.dtype] = {
@@ -233,6 +238,43 @@ def check_guards(fn: S.Function, dims: Mapping[str, int]) -> None:
             raise GuardError(fn.name, f"where clause `{g.text}` does not hold: {values}", rule="where")
 
 
+_I64_MAX = 2**63 - 1
+
+
+def _sizes_fit(fn: S.Function, what: str, shape: Sequence[Dim | int], dims: Mapping[str, int],
+               origin: Mapping[str, str]) -> None:
+    count = 1
+    for axis, d in enumerate(shape):
+        value = eval_dim(d, dims)
+        count *= max(value, 0)
+        if value <= _I64_MAX and count <= _I64_MAX:  # below zero: the interpreter's own message (`dim`)
+            continue
+        known = ", ".join(f"{s} = {dims[s]} from {origin.get(s, 'the call')}"
+                          for s in sorted(free_dims(d)) if s in dims)
+        size = f"axis {axis} is {dim_str(d)} = {value}" + (f" ({known})" if known else "")
+        if value > _I64_MAX:
+            text = f"{what} {size}, beyond the 64-bit sizes kernels compute with (at most 2**63 - 1)"
+        else:
+            text = f"{what} would hold {count} or more elements at {size}, beyond 2**63 - 1"
+        raise GuardError(fn.name, f"{text}; call it with smaller dims", rule="size")
+
+
+def check_sizes(fn: S.Function, dims: Mapping[str, int], origin: Mapping[str, str] | None = None) -> None:
+    """Raise :class:`GuardError` (``size``) when a result or an op's domain of ``fn`` cannot exist: a dim (or
+    an element count) beyond 2**63 - 1, which every target's 64-bit size arithmetic would wrap."""
+    where = origin or {}
+    for k, (name, rtype) in enumerate(zip(fn.results, fn.result_types, strict=True)):
+        _sizes_fit(fn, f"result {k} (%{name})", rtype.shape, dims, where)
+    for op in fn.ops:
+        if isinstance(op, S.CallOp):
+            continue
+        label = f"`{op.name}`" if op.name else f"%{op.result}"
+        reduce_axes = op.reduce_axes if isinstance(op, S.ReduceOp | S.ContractOp) else ()
+        _sizes_fit(fn, f"the op {label}", [a.extent for a in op.axes], dims, where)
+        for a in reduce_axes:
+            _sizes_fit(fn, f"the reduction of {label} over `{a.name}`", [a.extent], dims, where)
+
+
 def check_call(fn: S.Function, arg_shapes: ShapeArgs, arg_dtypes: DTypeArgs | None = None) -> dict[str, int]:
     """Check a call of ``fn`` from its arguments' shapes and dtypes; return the dim values.
 
@@ -255,6 +297,7 @@ def check_call(fn: S.Function, arg_shapes: ShapeArgs, arg_dtypes: DTypeArgs | No
     dims, origin = _bind(fn, shapes)
     _check_axes(fn, shapes, dims, origin)
     check_guards(fn, dims)
+    check_sizes(fn, dims, origin)
     return dims
 
 
@@ -271,6 +314,8 @@ def scalar_tensor(fn: S.Function, p: S.Param, value: Any) -> torch.Tensor:
     parameter takes only integers that fit its type; a float parameter takes any
     non-boolean number (rounded to its dtype).
     """
+    if isinstance(value, torch.Tensor):
+        check_tensor_kind(fn.name, f"parameter `{p.name}`", p.name, value)
     if isinstance(value, torch.Tensor | np.ndarray):
         if value.ndim != 0:
             raise _rank_error(fn, p, tuple(value.shape))
@@ -281,7 +326,8 @@ def scalar_tensor(fn: S.Function, p: S.Param, value: Any) -> torch.Tensor:
         raise GuardError(fn.name, f"parameter `{p.name}` is a {p.type.dtype} scalar, but was given "
                          f"{type(value).__name__}", rule="type", param=p.name)
     dt = p.type.dtype
-    shown = f"{value!r} ({type(value).__name__})"
+    shown = (f"{value!r} ({type(value).__name__})" if not isinstance(value, int) or value.bit_length() < 256 else
+             f"an integer of {value.bit_length()} bits")
     if dt.is_bool and not isinstance(value, bool):
         raise GuardError(fn.name, f"parameter `{p.name}` needs a bool, but was given {shown}", rule="scalar",
                          param=p.name)
@@ -296,6 +342,12 @@ def scalar_tensor(fn: S.Function, p: S.Param, value: Any) -> torch.Tensor:
     if dt.is_float and isinstance(value, bool):
         raise GuardError(fn.name, f"parameter `{p.name}` needs a number ({dt}), but was given {shown}",
                          rule="scalar", param=p.name)
+    if dt.is_float and isinstance(value, int):
+        try:
+            value = float(value)
+        except OverflowError:
+            raise GuardError(fn.name, f"parameter `{p.name}` is {dt}, but was given {shown}, beyond any float; "
+                             "give a number within the float range", rule="scalar", param=p.name) from None
     return torch.tensor(value, dtype=TORCH_DTYPES[dt])
 
 
@@ -373,6 +425,9 @@ def prepare_args(fn: S.Function, arrays: Sequence[Any], scalars: Mapping[str, An
     dims = check_call(fn, shapes, dtypes)
     if keep_device:
         _check_one_device(fn, {p.name: given[p.name] for p in fn.params if p.type.rank})
+    for p in fn.params:
+        if p.type.rank and isinstance(given[p.name], torch.Tensor):
+            check_tensor_kind(fn.name, f"parameter `{p.name}`", p.name, given[p.name])
     for p in fn.params:
         if p.type.rank:
             value = given[p.name]

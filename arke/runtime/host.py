@@ -18,12 +18,27 @@ def host_description() -> str:
     return f"{llvm.get_process_triple()} {llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
 
 
+def cores() -> int:
+    """The cores this process may run on."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
 def default_threads() -> int:
     """``ARKE_THREADS``, else every core this process may run on."""
     chosen = knobs.threads()
     if chosen is not None:
         return chosen
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return cores()
+
+
+@cache
+def worker_limit() -> int:
+    """The most workers a CPU launch runs on, whatever ``threads`` asks for: 4 per core, at least 8.
+
+    More workers than cores only contend for them (and the chunks cut for the workers never
+    change a result), so a request beyond this is cut to it, as it is to a launch's chunks.
+    """
+    return max(8, 4 * cores())
 
 
 def run_threads(threads: int | None) -> int:

@@ -33,6 +33,7 @@ from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.plan.dispatch import KernelPlan
 from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
+from arke.runtime.limits import check_threads, refuse_huge_broadcast
 from arke.targets.artifact import Artifact
 
 MISSING = ("the mlir target needs IREE: pip install 'arke[mlir]' "
@@ -283,6 +284,9 @@ class IREEKernel:
         is returned. On ``cuda`` the results go to the device of the tensor arguments.
         """
         fn = self.plan.function
+        check_threads(self.name, threads)
+        for name, v in args.items():
+            refuse_huge_broadcast(self.name, name, v)  # IREE takes dense buffers: a view is copied
         home = next((v.device for v in args.values() if v.dim()), torch.device("cpu"))
         given = None
         if out is not None:

@@ -1,0 +1,75 @@
+"""What a call may hand a kernel beyond its signature: ``threads=``, and tensors of kinds a kernel cannot read.
+
+* :func:`check_threads`: ``threads=`` is None or a whole number from 1 to :data:`MAX_THREADS`
+  (a request: a target starts no more workers than :func:`arke.runtime.host.worker_limit`
+  and than a launch has chunks; results do not depend on it).
+* :func:`check_tensor_kind`: tensors are dense (strided) and hold data (not on the meta device).
+* :func:`refuse_huge_broadcast`: a target whose kernels read dense memory copies a non-contiguous
+  input first; a broadcast (stride-0) view that would grow beyond :data:`BROADCAST_COPY_LIMIT`
+  bytes is refused instead of silently materialised.
+
+Each problem is a :class:`~arke.runtime.errors.GuardError` naming the kernel, the parameter and
+what to do.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import torch
+
+from arke.runtime.errors import GuardError
+
+#: The most workers a call may ask for with ``threads=`` (the range of a strategy's ``threads``).
+MAX_THREADS = 1024
+#: The most bytes a target expands a broadcast (stride-0) input into when its kernels need it dense.
+BROADCAST_COPY_LIMIT = 1 << 30
+
+
+def check_threads(kernel: str, threads: Any) -> int | None:
+    """A call's ``threads=``: None (the kernel's default) or a whole number from 1 to :data:`MAX_THREADS`.
+
+    Anything else is a :class:`GuardError` (``threads``). A valid count is a request: a target
+    starts no more workers than a launch has chunks or than a few per core (results do not depend
+    on it), see :func:`arke.runtime.host.worker_limit`.
+    """
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral):
+        raise GuardError(kernel, f"threads= must be a whole number from 1 to {MAX_THREADS}, or None for the "
+                         f"default, but was given {threads!r} ({type(threads).__name__})", rule="threads",
+                         param="threads")
+    value = int(threads)
+    if not 1 <= value <= MAX_THREADS:
+        raise GuardError(kernel, f"threads={value} is outside 1 .. {MAX_THREADS}; give a worker count in that "
+                         "range (more than the machine's cores buys nothing), or None for the default",
+                         rule="threads", param="threads")
+    return value
+
+
+def check_tensor_kind(kernel: str, what: str, param: str, t: torch.Tensor) -> None:
+    """A tensor a kernel reads or writes must be dense (strided) and hold data (not on the meta device)."""
+    if t.layout != torch.strided:
+        layout = str(t.layout).removeprefix("torch.")
+        raise GuardError(kernel, f"{what} is a {layout} tensor, but kernels take dense (strided) tensors; "
+                         "convert it with `.to_dense()`", rule="type", param=param)
+    if t.device.type == "meta":
+        raise GuardError(kernel, f"{what} is on the meta device, which holds no values; pass a tensor with data "
+                         "(on the CPU, or on the device the kernel runs on)", rule="device", param=param)
+
+
+def refuse_huge_broadcast(kernel: str, name: str, t: torch.Tensor) -> None:
+    """Raise :class:`GuardError` (``size``) before a target copies a broadcast view ``t`` into more than
+    :data:`BROADCAST_COPY_LIMIT` bytes (an ``expand()`` of 2**31 elements would become gigabytes)."""
+    nbytes = t.numel() * t.element_size()
+    if nbytes <= BROADCAST_COPY_LIMIT or t.is_contiguous():
+        return
+    axes = [k for k, (n, st) in enumerate(zip(t.shape, t.stride(), strict=True)) if st == 0 and n > 1]
+    if not axes:
+        return
+    raise GuardError(kernel, f"parameter `{name}` is a broadcast view (stride 0 on axis {axes[0]}) of shape "
+                     f"{list(t.shape)}; the kernel reads dense memory, and the copy would take "
+                     f"{nbytes / 2**30:.1f} GiB (arke expands broadcasts of at most "
+                     f"{BROADCAST_COPY_LIMIT / 2**30:g} GiB by itself); pass `{name}.contiguous()` to make that "
+                     "copy yourself, or a smaller tensor", rule="size", param=name)
