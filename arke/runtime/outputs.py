@@ -1,19 +1,70 @@
 """``out=``: the tensors a call writes its results into, checked before any kernel runs.
 
 Every target's kernels take ``out=`` the same way: one tensor (or writable NumPy array) per
-result, of the result's dtype and shape, contiguous, on the device the kernel runs on, and not
-overlapping an argument or another output (a failed check leaves every tensor untouched).
+result, of the result's dtype and shape, contiguous, dense, on the device the kernel runs on,
+and not overlapping an argument or another output (a failed check leaves every tensor
+untouched). A NumPy ``out`` must be in native byte order with positive strides (it is written
+in place, never through a copy).
+
+A call that fails while it runs (a gather index out of range, an integer division by zero)
+leaves ``out`` untouched too: a target writes ``out`` in place only when :func:`can_fail` says
+the kernel cannot fail once it runs, and otherwise copies the results there after success.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import sympy
 import torch
 
 from arke.ir import semantic as ir
-from arke.ir.shapes import evaluate
+from arke.ir.shapes import Dim, evaluate
 from arke.runtime.guards import TORCH_DTYPES, GuardError
+from arke.runtime.limits import check_tensor_kind
+
+#: Integer operations a kernel checks as it runs (a zero divisor, a negative power).
+_CHECKED = frozenset({"div", "floordiv", "mod", "pow"})
+
+
+def can_fail(fn: ir.Function, module: ir.Module | None = None) -> bool:
+    """Whether ``fn`` may raise once it runs (conservatively): some load has a subscript that is not a
+    plain index over the whole axis (nor a literal 0), or some integer division, modulo or power,
+    here or in a kernel it calls. Every target checks exactly such subscripts and operations."""
+    shapes: dict[str, Sequence[Dim]] = {p.name: p.type.shape for p in fn.params}
+    for op in fn.ops:
+        if isinstance(op, ir.CallOp):
+            try:
+                callee = module.get(op.callee) if module is not None else None
+            except KeyError:
+                callee = None
+            if callee is None or can_fail(callee, module):
+                return True
+            shapes.update(zip(op.results, (t.shape for t in op.types), strict=True))
+            continue
+        reduce_axes = op.reduce_axes if isinstance(op, ir.ReduceOp | ir.ContractOp) else ()
+        extents = {a.name: a.extent for a in (*op.axes, *reduce_axes)}
+        body = (op.lhs, op.rhs) if isinstance(op, ir.ContractOp) else (op.body,)
+        for e in (x for b in body for x in ir.walk(b)):
+            if isinstance(e, ir.Load) and not _plain(e, extents, shapes.get(e.src)):
+                return True
+            if isinstance(e, ir.Binary) and e.op in _CHECKED and not e.dtype.is_float:
+                return True
+        shapes[op.result] = tuple(a.extent for a in op.axes)
+    return False
+
+
+def _plain(load: ir.Load, extents: Mapping[str, Dim], shape: Sequence[Dim] | None) -> bool:
+    if shape is None or len(shape) != len(load.indices):
+        return False
+    for sub, d in zip(load.indices, shape, strict=True):
+        if isinstance(sub, ir.Const) and not sub.dtype.is_float and sub.value == 0:
+            continue
+        if not (isinstance(sub, ir.Idx) and sub.name in extents
+                and sympy.sympify(extents[sub.name]) == sympy.sympify(d)):
+            return False
+    return True
 
 
 def check_out(fn: ir.Function, out: Any, dims: dict[str, int], args: dict[str, torch.Tensor],
@@ -33,9 +84,7 @@ def check_out(fn: ir.Function, out: Any, dims: dict[str, int], args: dict[str, t
     for k, (name, rtype, o) in enumerate(zip(fn.results, fn.result_types, outs)):
         what = f"out[{k}]" if len(outs) > 1 else "out"
         if isinstance(o, np.ndarray):
-            if not o.flags.writeable:
-                raise GuardError(fn.name, f"{what} is a read-only array", rule="type", param="out")
-            o = torch.from_numpy(o) if o.dtype.kind in "biuf" else o
+            o = _from_numpy(fn, what, o, rtype)
         if not isinstance(o, torch.Tensor):
             raise GuardError(fn.name, f"{what} must be a tensor or NumPy array, not {type(o).__name__}",
                              rule="type", param="out")
@@ -50,6 +99,7 @@ def check_out(fn: ir.Function, out: Any, dims: dict[str, int], args: dict[str, t
         if o.device != where:
             raise GuardError(fn.name, f"{what} is on {o.device}, but the kernel runs on {where}", rule="device",
                              param="out")
+        check_tensor_kind(fn.name, what, "out", o)
         if not o.is_contiguous():
             raise GuardError(fn.name, f"{what} must be a contiguous tensor (write into a fresh one, then copy)",
                              rule="dim", param="out")
@@ -67,3 +117,20 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     a0, b0 = a.data_ptr(), b.data_ptr()
     a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
     return a0 < b1 and b0 < a1
+
+
+def _from_numpy(fn: ir.Function, what: str, o: Any, rtype: ir.TensorType) -> torch.Tensor:
+    """A NumPy ``out`` as a tensor sharing its memory, or a GuardError saying why it cannot be written."""
+    if not o.flags.writeable:
+        raise GuardError(fn.name, f"{what} is a read-only array", rule="type", param="out")
+    if o.dtype.kind not in "biuf":
+        raise GuardError(fn.name, f"{what} is a NumPy array of {o.dtype}, but the result is {rtype.dtype}",
+                         rule="dtype", param="out")
+    if not o.dtype.isnative:
+        raise GuardError(fn.name, f"{what} is a NumPy array in non-native byte order ({o.dtype.str}); results are "
+                         "written in place in the machine's order: pass `np.empty(shape, dtype)` (or "
+                         "`a.astype(a.dtype.newbyteorder('='))`) and convert afterwards", rule="dtype", param="out")
+    if any(st < 0 for st in o.strides):
+        raise GuardError(fn.name, f"{what} is a NumPy view with negative strides (strides {list(o.strides)}); pass a "
+                         "contiguous array (write into a fresh one, then copy)", rule="dim", param="out")
+    return torch.from_numpy(o)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import torch
@@ -23,17 +24,37 @@ from arke.ir import semantic as ir
 from arke.ir.shapes import evaluate, parse_dim
 from arke.plan.dispatch import KernelPlan
 from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
-from arke.runtime.outputs import check_out
+from arke.runtime.host import worker_limit
+from arke.runtime.limits import check_threads, refuse_huge_broadcast
+from arke.runtime.outputs import can_fail, check_out
 from arke.runtime.pool import BufferPool, evict_oldest
 from arke.targets.artifact import Artifact
 from arke.targets.llvm.jit import Loaded, compile_object, host_renderer
 from arke.targets.llvm.panels import _PANELS, _panels_of
 from arke.targets.llvm.team import MAX_BUFFERS, team
 
+_EXECUTOR: ThreadPoolExecutor | None = None  # the launches' thread pool without the native team (one per process)
+_EXECUTOR_LOCK = threading.Lock()
 
-@cache
-def _pool(threads: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arke")
+
+def _pool() -> ThreadPoolExecutor:
+    global _EXECUTOR
+    found = _EXECUTOR
+    if found is None:
+        with _EXECUTOR_LOCK:
+            if _EXECUTOR is None:  # threads start as chunks are submitted, up to the worker limit
+                _EXECUTOR = ThreadPoolExecutor(max_workers=worker_limit(), thread_name_prefix="arke")
+            found = _EXECUTOR
+    return found
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the pool's threads: the inherited pool would queue its chunks for ever."""
+    global _EXECUTOR, _EXECUTOR_LOCK
+    _EXECUTOR, _EXECUTOR_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 @dataclass
@@ -73,6 +94,8 @@ class CPUKernel:
                           for key, value in artifact.meta.items() if key.startswith("panels.")}
         self._roles = [(b.role, b.name, TORCH_DTYPES[b.dtype]) for b in plan.buffers]
         self._result_at = [plan.buffer_index(r) for r in plan.function.results]
+        # a kernel whose subscripts or integer divisions are checked as it runs writes an out= only on success
+        self._may_fail = can_fail(plan.function, module)
 
     def __repr__(self) -> str:
         return f"<arke kernel {self.name} on llvm, {len(self._launches)} dispatches>"
@@ -97,10 +120,15 @@ class CPUKernel:
         shape and dtype :meth:`temp_buffers` gives), for a caller that plans memory itself.
         ``planned``: ``out`` comes from such a caller's memory plan (a tensor per result, of its
         shape and dtype, contiguous, overlapping nothing it reads), so its checks are skipped.
+        A user's ``out`` is written in place only by a kernel that cannot fail once it runs;
+        otherwise the results are copied there after the last dispatch succeeded.
         """
         fn = self.plan.function
+        if threads is not None:
+            threads = check_threads(self.name, threads)
         for k, v in args.items():
             if not v.is_contiguous():
+                refuse_huge_broadcast(self.name, k, v)
                 args[k] = v.contiguous()  # views are copied; contiguous ones are not
         if out is not None and planned:
             outs_ = tuple(out) if isinstance(out, tuple | list) else (out,)
@@ -110,15 +138,19 @@ class CPUKernel:
         sizes = self._sizes(dims)
         buffers: list[torch.Tensor] = []
         lent = temps or {}
+        in_place = planned or not self._may_fail
+        pooled: list[int] = []  # result buffers taken from the pool, given back once copied into out=
         for i, ((role, name, dtype), shape) in enumerate(zip(self._roles, sizes.shapes)):
             if role == "param":
                 buffers.append(args[name])
-            elif name in given and fn.results.count(name) == 1:
+            elif name in given and fn.results.count(name) == 1 and in_place:
                 buffers.append(given[name][0])  # written in place
             elif role == "temp" and i in lent:
                 buffers.append(lent[i])
             else:
                 buffers.append(self._pool.take(shape, dtype))
+                if role != "temp":
+                    pooled.append(i)
         try:
             self._run(buffers, sizes, threads or self.threads)
         finally:
@@ -138,6 +170,8 @@ class CPUKernel:
             else:
                 outs.append(t.clone() if r in args or any(t is o for o in outs) else t)
         if out is not None:
+            for i in pooled:
+                self._pool.give(buffers[i])
             users = tuple(out) if isinstance(out, tuple | list) else (out,)
             return users[0] if len(users) == 1 else users
         for o in outs:  # reused only once the caller lets go of it
@@ -181,8 +215,10 @@ class CPUKernel:
         return words
 
     def _run(self, buffers: list[torch.Tensor], sizes: _Sizes, threads: int) -> None:
+        # no more workers than the widest launch has chunks, nor than a few per core: the same results
+        threads = max(1, min(threads, worker_limit(), max((n for n, _ in sizes.launches), default=1)))
         errors = (ctypes.c_int64 * max(1, threads))()
-        pool = _pool(threads) if threads > 1 else None
+        pool = _pool() if threads > 1 else None
         crew = team(threads) if threads > 1 and not knobs.no_team() else None
         dim_array = self._with_panels(buffers, sizes.dim_array) if _PANELS else sizes.dim_array
         for launch, (n, width) in zip(self._launches, sizes.launches):

@@ -3,13 +3,19 @@
 Handing a chunk to a pooled Python thread costs a futex wake-up and a GIL hand-off each way:
 70-100 µs per launch on a shared virtual machine, as long as a decode step's whole matrix-vector
 product. The team's workers are threads that never return from a JIT-compiled loop: each
-watches its slot's sequence number (spinning with ``pause`` for a while after its last job, then
-napping in growing ``usleep`` steps, so an idle team costs next to nothing), calls the job's
-entry point through a trampoline, and publishes its completion. The calling thread runs the
-first chunk itself, then waits for the others.
+watches its slot's sequence number, calls the job's entry point through a trampoline, and
+publishes its completion. The calling thread runs the first chunk itself, then waits for the
+others.
 
-x86-64 only (its stores are seen in program order, which the hand-off relies on); elsewhere
-:func:`team` returns None and the runtime uses a thread pool.
+After its last job a worker spins with ``pause`` for a few hundred microseconds, naps in 50 µs
+steps for about 10 ms, and then sleeps in the kernel (``futex`` on its sequence number, with a
+1 s timeout as a safety net): an idle team costs nothing. A caller posts jobs with the native
+``arke_post``: it bumps each slot's sequence number with a locked instruction and,
+only when that worker said it is asleep, wakes it (the worker announces its sleep and re-reads
+the sequence number under the same fence, so a wake-up is never lost).
+
+Linux on x86-64 only (its stores are seen in program order, which the hand-off relies on, and
+``futex``); elsewhere :func:`team` returns None and the runtime uses a thread pool.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import atexit
 import ctypes
 import os
 import platform
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -26,19 +33,29 @@ from typing import Any
 MAX_BUFFERS = 48
 #: Polls with ``pause`` before a worker starts napping (a few hundred microseconds).
 SPINS = 20000
-#: Naps of 50 µs before they grow to 1 ms (an idle team then wakes 1000 times a second).
+#: Naps of 50 µs before a worker sleeps in the kernel until the next job (or quit) wakes it.
 SHORT_NAPS = 200
+_SYS_FUTEX = 202  # x86-64 Linux
+_FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
 
 
 class _Slot(ctypes.Structure):
     _fields_ = [("seq", ctypes.c_int64), ("done", ctypes.c_int64), ("fn", ctypes.c_void_p),
-                ("args", ctypes.c_void_p), ("quit", ctypes.c_int64), ("pad", ctypes.c_int64 * 3)]
+                ("args", ctypes.c_void_p), ("quit", ctypes.c_int64), ("sleeping", ctypes.c_int64),
+                ("pad", ctypes.c_int64 * 2)]
+
+
+def _futex(op: int, word: str, value: str, timeout: str) -> str:
+    return (f"call i64 (i64, ...) @syscall(i64 {_SYS_FUTEX}, ptr {word}, i64 {op}, i64 {value}, "
+            f"ptr {timeout}, ptr null, i64 0)")
 
 
 def _worker_ir() -> str:
     lines = [
         "declare i32 @usleep(i32)",
+        "declare i64 @syscall(i64, ...)",
         "declare void @llvm.x86.sse2.pause()",
+        "@timeout = private constant { i64, i64 } { i64 1, i64 0 }",
         "define void @arke_worker(ptr %s) {",
         "entry:",
         "  %last = alloca i64",
@@ -48,6 +65,7 @@ def _worker_ir() -> str:
         "  %fnp = getelementptr i64, ptr %s, i64 2",
         "  %argp = getelementptr i64, ptr %s, i64 3",
         "  %quitp = getelementptr i64, ptr %s, i64 4",
+        "  %sleepp = getelementptr i64, ptr %s, i64 5",
         "  %d0 = load atomic i64, ptr %donep acquire, align 8",
         "  store i64 %d0, ptr %last",
         "  store i64 0, ptr %idle",
@@ -60,7 +78,11 @@ def _worker_ir() -> str:
         "  %seq = load atomic i64, ptr %seqp acquire, align 8",
         "  %l = load i64, ptr %last",
         "  %new = icmp ne i64 %seq, %l",
-        "  br i1 %new, label %run, label %wait",
+        "  br i1 %new, label %job, label %wait",
+        "job:",  # close() bumps the sequence number with no job behind it, after setting quit
+        "  %q2 = load atomic i64, ptr %quitp acquire, align 8",
+        "  %stop2 = icmp ne i64 %q2, 0",
+        "  br i1 %stop2, label %exit, label %run",
         "run:",
         "  %fn = load ptr, ptr %fnp",
         "  %args = load ptr, ptr %argp",
@@ -74,16 +96,54 @@ def _worker_ir() -> str:
         "  %n1 = add i64 %n, 1",
         "  store i64 %n1, ptr %idle",
         f"  %hot = icmp ult i64 %n, {SPINS}",
-        "  br i1 %hot, label %pause, label %nap",
+        "  br i1 %hot, label %pause, label %cool",
         "pause:",
         "  call void @llvm.x86.sse2.pause()",
         "  br label %poll",
+        "cool:",
+        f"  %warm = icmp ult i64 %n, {SPINS + SHORT_NAPS}",
+        "  br i1 %warm, label %nap, label %sleep",
         "nap:",
-        f"  %long = icmp ugt i64 %n, {SPINS + SHORT_NAPS}",
-        "  %us = select i1 %long, i32 1000, i32 50",
-        "  %r = call i32 @usleep(i32 %us)",
+        "  %r = call i32 @usleep(i32 50)",
+        "  br label %poll",
+        "sleep:",  # announce the sleep, then re-read seq: a poster sees one or the other (both fenced)
+        "  store atomic i64 1, ptr %sleepp seq_cst, align 8",
+        "  %seq2 = load atomic i64, ptr %seqp seq_cst, align 8",
+        "  %l2 = load i64, ptr %last",
+        "  %moved = icmp ne i64 %seq2, %l2",
+        "  br i1 %moved, label %awake, label %block",
+        "block:",  # the kernel sleeps only while seq still holds the value seen (its low 32 bits)
+        "  %w = and i64 %l2, 4294967295",
+        f"  %f = {_futex(_FUTEX_WAIT_PRIVATE, '%seqp', '%w', '@timeout')}",
+        "  br label %awake",
+        "awake:",
+        "  store atomic i64 0, ptr %sleepp seq_cst, align 8",
         "  br label %poll",
         "exit:",
+        "  ret void",
+        "}",
+        # arke_post(slots, n): bump the sequence number of slots 0 .. n-1, waking those asleep
+        "define void @arke_post(ptr %slots, i64 %n) {",
+        "entry:",
+        "  %none = icmp eq i64 %n, 0",
+        "  br i1 %none, label %done, label %loop",
+        "loop:",
+        "  %k = phi i64 [ 0, %entry ], [ %k1, %next ]",
+        "  %base = mul i64 %k, 8",
+        "  %sp = getelementptr i64, ptr %slots, i64 %base",
+        "  %old = atomicrmw add ptr %sp, i64 1 seq_cst",
+        "  %slp = getelementptr i64, ptr %sp, i64 5",
+        "  %asleep = load atomic i64, ptr %slp seq_cst, align 8",
+        "  %wake = icmp ne i64 %asleep, 0",
+        "  br i1 %wake, label %wakeup, label %next",
+        "wakeup:",
+        f"  %r = {_futex(_FUTEX_WAKE_PRIVATE, '%sp', '1', 'null')}",
+        "  br label %next",
+        "next:",
+        "  %k1 = add i64 %k, 1",
+        "  %more = icmp ult i64 %k1, %n",
+        "  br i1 %more, label %loop, label %done",
+        "done:",
         "  ret void",
         "}",
     ]
@@ -107,12 +167,15 @@ class Team:
         from arke.targets.llvm.jit import _llvm, _new_target_machine, optimise
 
         llvm = _llvm()
-        usleep = ctypes.cast(ctypes.CDLL(None).usleep, ctypes.c_void_p).value
-        llvm.add_symbol("usleep", usleep)
+        libc = ctypes.CDLL(None)
+        for name in ("usleep", "syscall"):
+            llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
         self.engine = llvm.create_mcjit_compiler(optimise(_worker_ir()), _new_target_machine())
         self.engine.finalize_object()
         self.trampolines = [self.engine.get_function_address(f"arke_call_{n}") for n in range(MAX_BUFFERS + 1)]
         worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self.engine.get_function_address("arke_worker"))
+        self._post = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
+            self.engine.get_function_address("arke_post"))
         self.slots = (_Slot * workers)()
         self.args = [(ctypes.c_int64 * (MAX_BUFFERS + 6))() for _ in range(workers)]
         self.pid = os.getpid()
@@ -144,8 +207,9 @@ class Team:
                 args[n + 2], args[n + 3], args[n + 4], args[n + 5] = lo, hi, err, scratch
                 slot.fn = self.trampolines[n]
                 slot.args = ctypes.addressof(args)
-                slot.seq += 1  # x86 keeps the stores above ahead of this one
-                started.append((slot, slot.seq))
+                started.append((slot, slot.seq + 1))
+            # bumps each started slot's seq (locked: the stores above go first) and wakes sleepers
+            self._post(ctypes.addressof(self.slots), len(started))
             lo, hi, err, scratch = chunks[0]
             fn(*fixed, lo, hi, err, scratch)
             for slot, seq in started:
@@ -158,11 +222,12 @@ class Team:
             self.closed = True
             for slot in self.slots:
                 slot.quit = 1
+            self._post(ctypes.addressof(self.slots), len(self.slots))  # wakes the sleepers to see it
         for t in self.threads:
             t.join(timeout=1.0)
 
 
-_X86 = platform.machine().lower() in ("x86_64", "amd64")
+_X86 = platform.machine().lower() in ("x86_64", "amd64") and sys.platform.startswith("linux")
 _TEAM: Team | None = None  # one team for the process, grown when a launch wants more chunks
 _UNAVAILABLE = False  # the team could not be made here (no usleep, no JIT): the thread pool runs
 _TEAM_LOCK = threading.Lock()
@@ -199,3 +264,17 @@ def team(threads: int) -> Team | None:
 def _close_all() -> None:  # workers must leave their loop before the slots are freed
     if _TEAM is not None and _TEAM.pid == os.getpid():
         _TEAM.close()
+
+
+_ORPHANS: list[Team] = []  # a forked child's copies of the parent's teams: kept, never torn down there
+
+
+def _forget_in_child() -> None:
+    """A forked child has none of the parent's workers, and a lock some parent thread held stays held."""
+    global _TEAM, _TEAM_LOCK
+    if _TEAM is not None:
+        _ORPHANS.append(_TEAM)
+    _TEAM, _TEAM_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
