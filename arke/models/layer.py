@@ -85,7 +85,9 @@ class CompiledLayer:
     ``target="reference"`` runs the same plan with every kernel on the reference interpreter:
     the oracle a compiled layer is checked against.
 
-    Calls from several threads are serialised: each call shape has one arena.
+    Calls from several threads are serialised: each call shape has one arena, and a call checks
+    the cache under the same lock (two threads filling one cache past ``max_seq``: the second
+    gets a :class:`~arke.runtime.errors.GuardError`, and the cache holds the first's tokens).
     """
 
     def __init__(self, config: LayerConfig, weights: dict[str, torch.Tensor], *, target: str = "llvm",
@@ -246,13 +248,20 @@ class CompiledLayer:
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
             raise self._error(f"x must be a float torch tensor, not {type(x).__name__}"
                               + (f" of {x.dtype}" if isinstance(x, torch.Tensor) else ""), "type", "x")
+        if not isinstance(positions, torch.Tensor) or positions.dtype not in (torch.int64, torch.int32):
+            raise self._error("positions must be an int64 torch tensor [batch, tokens]", "type", "positions")
+        for name, v in (("x", x), ("positions", positions)):  # before any value is read
+            if v.layout != torch.strided:
+                raise self._error(f"{name} is a {str(v.layout).removeprefix('torch.')} tensor; pass a dense one "
+                                  "(`.to_dense()`)", "type", name)
+            if v.device.type != self.device.type:
+                raise self._error(f"{name} is on {v.device}, but this layer runs on {self.device}; move it there "
+                                  f"(`.to({str(self.device.type)!r})`)", "device", name)
         if x.dim() != 3 or x.shape[2] != c.hidden:
             raise self._error(f"x must be [batch, tokens, {c.hidden}], but has shape {list(x.shape)}", "dim", "x")
         b, t = int(x.shape[0]), int(x.shape[1])
         if t < 1 or b < 1:
             raise self._error(f"x has shape {list(x.shape)}: at least one sequence of one token is needed", "dim", "x")
-        if not isinstance(positions, torch.Tensor) or positions.dtype not in (torch.int64, torch.int32):
-            raise self._error("positions must be an int64 torch tensor [batch, tokens]", "type", "positions")
         if tuple(positions.shape) != (b, t):
             raise self._error(f"positions has shape {list(positions.shape)}, but x needs [{b}, {t}]", "dim",
                               "positions")
@@ -267,14 +276,12 @@ class CompiledLayer:
         if lo < 0 or hi >= self.max_seq:
             raise self._error(f"positions must lie in [0, {self.max_seq}) (max_seq), but range over [{lo}, {hi}]",
                               "dim", "positions")
-        for name, v in (("x", x), ("positions", positions)):
-            if v.device.type != self.device.type:
-                raise self._error(f"{name} is on {v.device}, but this layer runs on {self.device}", "device", name)
         return b, t
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        b, t = self._check(x, positions, cache)
         with self._calling:  # the shape's arena is shared by every call of that shape
+            # checked under the lock: another thread's call may have filled the cache meanwhile
+            b, t = self._check(x, positions, cache)
             return self._run(x, positions, cache, b, t)
 
     def _run(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, b: int, t: int) -> torch.Tensor:
