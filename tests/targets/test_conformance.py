@@ -5,7 +5,7 @@ Shapes are sampled, not exhausted: each kernel runs on a degenerate shape (every
 ones (3, 17, 33: no power of two, no multiple of a vector width) and, where it is cheap, one
 with 4097 columns (a vector-width tail after many full vectors). Attention covers grouped
 queries (H / G = 4), MQA, causal with T > S and decode (S = 1). Ids (embedding, cross-entropy
-targets) are in range; out-of-range ids are tests/runtime/test_cpu.py's business.
+targets) are in range; out-of-range ids are tests/targets/llvm/test_cpu.py's business.
 
 A new stdlib kernel without a case here fails ``test_every_stdlib_kernel_has_cases``; a new
 target file in ``arke/codegen`` is picked up automatically (it is skipped, with the reason,
