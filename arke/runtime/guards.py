@@ -212,7 +212,10 @@ def eval_cond(cond: S.Cond, dims: Mapping[str, int]) -> bool:
             raise InterpError(f"unknown relation {cond.op!r}")
         return ops[cond.op]
     if isinstance(cond, S.InSet):
-        return eval_dim(cond.x, dims) in {eval_dim(v, dims) for v in cond.values}
+        x, literal = eval_dim(cond.x, dims), _literal_set(cond)
+        if literal is not None:
+            return x in literal
+        return any(eval_dim(v, dims) == x for v in cond.values)
     if cond.op == "and":
         return all(eval_cond(c, dims) for c in cond.parts)
     if cond.op == "or":
@@ -220,6 +223,28 @@ def eval_cond(cond: S.Cond, dims: Mapping[str, int]) -> bool:
     if cond.op == "not":
         return not eval_cond(cond.parts[0], dims)
     raise InterpError(f"unknown condition operator {cond.op!r}")
+
+
+# InSet conditions whose values are all literals, by id (the condition is kept, so the id stays
+# its own): a `where N in {...}` of thousands of values is a set lookup per call, not a rebuild.
+_LITERAL_SETS: dict[int, tuple[S.InSet, frozenset[int] | None]] = {}
+
+
+def _literal_set(cond: S.InSet) -> frozenset[int] | None:
+    known = _LITERAL_SETS.get(id(cond))
+    if known is not None and known[0] is cond:
+        return known[1]
+    literal = (frozenset(int(v) for v in cond.values)
+               if all(isinstance(v, int) or v.is_Integer for v in cond.values) else None)
+    if len(_LITERAL_SETS) > 4096:  # bounded: kernels built and dropped by the thousand
+        _LITERAL_SETS.clear()
+    _LITERAL_SETS[id(cond)] = (cond, literal)
+    return literal
+
+
+def _clipped(text: str, limit: int = 200) -> str:
+    """A clause as a message quotes it: whole up to ``limit`` characters, else its two ends."""
+    return text if len(text) <= limit else f"{text[:limit - 60]} … {text[-50:]}"
 
 
 def _cond_dims(cond: S.Cond) -> set[str]:
@@ -235,7 +260,7 @@ def check_guards(fn: S.Function, dims: Mapping[str, int]) -> None:
     for g in fn.guards:
         if not eval_cond(g.cond, dims):
             values = ", ".join(f"{s} = {dims[s]}" for s in sorted(_cond_dims(g.cond)) if s in dims)
-            raise GuardError(fn.name, f"where clause `{g.text}` does not hold: {values}", rule="where")
+            raise GuardError(fn.name, f"where clause `{_clipped(g.text)}` does not hold: {values}", rule="where")
 
 
 _I64_MAX = 2**63 - 1

@@ -247,3 +247,22 @@ def test_a_broadcast_input_too_big_to_copy_is_refused(target: str, monkeypatch: 
         lib.rowsum(x)
     assert err.value.param == "x" and err.value.rule == "size"
     torch.testing.assert_close(torch.as_tensor(lib.rowsum(x.contiguous())), x.sum(1))  # the caller's own copy
+
+
+# ---------------------------------------------------------------- large where sets at call time
+
+
+def test_a_large_where_set_is_checked_by_lookup_and_quoted_briefly() -> None:
+    """A `where N in {...}` of 20,000 values: calls that break it name the clause in a few hundred
+    characters (not the 200 kB set), and the set is built once, not on every call."""
+    from arke.runtime import guards
+
+    values = ", ".join(str(v) for v in range(2, 40002, 2))
+    module = arke.loads(f"kernel k(x: f32[N]) -> f32[N] where N in {{{values}}} {{ return x[n] * 2.0 }}\n", "<big>")
+    kernel = module.kernels["k"]
+    assert torch.equal(kernel(torch.ones(4)), torch.full((4,), 2.0))
+    cond = kernel.function.guards[0].cond
+    assert guards._literal_set(cond) is guards._literal_set(cond)  # remembered, not rebuilt
+    with pytest.raises(GuardError, match=r"where clause `N in \{2, 4, .* … .*40000\}` does not hold: N = 3") as err:
+        kernel(torch.ones(3))
+    assert len(str(err.value)) < 400
