@@ -6,8 +6,12 @@ burst of changes sent together costs one check. The check is incremental
 (:mod:`arke.lsp.incremental`): only the items an edit touched are parsed and checked
 again, and the diagnostics are exactly those of ``akc check`` on the whole text. A check
 that a newer change has made stale is dropped: if it has not started it never runs, and
-if it has, its result is not published. Checks run on one worker thread, so hover and
-completion stay answerable while a check is running.
+if it has, its result is not published. Each document is checked on a thread of its own (its
+*lane*), so hover and completion stay answerable while a check runs, and one slow document
+holds up no other. A check that runs past its bound (10 s by default) gets a diagnostic saying
+so; and when a newer text comes while it still runs, it is left to end on its own (its result
+dropped) and the new text is checked on a fresh lane. Formatting and document symbols run off
+the event loop too, bounded the same way: past it, the request fails with a message.
 
 A check's result becomes the document's index (:mod:`arke.lsp.index`) when its text has
 no syntax error, or when there is no index yet; otherwise the last good index stays, and
@@ -18,21 +22,30 @@ diagnostics.
 
 Features: diagnostics (published, with related sites and quick-fix data), hover,
 go to definition, completion, document symbols, formatting and quick fixes.
-Initialization option ``{"debounceMs": N}`` sets the debounce.
+Initialization options: ``debounceMs`` (the debounce), ``checkTimeoutMs`` (the bound on a
+check), ``formatTimeoutMs`` (on formatting and symbols).
+
+The wire is :mod:`arke.lsp.wire`'s: every request is answered, a broken frame is reported and
+read past (:mod:`arke.lsp.framing`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
+import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.capabilities import get_capability
+from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
@@ -47,12 +60,24 @@ from arke.lsp.hover import hover_markdown
 from arke.lsp.incremental import IncrementalChecker, Outcome
 from arke.lsp.index import DocumentIndex, Symbol
 from arke.lsp.textmap import TextMap
+from arke.lsp.wire import ArkeProtocol, run_stdio
+from arke.lsp.workers import Workers, read_regular
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: Seconds between the last change and the check (changes sent together are checked once). An edit
 #: costs the incremental check a few milliseconds, so the wait need only span a burst of changes.
 DEBOUNCE_S = 0.03
+#: Seconds a check may take before the document gets a diagnostic saying so (and a newer text a fresh lane).
+CHECK_TIMEOUT_S = 10.0
+#: Seconds formatting or the document's symbols may take before the request fails.
+FORMAT_TIMEOUT_S = 10.0
+#: Lanes left to finish a stale check past its bound, at most (beyond: a newer text waits its turn).
+MAX_ABANDONED = 2
+#: The recursion limit the checks need (as ``check_text``'s): set once, so checks on several threads
+#: never restore a lower one under each other.
+RECURSION_LIMIT = 6000
 #: Syntax errors after which the parser had to recover item by item: the AST is partial.
 _SYNTAX = frozenset({"AK1001", "AK1002", "AK1003", "AK1006"})
 _WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
@@ -65,7 +90,8 @@ class DocState:
 
     uri: str
     path: str  # the path given to the checker: the file, or `<uri>` for an unsaved buffer
-    incremental: IncrementalChecker
+    incremental: IncrementalChecker  # used on `lane` only
+    lane: Workers = field(default_factory=lambda: Workers("akc-check"))
     good: Checked | None = None  # the last check of a text without syntax errors (or the first check)
     good_version: int = -1
     index: DocumentIndex | None = None  # built from `good` when a request needs it
@@ -100,14 +126,28 @@ class Checked:
 
 
 class ArkeLanguageServer(LanguageServer):
-    """The language server: document states, the check worker and the debounce."""
+    """The language server: document states, their check lanes and the debounce.
+
+    Checks of one document never overlap (one lane, one :class:`IncrementalChecker`); checks of
+    different documents do, sharing the checker's cache of imported modules (a dict: a module two
+    lanes load at once is loaded twice, nothing worse)."""
 
     def __init__(self) -> None:
-        super().__init__("akc-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__("akc-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+                         protocol_cls=ArkeProtocol)
         self.docs: dict[str, DocState] = {}
         self.debounce = DEBOUNCE_S
-        # One worker: checks of one file never overlap, and the checker's module cache is not shared across threads.
-        self.checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="akc-check")
+        self.check_timeout = CHECK_TIMEOUT_S
+        self.format_timeout = FORMAT_TIMEOUT_S
+        self.abandoned: list[Workers] = []  # lanes left to finish a stale check past its bound
+        self.editing = Workers("akc-format", size=2)  # formatting and symbols, off the event loop
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
+
+    # ------------------------------------------------------------ the wire
+
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """Serve over stdin and stdout (:mod:`arke.lsp.wire`) until ``exit`` or the end of the input."""
+        run_stdio(self, stdin, stdout)
 
     # ------------------------------------------------------------ checking
 
@@ -123,12 +163,32 @@ class ArkeLanguageServer(LanguageServer):
     async def _check_later(self, state: DocState, delay: float) -> None:
         if delay > 0:
             await asyncio.sleep(delay)
+        if self.docs.get(state.uri) is not state:
+            return  # closed, or opened again (with a state of its own) since
         document = self.workspace.get_text_document(state.uri)
         text, version = document.source, document.version or 0
         uris = {s.path: s.uri for s in self.docs.values()}  # a snapshot: the worker must not read `docs`
-        loop = asyncio.get_running_loop()
+
+        def submit() -> Future[tuple[list[types.Diagnostic], Checked] | None]:
+            return state.lane.submit(self._check, state.incremental, state, text, version, document, uris,
+                                     tag=version)
+
+        self._unblock(state, version)
+        future = submit()
         try:
-            result = await loop.run_in_executor(self.checker, self._check, state, text, version, document, uris)
+            if not await _within(future, self.check_timeout):
+                if not future.running() and self._unblock(state, version):  # queued behind a stale slow check
+                    future.cancel()
+                    future = submit()
+                    done = await _within(future, self.check_timeout)
+                else:
+                    done = False
+                if not done:
+                    self._slow(state, version)
+            result = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()  # not started yet: it never runs (a running one ends, its result dropped)
+            raise
         except Exception:  # a checker bug must not silence the document for good
             log.exception("checking %s failed", state.uri)
             state.checked.set()
@@ -143,23 +203,56 @@ class ArkeLanguageServer(LanguageServer):
             state.good, state.good_version = checked, version
         state.checked.set()
 
+    def forget(self, state: DocState) -> None:
+        """A document is closed: cancel its check, end its lane (a check running there ends on its own)."""
+        if state.task is not None:
+            state.task.cancel()
+        state.lane.close()
+
+    def _unblock(self, state: DocState, version: int) -> bool:
+        """If the document's lane runs a check of an older text past its bound, leave that check to end
+        on its own and give the document a fresh lane (and checker); whether it did."""
+        running = state.lane.current()
+        self.abandoned = [w for w in self.abandoned if w.alive()]
+        if running is None or state.lane.closed or running[0] >= version or running[1] < self.check_timeout \
+                or len(self.abandoned) >= MAX_ABANDONED:
+            return False
+        log.warning("the check of %s version %s has run %.0f s: checking version %s on a fresh lane",
+                    state.uri, running[0], running[1], version)
+        state.lane.close()
+        self.abandoned.append(state.lane)
+        state.lane, state.incremental = Workers("akc-check"), IncrementalChecker(state.path)
+        return True
+
+    def _slow(self, state: DocState, version: int) -> None:
+        """Say that the check of ``version`` runs past its bound (and let requests answer without it)."""
+        state.checked.set()
+        document = self.workspace.get_text_document(state.uri)
+        if state.uri not in self.docs or (document.version or 0) != version:
+            return
+        where = types.Range(types.Position(0, 0), types.Position(0, 0))
+        notice = types.Diagnostic(where, f"checking this document takes longer than {self.check_timeout:g} s: "
+                                         "its diagnostics come when the check ends",
+                                  severity=types.DiagnosticSeverity.Information, source="akc")
+        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(state.uri, [notice], version))
+
     async def _index(self, state: DocState) -> None:
-        """Bring the document's index up to its last good check (built on the worker, once per check)."""
+        """Bring the document's index up to its last good check (built on its lane, once per check)."""
         async with state.indexing:
             good, version = state.good, state.good_version
             if good is None or version <= state.index_version:
                 return
-            index = await asyncio.get_running_loop().run_in_executor(self.checker, good.build)
+            index = await asyncio.wrap_future(state.lane.submit(good.build))
             if version > state.index_version:
                 state.index, state.index_version = index, version
 
-    def _check(self, state: DocState, text: str, version: int, document: TextDocument,
-               uris: dict[str, str]) -> tuple[list[types.Diagnostic], Checked] | None:
-        """On the worker thread: check ``text`` (None when a newer change made it stale before it started)."""
+    def _check(self, incremental: IncrementalChecker, state: DocState, text: str, version: int,
+               document: TextDocument, uris: dict[str, str]) -> tuple[list[types.Diagnostic], Checked] | None:
+        """On the document's lane: check ``text`` (None when a newer change made it stale before it started)."""
         if (document.version or 0) != version:
             return None
         start = time.perf_counter()
-        outcome = state.incremental.check(text)
+        outcome = incremental.check(text)
         checked = time.perf_counter()
         found = outcome.result.diagnostics
         sources = Sources({state.path: text})
@@ -173,34 +266,47 @@ class ArkeLanguageServer(LanguageServer):
 
     async def ready(self, uri: str) -> DocState | None:
         """The document's state once its first check is in and its index is of its last good check
-        (None for a document that is not open)."""
+        (None for a document that is not open); each wait bounded by the check's bound."""
         state = self.docs.get(uri)
         if state is None:
             return None
         try:
-            await asyncio.wait_for(state.checked.wait(), timeout=60)
+            await asyncio.wait_for(state.checked.wait(), timeout=self.check_timeout)
         except asyncio.TimeoutError:
             log.warning("no check of %s yet: answering without one", uri)
         try:
-            await self._index(state)
+            await asyncio.wait_for(asyncio.shield(self._index(state)), timeout=self.check_timeout)
+        except asyncio.TimeoutError:
+            log.warning("no index of %s's last check yet: answering from the one before", uri)
         except Exception:  # an index bug must not take the request down: answer from the last index
             log.exception("indexing %s failed", uri)
         return state
 
+    async def off_loop(self, what: str, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` on the editing workers, failing the request past the format bound."""
+        future = self.editing.submit(fn, *args)
+        if not await _within(future, self.format_timeout):
+            future.cancel()
+            raise JsonRpcException(f"{what} takes longer than {self.format_timeout:g} s: gave up",
+                                   code=types.LSPErrorCodes.RequestFailed)
+        return future.result()
+
     # ------------------------------------------------------------ looking up
 
     def text(self, uri: str) -> Text:
+        """The document's text: an open one's, else its file's when that is a regular file ('' if not)."""
         document = self.workspace.get_text_document(uri)
-        return Text(document.source, document.position_codec)
+        if uri in self.docs or unquote(uri) in self.workspace.text_documents:
+            return Text(document.source, document.position_codec)
+        return Text(read_regular(document.path) or "", document.position_codec)
 
     def file_text(self, path: str, codec_of: str) -> Text | None:
         """The text of ``path``: an open document's, else the file's (None when unreadable)."""
         for s in self.docs.values():
             if s.path == path:
                 return self.text(s.uri)
-        try:
-            content = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+        content = read_regular(path)
+        if content is None:
             return None
         return Text(content, self.workspace.get_text_document(codec_of).position_codec)
 
@@ -262,6 +368,12 @@ class ArkeLanguageServer(LanguageServer):
         return types.Location(uri, other.range(decl.start, decl.end))
 
 
+async def _within(future: Future[Any], timeout: float) -> bool:
+    """Whether ``future`` is done within ``timeout`` seconds (it is not cancelled when not)."""
+    done, _ = await asyncio.wait({asyncio.wrap_future(future)}, timeout=timeout)
+    return bool(done)
+
+
 def create_server() -> ArkeLanguageServer:
     """A new language server with every feature registered (start it with ``start_io()``)."""
     server = ArkeLanguageServer()
@@ -274,6 +386,9 @@ def create_server() -> ArkeLanguageServer:
     def _did_open(ls: ArkeLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
         uri = params.text_document.uri
         path = doc_path(uri, ls.workspace.get_text_document(uri))
+        old = ls.docs.pop(uri, None)
+        if old is not None:  # opened again without a close: its checks end with it
+            ls.forget(old)
         ls.docs[uri] = DocState(uri, path, IncrementalChecker(path))
         ls.schedule(uri, 0)
 
@@ -290,8 +405,8 @@ def create_server() -> ArkeLanguageServer:
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def _did_close(ls: ArkeLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
         state = ls.docs.pop(params.text_document.uri, None)
-        if state is not None and state.task is not None:
-            state.task.cancel()
+        if state is not None:
+            ls.forget(state)
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(params.text_document.uri, []))
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
@@ -338,16 +453,18 @@ def create_server() -> ArkeLanguageServer:
         return types.CompletionList(is_incomplete=False, items=items)
 
     @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
-    def _symbols(ls: ArkeLanguageServer, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol]:
+    async def _symbols(ls: ArkeLanguageServer, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol]:
         uri = params.text_document.uri
         state = ls.docs.get(uri)
-        return document_symbols(ls.text(uri), state.path if state else doc_path(uri))
+        return await ls.off_loop("listing the symbols", document_symbols, ls.text(uri),
+                                 state.path if state else doc_path(uri))
 
     @server.feature(types.TEXT_DOCUMENT_FORMATTING)
-    def _formatting(ls: ArkeLanguageServer, params: types.DocumentFormattingParams) -> list[types.TextEdit] | None:
+    async def _formatting(ls: ArkeLanguageServer, params: types.DocumentFormattingParams
+                          ) -> list[types.TextEdit] | None:
         uri = params.text_document.uri
         state = ls.docs.get(uri)
-        return format_edits(ls.text(uri), state.path if state else doc_path(uri))
+        return await ls.off_loop("formatting", format_edits, ls.text(uri), state.path if state else doc_path(uri))
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
                     types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]))
@@ -358,9 +475,14 @@ def create_server() -> ArkeLanguageServer:
 
 
 def read_options(server: ArkeLanguageServer, options: object) -> None:
-    """Apply initialization options (``{"debounceMs": N}``)."""
-    if isinstance(options, dict) and isinstance(options.get("debounceMs"), int | float):
-        server.debounce = max(0.0, float(options["debounceMs"]) / 1000)
+    """Apply initialization options (``debounceMs``, ``checkTimeoutMs``, ``formatTimeoutMs``; others are ignored)."""
+    if not isinstance(options, dict):
+        return
+    for key, attr, low in (("debounceMs", "debounce", 0.0), ("checkTimeoutMs", "check_timeout", 0.05),
+                           ("formatTimeoutMs", "format_timeout", 0.05)):
+        value = options.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            setattr(server, attr, min(max(low, float(value) / 1000), 3600.0))
 
 
 __all__ = ["DEBOUNCE_S", "ArkeLanguageServer", "create_server", "read_options"]
