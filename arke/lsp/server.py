@@ -184,14 +184,16 @@ class ArkeLanguageServer(LanguageServer):
                 else:
                     done = False
                 if not done:
-                    self._slow(state, version)
+                    self._notice(state, version, f"checking this document takes longer than {self.check_timeout:g}"
+                                 " s: its diagnostics come when the check ends", types.DiagnosticSeverity.Information)
             result = await asyncio.wrap_future(future)
         except asyncio.CancelledError:
             future.cancel()  # not started yet: it never runs (a running one ends, its result dropped)
             raise
-        except Exception:  # a checker bug must not silence the document for good
+        except Exception as err:  # a checker bug must not silence the document for good
             log.exception("checking %s failed", state.uri)
-            state.checked.set()
+            self._notice(state, version, f"akc could not check this document: {type(err).__name__}: {err}"[:500]
+                         + " (an internal error: please report it)", types.DiagnosticSeverity.Error)
             return
         if result is None or state.uri not in self.docs or (document.version or 0) != version:
             return  # a newer change came in while this ran: its own check will publish
@@ -224,16 +226,15 @@ class ArkeLanguageServer(LanguageServer):
         state.lane, state.incremental = Workers("akc-check"), IncrementalChecker(state.path)
         return True
 
-    def _slow(self, state: DocState, version: int) -> None:
-        """Say that the check of ``version`` runs past its bound (and let requests answer without it)."""
+    def _notice(self, state: DocState, version: int, message: str, severity: types.DiagnosticSeverity) -> None:
+        """Publish one diagnostic about the check itself (at the top of ``version``, if still current), and
+        let requests answer without the check."""
         state.checked.set()
         document = self.workspace.get_text_document(state.uri)
-        if state.uri not in self.docs or (document.version or 0) != version:
+        if self.docs.get(state.uri) is not state or (document.version or 0) != version:
             return
         where = types.Range(types.Position(0, 0), types.Position(0, 0))
-        notice = types.Diagnostic(where, f"checking this document takes longer than {self.check_timeout:g} s: "
-                                         "its diagnostics come when the check ends",
-                                  severity=types.DiagnosticSeverity.Information, source="akc")
+        notice = types.Diagnostic(where, message, severity=severity, source="akc")
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(state.uri, [notice], version))
 
     async def _index(self, state: DocState) -> None:

@@ -22,7 +22,8 @@ from arke.lsp.framing import MAX_BODY, FrameReader
 
 #: The server with two things made slow on purpose (as a 5000-digit literal or a big `where` set made a
 #: check, and a 1.1 MB document made formatting, in the issue): a text with ``SLOWCHECK`` in it takes
-#: 30 s to check, one with ``SLOWFORMAT`` 30 s to format. Both spin (hold the GIL as the checker does).
+#: 30 s to check, one with ``SLOWFORMAT`` 30 s to format (both spin: they hold the GIL as the checker
+#: does); one with ``CRASHCHECK`` makes the check raise (as the 5000-digit literal did).
 SLOW_SERVER = [sys.executable, "-c", """
 import time
 from arke.lsp import incremental, server
@@ -36,6 +37,8 @@ check = incremental.IncrementalChecker.check
 def slow_check(self, text):
     if "SLOWCHECK" in text:
         spin(30)
+    if "CRASHCHECK" in text:
+        raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
     return check(self, text)
 incremental.IncrementalChecker.check = slow_check
 
@@ -231,6 +234,21 @@ def test_a_slow_check_holds_up_no_other_document(tmp_path: Path) -> None:
         assert [d["code"] for d in w.diagnostics(slow, 2, timeout=20)] == ["AK2001"]
         assert time.monotonic() - start < 10, "the newer text waited for the stale check"
         assert "result" in w.call("textDocument/hover", hover(fast, 1, 10), timeout=10)
+    finally:
+        w.proc.kill()
+        w.proc.wait()
+
+
+def test_a_check_that_fails_says_so_in_a_diagnostic(tmp_path: Path) -> None:
+    w = Wire(SLOW_SERVER, cwd=tmp_path)
+    try:
+        w.initialize({"debounceMs": 0})
+        w.open("file:///crash.ak", "# CRASHCHECK\n" + GOOD)
+        found = w.diagnostics("file:///crash.ak", 1, timeout=20)
+        assert len(found) == 1 and found[0]["severity"] == 1, found
+        assert "could not check" in found[0]["message"] and "4300 digits" in found[0]["message"]
+        w.change("file:///crash.ak", BAD, 2)  # and the next text is checked as usual
+        assert [d["code"] for d in w.diagnostics("file:///crash.ak", 2, timeout=20)] == ["AK2001"]
     finally:
         w.proc.kill()
         w.proc.wait()
