@@ -27,14 +27,8 @@ KEY = cache_key(**PARTS)
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB: a half-written entry would show
 
 
-@pytest.fixture(autouse=True)
-def cache_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own cache directory and the default knobs."""
-    for name in knobs.KNOBS:
-        monkeypatch.delenv(name, raising=False)
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("ARKE_CACHE_DIR", str(directory))
-    return directory
+# every test: its own cache directory and the default knobs (conftest.cache_env)
+pytestmark = pytest.mark.usefixtures("cache_env")
 
 
 def counting(data: bytes = PAYLOAD) -> tuple[list[int], Callable[[], bytes]]:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from arke import knobs
 from arke.runtime import cache as C
 from arke.runtime.cache import Cache, CacheWarning, cache_key
 
@@ -44,13 +43,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(autouse=True)
-def cache_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in knobs.KNOBS:
-        monkeypatch.delenv(name, raising=False)
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("ARKE_CACHE_DIR", str(directory))
-    return directory
+# every test: its own cache directory and the default knobs (conftest.cache_env)
+pytestmark = pytest.mark.usefixtures("cache_env")
 
 
 @posix
