@@ -284,6 +284,11 @@ class ScanOp:
         return (self.body,)
 
     @property
+    def reduce_axes(self) -> tuple[Axis, ...]:
+        """None: a scan's domain is its result's axes (code that walks ``axes + reduce_axes`` sees just those)."""
+        return ()
+
+    @property
     def scan_axis(self) -> Axis:
         return next(a for a in self.axes if a.name == self.axis)
 

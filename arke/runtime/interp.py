@@ -265,6 +265,13 @@ class _Frame:
         def along(e: S.SExpr) -> np.ndarray:  # the scanned axis first
             return np.moveaxis(self.expr(e, dom).to(acc).expand(dom.sizes).numpy(), k, 0)
 
+        with np.errstate(all="ignore"):  # IEEE results (inf - inf is NaN) are the semantics, not a warning
+            res = self.scan_values(op, along)
+        out.copy_(torch.from_numpy(np.ascontiguousarray(np.moveaxis(res, 0, k))))
+        return out
+
+    def scan_values(self, op: S.ScanOp, along: Callable[[S.SExpr], np.ndarray]) -> np.ndarray:
+        """The scan's values, the scanned axis first."""
         x = along(op.body)
         n = x.shape[0]
         if op.kind == "linear":
@@ -285,8 +292,7 @@ class _Frame:
             res = ufunc.accumulate(x, axis=0, dtype=x.dtype)  # sequential; maximum/minimum propagate NaN
             if op.exclusive:
                 res = np.concatenate([np.full_like(res[:1], _identity(op.kind, op.dtype)), res[:-1]])
-        out.copy_(torch.from_numpy(np.ascontiguousarray(np.moveaxis(res, 0, k))))
-        return out
+        return res
 
     def reduce(self, op: S.ReduceOp, dom: _Domain, keep: int) -> torch.Tensor:
         if op.kind not in S.REDUCE_KINDS:
