@@ -40,6 +40,7 @@ STRATEGY_VERSION = 1
 #: such names, and names that are not identifiers, print as JSON strings: ``"inf"``.
 RESERVED = frozenset({"true", "false", "inf", "nan", "dim", "not", "and", "or", "in", "as", "call", "contract",
                       "dims", "kernel", "map", "name", "over", "reduce", "return", "strategy", "target", "when",
+                      "scan", "along", "exclusive",
                       "where", "_"})  # every word of arke/grammar/ir.lark
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
