@@ -12,6 +12,8 @@ straight list of ops, each defining new SSA values:
 * :class:`ContractOp` — a sum of products of two loads (matmul, bmm, attention's ``QKᵀ``).
   Equivalent to a ``ReduceOp(sum)`` of ``lhs * rhs``; kept apart because every target
   lowers it differently.
+* :class:`ScanOp` — a scan (``cumsum cumprod cummax cummin`` or the linear recurrence
+  ``h = a * h + b``) of an elementwise body along one of its axes.
 * :class:`CallOp` — a call of another kernel of the module.
 
 Scalar bodies are trees of :class:`SExpr` nodes, each carrying its dtype. Everything is a
@@ -246,6 +248,51 @@ class ContractOp:
         return TensorType(self.dtype, tuple(a.extent for a in self.axes))
 
 
+SCAN_KINDS = ("sum", "prod", "max", "min", "linear")
+
+
+@dataclass(frozen=True)
+class ScanOp:
+    """``result[axes]``: the scan of ``body`` along ``axis`` (one of ``axes``), the other axes fixed.
+
+    ``sum prod max min``: ``r[.., n, ..] = body[.., 0, ..] op … op body[.., n, ..]``; ``linear``:
+    ``h[n] = coeff[n] * h[n - 1] + body[n]`` with ``h[-1] = init`` (which does not use ``axis``).
+    ``exclusive``: position ``n`` holds the value before step ``n`` (the identity, or ``init``, at 0).
+    Computed in sequence, floats in f32 and integers in i64 (spec/language.md §8.9).
+    """
+
+    result: str
+    dtype: DType
+    kind: str
+    axes: tuple[Axis, ...]
+    axis: str
+    body: SExpr
+    coeff: SExpr | None = None
+    init: SExpr | None = None
+    exclusive: bool = False
+    name: str | None = None
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.dtype, tuple(a.extent for a in self.axes))
+
+    @property
+    def exprs(self) -> tuple[SExpr, ...]:
+        """The op's expressions as printed: ``(coeff, body, init)`` for ``linear``, else ``(body,)``."""
+        if self.coeff is not None and self.init is not None:
+            return (self.coeff, self.body, self.init)
+        return (self.body,)
+
+    @property
+    def reduce_axes(self) -> tuple[Axis, ...]:
+        """None: a scan's domain is its result's axes (code that walks ``axes + reduce_axes`` sees just those)."""
+        return ()
+
+    @property
+    def scan_axis(self) -> Axis:
+        return next(a for a in self.axes if a.name == self.axis)
+
+
 @dataclass(frozen=True)
 class CallOp:
     """``results = callee(args)``; ``dims`` binds each callee dim symbol to a caller dim."""
@@ -258,7 +305,7 @@ class CallOp:
     name: str | None = None
 
 
-Op = MapOp | ReduceOp | ContractOp | CallOp
+Op = MapOp | ReduceOp | ContractOp | ScanOp | CallOp
 
 
 def op_results(op: Op) -> tuple[tuple[str, TensorType], ...]:

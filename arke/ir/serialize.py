@@ -106,6 +106,17 @@ def _tuple(c: _Codec) -> _Codec:
 
 STR = _Codec(lambda v: v, _str)
 INT = _Codec(lambda v: v, _int)
+
+
+def _bool(x: Any) -> bool:
+    if not isinstance(x, bool):
+        raise ValueError(f"expected true or false, got {x!r}")
+    return x
+
+
+BOOL = _Codec(lambda v: v, _bool)
+
+
 def _dim(x: Any) -> shapes.Dim:
     try:
         return parse_dim(_str(x))
@@ -199,6 +210,9 @@ OP.add(_Record(S.ReduceOp, [("result", STR), ("dtype", DTYPE), ("kind", STR), ("
                             ("reduce_axes", AXES), ("body", SEXPR), ("name", NAME)], "reduce"))
 OP.add(_Record(S.ContractOp, [("result", STR), ("dtype", DTYPE), ("axes", AXES), ("reduce_axes", AXES),
                               ("lhs", LOAD), ("rhs", LOAD), ("name", NAME)], "contract"))
+OP.add(_Record(S.ScanOp, [("result", STR), ("dtype", DTYPE), ("kind", STR), ("axes", AXES), ("axis", STR),
+                          ("body", SEXPR), ("coeff", _optional(SEXPR)), ("init", _optional(SEXPR)),
+                          ("exclusive", BOOL), ("name", NAME)], "scan"))
 OP.add(_Record(S.CallOp, [("results", _tuple(STR)), ("types", _tuple(TYPE)), ("callee", STR),
                           ("args", _tuple(STR)), ("dims", CALL_DIMS), ("name", NAME)], "call"))
 

@@ -40,6 +40,7 @@ STRATEGY_VERSION = 1
 #: such names, and names that are not identifiers, print as JSON strings: ``"inf"``.
 RESERVED = frozenset({"true", "false", "inf", "nan", "dim", "not", "and", "or", "in", "as", "call", "contract",
                       "dims", "kernel", "map", "name", "over", "reduce", "return", "strategy", "target", "when",
+                      "scan", "along", "exclusive",
                       "where", "_"})  # every word of arke/grammar/ir.lark
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
@@ -182,6 +183,10 @@ def op_text(op: S.Op, known: Mapping[str, DType] | None = None) -> str:
     elif isinstance(op, S.ContractOp):
         text = (f"{value_text(op.result)} = contract {op.dtype} {axes_text(op.axes)} over {axes_text(op.reduce_axes)}"
                 f" {{ {sexpr_text(op.lhs, known)}, {sexpr_text(op.rhs, known)} }}")
+    elif isinstance(op, S.ScanOp):
+        exprs = ", ".join(sexpr_text(e, known) for e in op.exprs)
+        text = (f"{value_text(op.result)} = scan.{name_text(op.kind)} {op.dtype} {axes_text(op.axes)}"
+                f" along {name_text(op.axis)}{' exclusive' if op.exclusive else ''} {{ {exprs} }}")
     elif isinstance(op, S.CallOp):
         results = ", ".join(value_text(r) for r in op.results)
         args = ", ".join(value_text(a) for a in op.args)

@@ -239,11 +239,25 @@ class _Reader:
             kind, dtype, axes, raxes, body = _kids(rhs)
             return S.ReduceOp(results[0], self.dtype(dtype), self.name(kind), self.axes(axes), self.axes(raxes),
                               self.sexpr(body, known), name)
+        if rhs.data == "scan":
+            return self.scan(results[0], rhs, name, known)
         dtype, axes, raxes, lhs_t, rhs_t = _kids(rhs)
         lhs, rhs_load = self.sexpr(lhs_t, known), self.sexpr(rhs_t, known)
         if not isinstance(lhs, S.Load) or not isinstance(rhs_load, S.Load):
             self.fail(rhs, "the operands of a contract are two loads: { %a[i, k], %b[k, j] }")
         return S.ContractOp(results[0], self.dtype(dtype), self.axes(axes), self.axes(raxes), lhs, rhs_load, name)
+
+    def scan(self, result: str, t: Tree, name: str | None, known: dict[str, DType]) -> S.ScanOp:
+        kind_t, dtype, axes, axis, excl, *exprs = _kids(t)
+        kind = self.name(kind_t)
+        body = [self.sexpr(e, known) for e in exprs]
+        if len(body) != (3 if kind == "linear" else 1):
+            self.fail(t, "scan.linear has three expressions { coeff, addend, init }, the other scans one")
+        if kind == "linear":
+            return S.ScanOp(result, self.dtype(dtype), kind, self.axes(axes), self.name(axis), body[1], body[0],
+                            body[2], excl is not None, name)
+        return S.ScanOp(result, self.dtype(dtype), kind, self.axes(axes), self.name(axis), body[0],
+                        exclusive=excl is not None, name=name)
 
     def call(self, results: tuple[str, ...], t: Tree, name_t: Tree, known: dict[str, DType]) -> S.CallOp:
         callee, args_t, *rest = _kids(t)

@@ -63,6 +63,7 @@ def _subject_problems(d: Decision, spec: DecisionSpec, kernel: S.Function) -> li
         return []
     free = {a.name for op in kernel.ops if not isinstance(op, S.CallOp) for a in op.axes}
     reduced = {a.name for op in kernel.ops if isinstance(op, (S.ReduceOp, S.ContractOp)) for a in op.reduce_axes}
+    reduced |= {op.axis for op in kernel.ops if isinstance(op, S.ScanOp)}  # a scan reduces each prefix
     if d.subject not in free | reduced:
         known = ", ".join(sorted(free | reduced)) or "none"
         return [f"`{d.kind} {d.subject}`: @{kernel.name} has no index `{d.subject}` (indices: {known})"]

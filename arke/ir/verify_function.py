@@ -128,6 +128,8 @@ class _FunctionCheck:
         self.where = f"@{self.f.name} {label} ({kind}{' ' + quote(op.name) if op.name else ''})"
         if isinstance(op, S.CallOp):
             self.call(op)
+        elif isinstance(op, S.ScanOp):
+            self.scan(op)
         else:
             domain = op.axes + (() if isinstance(op, S.MapOp) else op.reduce_axes)
             self.domain(domain)
@@ -157,6 +159,24 @@ class _FunctionCheck:
                 self.problem(f"axis `{a.name}` appears twice in the op's domain")
             seen.add(a.name)
             self.dim(a.extent, f"extent of axis `{a.name}`")
+
+    def scan(self, op: S.ScanOp) -> None:
+        self.domain(op.axes)
+        axes = {a.name for a in op.axes}
+        if op.kind not in S.SCAN_KINDS:
+            self.problem(f"unknown scan {op.kind!r}: expected one of {', '.join(S.SCAN_KINDS)}")
+        if op.axis not in axes:
+            self.problem(f"the scanned axis `{op.axis}` is not an axis of the op")
+        if (op.kind == "linear") != (op.coeff is not None and op.init is not None):
+            self.problem("scan.linear (and only it) has a coefficient and an initial value")
+        for e in op.exprs:
+            self.expr(e, axes)
+            if not can_store(e.dtype, op.dtype):
+                self.problem(f"an expression is {e.dtype}, which is not stored into {op.dtype} without a cast")
+        if op.init is not None and any(isinstance(x, S.Idx) and x.name == op.axis for x in S.walk(op.init)):
+            self.problem(f"the initial value depends on the scanned axis `{op.axis}`")
+        if op.body.dtype.is_bool and op.kind in ("sum", "prod", "linear"):
+            self.problem(f"scan.{op.kind} of a bool body: cast it to a number first")
 
     def contract(self, op: S.ContractOp, axes: set[str]) -> None:
         for side, load in (("lhs", op.lhs), ("rhs", op.rhs)):

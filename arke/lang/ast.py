@@ -82,14 +82,46 @@ class Call(Expr):
 
 
 @dataclass(frozen=True)
+class Option(Expr):
+    """``name = value`` after the indices of a scan: an option (``exclusive = true``) or the carry (``h = 0.0``)."""
+
+    name: str
+    name_span: Span
+    value: Expr
+
+
+#: The names that make ``name(body for i, ...)`` a :class:`Scan` rather than a :class:`Reduce`.
+SCANS = ("cumsum", "cumprod", "cummax", "cummin", "scan")
+
+
+@dataclass(frozen=True)
 class Reduce(Expr):
-    """``op(body for i, j)``: a reduction (sum, max, min, mean, prod) over the named indices."""
+    """``op(body for i, j)``: a reduction (sum, max, min, mean, prod) over the named indices.
+
+    ``options`` are ``name = value`` items after the indices, which no reduction takes (the checker says so).
+    """
 
     op: str
     op_span: Span
     body: Expr
     indices: tuple[str, ...]
     index_spans: tuple[Span, ...]
+    options: tuple[Option, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scan(Expr):
+    """``op(body for n, options)``: a scan (``cumsum cumprod cummax cummin scan``, spec §8.9) along ``n``.
+
+    Unlike a reduction it binds nothing: ``n`` is an index bound around it, which its value keeps.
+    """
+
+    op: str
+    op_span: Span
+    body: Expr
+    indices: tuple[str, ...]
+    index_spans: tuple[Span, ...]
+    options: tuple[Option, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK2105": (Severity.ERROR, "extent of an index cannot be inferred"),
     "AK2106": (Severity.ERROR, "free indices in a whole-tensor expression"),
     "AK2107": (Severity.ERROR, "a tensor used without indices among indexed terms"),
+    "AK2110": (Severity.ERROR, "malformed scan"),
     "AK2201": (Severity.ERROR, "kernel has no return"),
     "AK2202": (Severity.ERROR, "return does not match the declared outputs"),
     "AK2203": (Severity.ERROR, "statement after return"),
@@ -77,6 +78,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK3016": (Severity.ERROR, "result dtype does not match the declared output"),
     "AK3017": (Severity.ERROR, "condition is not a boolean"),
     "AK3018": (Severity.ERROR, "default value does not fit the parameter"),
+    "AK3020": (Severity.ERROR, "scan body is not affine in its carry"),
     # -- strategies
     "AK4001": (Severity.ERROR, "strategy for an unknown kernel"),
     "AK4002": (Severity.ERROR, "unknown decision"),

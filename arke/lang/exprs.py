@@ -471,6 +471,10 @@ class ExprLowering:
                        hint=f"did you mean `{guess}`?" if guess else "the reductions are " + ", ".join(REDUCTIONS),
                        replacement=guess)
             return POISON
+        if e.options:
+            self.error("AK2110", f"a reduction takes no option `{e.options[0].name}`", e.options[0].name_span,
+                       hint="only scans (`cumsum`, `scan` ...) take options after their index")
+            return POISON
         return self.reduction(e)
 
 

@@ -30,14 +30,14 @@ _FORMS = {
     **dict.fromkeys(("name", "int_lit", "float_lit", "bad_number", "dv_int", "dv_name", "scalar_type", "anon_out"),
                     "{0}"),
     "atom": "({0})", "not_op": "not {0}", "in_set": "{0} in {{{1}}}", "index": "{0}[{1}]", "tensor_type": "{0}[{1}]",
-    "call/1": "{0}()", "call/2": "{0}({1})", "reduce": "{0}({1} for {2})",
+    "call/1": "{0}()", "call/2": "{0}({1})", "reduce": "{0}({1} for {2})", "for_option": "{0} = {1}",
     "param/2": "{0}: {1}", "param/3": "{0}: {1} = {2}", "named_out": "{0}: {1}",
     "single_output": "-> {0}", "named_output": "-> {0}: {1}",
     "ditem/1": "{0}", "ditem/2": "{0} = {1}", "decision_value": "{0} = {1}", "opt_target": "{0} = {1}",
     "opt_when": "when {0}", "import_stmt": "import {0}", "from_import": "from {0} import {1}",
 }
 # Rules that are lists: their items joined by ", ", in brackets for some.
-_LISTS = {**dict.fromkeys(("args", "int_list", "dims", "index_vars", "name_list", "params"), "{}"),
+_LISTS = {**dict.fromkeys(("args", "int_list", "dims", "index_vars", "for_items", "name_list", "params"), "{}"),
           "output_list": "-> ({})", "dv_list": "[{}]"}
 # Binary operators by precedence level; operands of one level print as one chain.
 _LEVELS = {"or_op": "or", "and_op": "and", "compare": "cmp", "matmul": "mul", "pow_op": "pow"}

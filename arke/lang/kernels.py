@@ -25,6 +25,7 @@ from arke.lang.calls import KernelCalls
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.exprs import ExprLowering
 from arke.lang.indices import IndexBinding, IndexInfo
+from arke.lang.scans import ScanLowering
 from arke.lang.signatures import Signature, subs_dims
 from arke.lang.source import Span
 from arke.lang.statements import StatementChecks, Value
@@ -32,7 +33,7 @@ from arke.lang.terms import Scalar, Tensor, Term, cast
 from arke.lang.walk import children
 
 
-class KernelChecker(StatementChecks, KernelCalls, IndexBinding, ExprLowering):
+class KernelChecker(StatementChecks, KernelCalls, IndexBinding, ScanLowering, ExprLowering):
     """Checks one kernel body against its signature and lowers it to an IR function."""
 
     def __init__(self, sig: Signature, callables: dict[str, Signature], diags: list[Diagnostic]):

@@ -209,8 +209,17 @@ class _Build(Transformer[Token, Any]):
         return ast.Call(span, name, name_span, tuple(args or ()))
 
     def reduce(self, span: Span, c: list[Any]) -> ast.Expr:
-        (name, name_span), body, (names, spans) = c
-        return ast.Reduce(span, name, name_span, body, names, spans)
+        (name, name_span), body, (names, spans, options) = c
+        node = ast.Scan if name in ast.SCANS else ast.Reduce
+        return node(span, name, name_span, body, names, spans, options)
+
+    def for_items(self, span: Span, c: list[Any]) -> tuple[tuple[str, ...], tuple[Span, ...], tuple[ast.Option, ...]]:
+        names = [t for t in c if isinstance(t, Token)]
+        options = tuple(o for o in c if isinstance(o, ast.Option))
+        return tuple(str(t) for t in names), tuple(self._tok(t) for t in names), options
+
+    def for_option(self, span: Span, c: list[Any]) -> ast.Option:
+        return ast.Option(span, str(c[0]), self._tok(c[0]), c[1])
 
     def args(self, span: Span, c: list[ast.Expr]) -> tuple[ast.Expr, ...]:
         return tuple(c)

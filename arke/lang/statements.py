@@ -139,7 +139,8 @@ class StatementChecks:
         if not self.ops or not isinstance(t.sx, ir.Load):
             return None
         last = self.ops[-1]
-        if (isinstance(last, ir.ReduceOp | ir.ContractOp) and t.sx.src == last.result and last.dtype == dtype
+        if (isinstance(last, ir.ReduceOp | ir.ContractOp | ir.ScanOp)
+                and t.sx.src == last.result and last.dtype == dtype
                 and [a.name for a in last.axes] == names and t.sx.indices == tuple(ir.Idx(n) for n in names)):
             self.ops[-1] = _renamed(last, name)
             return last.result
@@ -300,7 +301,7 @@ def _result(op: ir.Op) -> str | None:
     return None if isinstance(op, ir.CallOp) else op.result
 
 
-def _renamed(op: ir.ReduceOp | ir.ContractOp, name: str) -> ir.Op:
+def _renamed(op: ir.ReduceOp | ir.ContractOp | ir.ScanOp, name: str) -> ir.Op:
     from dataclasses import replace
 
     return replace(op, name=name or op.name)

@@ -5,7 +5,7 @@ into a consumer by replacing each load ``%p[s, t]`` with ``body``, where the pro
 ``Idx(a)``, ``Idx(b)`` become the subscripts ``s``, ``t`` (cast to the index's dtype when
 they differ). The producer then has no reader left and is removed.
 
-**Legal** whenever every consumer is a map or a reduce: a load reads one element, and the
+**Legal** whenever every consumer is a map, a reduce or a scan: a load reads one element, and the
 body computes exactly that element. A :class:`~arke.ir.semantic.ContractOp`'s operands
 must stay plain loads (every target lowers a contraction as a matmul of two stored
 tensors), and a call's arguments are whole tensors, so a producer read by a contract or a
@@ -49,7 +49,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from arke.ir import semantic as S
-from arke.passes.rewrite import map_expr, map_op_exprs, op_uses, walk
+from arke.passes.rewrite import map_expr, map_op_exprs, op_exprs, op_uses, walk
 
 #: At most this many one-to-one loads of a multi-consumer producer are folded (rule 3).
 MAX_RECOMPUTE = 2
@@ -85,11 +85,12 @@ def fuse_elementwise(fn: S.Function) -> S.Function:
 
 def should_fold(producer: S.MapOp, consumers: list[S.Op]) -> bool:
     """Whether folding ``producer`` into all of ``consumers`` (every op that reads it) is legal and profitable."""
-    if not consumers or not all(isinstance(c, (S.MapOp, S.ReduceOp)) for c in consumers):
+    if not consumers or not all(isinstance(c, (S.MapOp, S.ReduceOp, S.ScanOp)) for c in consumers):
         return False
     loads = [(c, n) for c in consumers for n in _loads_of(c, producer.result)]
     size = _size(producer.body)
-    if any(_size(_body(c)) + size * len(_loads_of(c, producer.result)) > MAX_BODY_NODES for c in consumers):
+    if any(sum(map(_size, op_exprs(c))) + size * len(_loads_of(c, producer.result)) > MAX_BODY_NODES
+           for c in consumers):
         return False
     if is_cheap(producer.body) or len(consumers) == 1:
         return True
@@ -134,14 +135,10 @@ def instantiate(producer: S.MapOp, subscripts: tuple[S.SExpr, ...]) -> S.SExpr:
     return body
 
 
-def _body(op: S.Op) -> S.SExpr:
-    if not isinstance(op, (S.MapOp, S.ReduceOp)):
-        raise TypeError(f"{type(op).__name__} has no body")
-    return op.body
-
-
 def _loads_of(op: S.Op, value: str) -> list[S.Load]:
-    return [n for n in walk(_body(op)) if isinstance(n, S.Load) and n.src == value]
+    if not isinstance(op, (S.MapOp, S.ReduceOp, S.ScanOp)):
+        raise TypeError(f"{type(op).__name__} has no body")
+    return [n for e in op_exprs(op) for n in walk(e) if isinstance(n, S.Load) and n.src == value]
 
 
 def _size(e: S.SExpr) -> int:

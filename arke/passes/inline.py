@@ -65,7 +65,7 @@ class _Inliner:
     def inline(self, fn: S.Function) -> S.Function:
         if not any(isinstance(op, S.CallOp) for op in fn.ops):
             return fn
-        ops: list[S.MapOp | S.ReduceOp | S.ContractOp] = []  # no calls left: one result per op
+        ops: list[S.MapOp | S.ReduceOp | S.ContractOp | S.ScanOp] = []  # no calls left: one result per op
         names: dict[str, str] = {}  # the caller's values (op results) -> their new names
         for op in fn.ops:
             if not isinstance(op, S.CallOp):
@@ -90,7 +90,7 @@ class _Inliner:
         return replace(fn, ops=tuple(ops), results=tuple(names.get(r, r) for r in fn.results))
 
 
-def _plain(op: S.Op) -> S.MapOp | S.ReduceOp | S.ContractOp:
+def _plain(op: S.Op) -> S.MapOp | S.ReduceOp | S.ContractOp | S.ScanOp:
     """``op``, known not to be a call (an inlined callee calls nothing)."""
     if isinstance(op, S.CallOp):
         raise AssertionError(f"a call of @{op.callee} is left after inlining")

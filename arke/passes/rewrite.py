@@ -46,11 +46,13 @@ walk = S.walk
 
 
 def op_exprs(op: S.Op) -> tuple[S.SExpr, ...]:
-    """The scalar expressions of an op: a map's or reduce's body, a contract's two loads, none for a call."""
+    """The scalar expressions of an op: a map's or reduce's body, a scan's, a contract's two loads, none for a call."""
     if isinstance(op, S.ContractOp):
         return (op.lhs, op.rhs)
     if isinstance(op, S.CallOp):
         return ()
+    if isinstance(op, S.ScanOp):
+        return op.exprs
     return (op.body,)
 
 
@@ -78,6 +80,9 @@ def map_op_exprs(op: OpT, fn: Callable[[S.SExpr], S.SExpr]) -> OpT:
         if not isinstance(lhs, S.Load) or not isinstance(rhs, S.Load):
             raise TypeError("a rewrite turned a contract operand into something other than a load")
         return replace(op, lhs=lhs, rhs=rhs)
+    if isinstance(op, S.ScanOp):
+        return replace(op, body=map_expr(op.body, fn), coeff=None if op.coeff is None else map_expr(op.coeff, fn),
+                       init=None if op.init is None else map_expr(op.init, fn))
     return replace(op, body=map_expr(op.body, fn))
 
 
@@ -128,7 +133,7 @@ def substitute_dims(op: OpT, dims: Mapping[str, Dim]) -> OpT:
         types = tuple(S.TensorType(t.dtype, tuple(dim(d) for d in t.shape)) for t in op.types)
         return replace(op, types=types, dims=tuple((k, dim(d)) for k, d in op.dims))
     new = map_op_exprs(op, dim_ref)
-    if isinstance(new, S.MapOp):
+    if isinstance(new, S.MapOp | S.ScanOp):
         return replace(new, axes=axes(new.axes))
     return replace(new, axes=axes(new.axes), reduce_axes=axes(new.reduce_axes))
 

@@ -12,7 +12,9 @@ one dispatch, tried in this order:
 * ``rows`` (:mod:`arke.plan.rows`): ops over the same leading rows (a norm's statistics
   and the map that uses them) run row by row in one pass over memory;
 
-and any op left is a dispatch of its own: a loop nest over the op's axes (and reduce axes).
+and any op left is a dispatch of its own: a loop nest over the op's axes (and reduce axes); a
+scan is a dispatch of its own (family ``scan``): its rows (the other axes) run in parallel, each
+in sequence along the scanned axis.
 The plan names every buffer and dim symbol in the order the runtime passes them, so
 renderers and runtimes agree without re-deriving anything. Values that live only inside
 one dispatch (a dispatch's ``internal`` values) get no buffer.
@@ -31,7 +33,7 @@ from arke.passes.rewrite import op_exprs
 from arke.plan.families import family
 
 #: An op a dispatch computes (calls are inlined before plans are made).
-PlanOp = ir.MapOp | ir.ReduceOp | ir.ContractOp
+PlanOp = ir.MapOp | ir.ReduceOp | ir.ContractOp | ir.ScanOp
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,8 @@ def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None
     k = 0
     found = matchers(families)
     while k < len(ops):
-        d = next((m for m in (match(fn, ops, k, strategy) for match in found) if m is not None), None)
+        d = None if isinstance(ops[k], ir.ScanOp) else next(  # a scan is always a dispatch of its own
+            (m for m in (match(fn, ops, k, strategy) for match in found) if m is not None), None)
         if d is None:
             d = Dispatch(ops[k], family(ops[k]), parallel_axis(ops[k], strategy))
         dispatches.append(d)
@@ -142,8 +145,8 @@ def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None
 
 def parallel_axis(op: PlanOp, strategy: sir.Strategy | None) -> str | None:
     """The axis split across workers: the strategy's `parallel` index if this op has it, else its
-    outermost axis. Reduce axes are never split, so results do not depend on the thread count."""
-    names = [a.name for a in op.axes]
+    outermost axis. Reduce axes (and a scan's axis) are never split, so results do not depend on the thread count."""
+    names = [a.name for a in op.axes if not (isinstance(op, ir.ScanOp) and a.name == op.axis)]
     if strategy is not None:
         for d in strategy.decisions:
             if d.kind == "parallel" and d.subject in names:

@@ -5,6 +5,8 @@
 * ``gather``      — a map reading through data-dependent subscripts (embedding, loss targets)
 * ``reduction``   — a reduce op (norms, softmax statistics, logsumexp)
 * ``contraction`` — a contract op (matmul, bmm, linear, attention's products)
+* ``scan``        — a scan op (cumsum, the linear recurrence of a selective scan): rows in
+  parallel, each in sequence along the scanned axis
 * ``rows``        — consecutive ops over the same leading rows, run row by row in one dispatch
   (a norm's or softmax's statistics and the map that uses them; :mod:`arke.plan.rows`)
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from arke.ir import semantic as ir
 
-FAMILIES = ("pointwise", "layout", "gather", "reduction", "contraction", "rows", "attention")
+FAMILIES = ("pointwise", "layout", "gather", "reduction", "contraction", "rows", "attention", "scan")
 
 
 def subexprs(e: ir.SExpr) -> list[ir.SExpr]:
@@ -27,8 +29,10 @@ def is_gather(e: ir.SExpr) -> bool:
                for x in subexprs(e))
 
 
-def family(op: ir.MapOp | ir.ReduceOp | ir.ContractOp) -> str:
+def family(op: ir.MapOp | ir.ReduceOp | ir.ContractOp | ir.ScanOp) -> str:
     """The family of one dispatch."""
+    if isinstance(op, ir.ScanOp):
+        return "scan"
     if isinstance(op, ir.ContractOp):
         return "contraction"
     if isinstance(op, ir.ReduceOp):

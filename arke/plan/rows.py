@@ -101,7 +101,7 @@ def _claimed_elsewhere(fn: ir.Function, ops: list[PlanOp], k: int, strategy: sir
 
 def _fits(op: PlanOp, rows: list[Dim], strategy: sir.Strategy | None) -> bool:
     """Whether ``op`` can be a member over these row extents (on its own, before its reads)."""
-    if isinstance(op, ir.ContractOp) or len(op.axes) < len(rows):
+    if isinstance(op, ir.ContractOp | ir.ScanOp) or len(op.axes) < len(rows):
         return False
     if any(equal(a.extent, e) is not True for a, e in zip(op.axes, rows)):
         return False

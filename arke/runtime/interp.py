@@ -25,6 +25,9 @@ How it computes (the language spec quotes this list):
   wraps to the same answer as accumulating in the op's dtype. An empty range gives the
   identity: ``0``, ``1``, and for ``max``/``min`` ``-inf``/``+inf`` on floats, the
   type's smallest/largest value on integers and ``False``/``True`` on bools.
+* **Scans** (``cumsum cumprod cummax cummin`` and the linear recurrence ``h = a * h + b``) run
+  in sequence along their axis, one rounding per operation, accumulating as reductions do; an
+  exclusive scan starts from the identity (or ``init``).
 * **Loads.** A subscript outside its axis is a :class:`GuardError` naming the tensor, the
   subscript position and the value; it never wraps or clamps.
 * **Extents.** An op axis whose extent evaluates below zero is a :class:`GuardError`
@@ -44,6 +47,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -193,7 +197,8 @@ class _Frame:
         for op in self.fn.ops:
             results = op.results if isinstance(op, S.CallOp) else (op.result,)
             self.where = f"`{op.name}`" if op.name else f"%{results[0]}"
-            values = self.call(op) if isinstance(op, S.CallOp) else (self.compute(op),)
+            values = (self.call(op) if isinstance(op, S.CallOp) else (self.scan(op),) if isinstance(op, S.ScanOp)
+                      else (self.compute(op),))
             for name, value in zip(results, values, strict=True):
                 self.env[name] = value
                 self.labels[name] = self.where if len(results) == 1 else f"%{name}"
@@ -246,6 +251,48 @@ class _Frame:
             value = self.reduce(op, dom, keep)
         out.copy_(value)
         return out
+
+    def scan(self, op: S.ScanOp) -> torch.Tensor:
+        """A scan, in sequence along its axis (NumPy's ``accumulate`` and a loop over the positions for
+        ``linear``: linear time, one rounding per operation, vectorised across the other axes)."""
+        dom = self.domain(op.axes)
+        out = torch.empty(dom.sizes, dtype=TORCH_DTYPES[op.dtype])
+        if 0 in dom.sizes:
+            return out
+        acc = torch.float32 if op.dtype.is_float else torch.bool if op.dtype.is_bool else torch.int64
+        k = dom.pos[op.axis]
+
+        def along(e: S.SExpr) -> np.ndarray:  # the scanned axis first
+            return np.moveaxis(self.expr(e, dom).to(acc).expand(dom.sizes).numpy(), k, 0)
+
+        with np.errstate(all="ignore"):  # IEEE results (inf - inf is NaN) are the semantics, not a warning
+            res = self.scan_values(op, along)
+        out.copy_(torch.from_numpy(np.ascontiguousarray(np.moveaxis(res, 0, k))))
+        return out
+
+    def scan_values(self, op: S.ScanOp, along: Callable[[S.SExpr], np.ndarray]) -> np.ndarray:
+        """The scan's values, the scanned axis first."""
+        x = along(op.body)
+        n = x.shape[0]
+        if op.kind == "linear":
+            assert op.coeff is not None and op.init is not None
+            a = along(op.coeff)
+            h = along(op.init)[0].copy()
+            res = np.empty_like(x)
+            for j in range(n):  # h = a * h + b: two roundings, never a fused multiply-add
+                if op.exclusive:
+                    res[j] = h
+                h = np.add(np.multiply(a[j], h), x[j])
+                if not op.exclusive:
+                    res[j] = h
+        else:
+            ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}.get(op.kind)
+            if ufunc is None:
+                raise InterpError(f"{self.fn.name}: unknown scan {op.kind!r}")
+            res = ufunc.accumulate(x, axis=0, dtype=x.dtype)  # sequential; maximum/minimum propagate NaN
+            if op.exclusive:
+                res = np.concatenate([np.full_like(res[:1], _identity(op.kind, op.dtype)), res[:-1]])
+        return res
 
     def reduce(self, op: S.ReduceOp, dom: _Domain, keep: int) -> torch.Tensor:
         if op.kind not in S.REDUCE_KINDS:

@@ -45,7 +45,8 @@ def can_fail(fn: ir.Function, module: ir.Module | None = None) -> bool:
             continue
         reduce_axes = op.reduce_axes if isinstance(op, ir.ReduceOp | ir.ContractOp) else ()
         extents = {a.name: a.extent for a in (*op.axes, *reduce_axes)}
-        body = (op.lhs, op.rhs) if isinstance(op, ir.ContractOp) else (op.body,)
+        body = ((op.lhs, op.rhs) if isinstance(op, ir.ContractOp) else op.exprs if isinstance(op, ir.ScanOp)
+                else (op.body,))
         for e in (x for b in body for x in ir.walk(b)):
             if isinstance(e, ir.Load) and not _plain(e, extents, shapes.get(e.src)):
                 return True

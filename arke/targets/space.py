@@ -104,7 +104,9 @@ def roles_words(roles: frozenset[str] | None) -> str:
     return ", ".join(words[:-1]) + (" or " if len(words) > 1 else "") + words[-1]
 
 
-def _reduced(op: ir.MapOp | ir.ReduceOp | ir.ContractOp) -> tuple[ir.Axis, ...]:
+def _reduced(op: ir.MapOp | ir.ReduceOp | ir.ContractOp | ir.ScanOp) -> tuple[ir.Axis, ...]:
+    if isinstance(op, ir.ScanOp):
+        return (op.scan_axis,)  # each prefix is a reduction along it
     return () if isinstance(op, ir.MapOp) else op.reduce_axes
 
 

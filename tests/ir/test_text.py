@@ -263,7 +263,7 @@ def test_spec_examples_read_verify_and_print_back(kind: str, text: str) -> None:
 
 
 def test_spec_has_examples() -> None:
-    assert [kind for kind, _ in SPEC_BLOCKS] == ["ir", "ir-strategy"]
+    assert [kind for kind, _ in SPEC_BLOCKS] == ["ir", "ir", "ir-strategy"]  # the example, scans (§2.4), strategies
 
 
 def _grammar_words() -> list[str]:

@@ -18,6 +18,11 @@ interpreter evaluates it on the case's own inputs, element by element:
   those ulps on ``|y| + |x|`` (``1 + erf(x / √2)`` cancels for negative ``x``), ``tanh`` on
   ``|y| + 1`` (``exp(2x) - 1`` cancels near 0), ``pow`` on ``|y|·(1 + |b·log a|)`` (as
   ``exp(b·log a)``), ``sin``/``cos`` on 1;
+* a scan (spec/language.md §8.9): at position ``n`` a ``cumsum`` is a sum of ``n + 1`` terms
+  (the bound of a sum, with scans for the ``Σ``), ``cummax``/``cummin`` the largest ``D`` so far,
+  ``cumprod`` relative ``D`` s adding up, and the recurrence ``h = a·h + b`` a sum of ``n + 1``
+  products of up to ``n + 1`` factors: ``2·LAMBDA·√(2(n + 1))·H`` with ``H`` the same recurrence
+  on ``|a|``, ``|b|`` and ``|init|``, plus the operands' bounds carried along by ``|a|``;
 * a ``sum`` or contraction of ``n`` terms ``t``: ``Σ D(t) + 2·LAMBDA·√n·Σ|t|``: Higham and
   Mary's probabilistic bound on a sum in any order (SIAM J. Sci. Comput. 41(5), 2019: within
   ``λ·√n·u·Σ|t|`` of the exact sum with probability at least ``1 - 2·exp(-λ²/2)``), for each
@@ -304,10 +309,12 @@ class _Kernel:
         self.ops.append(S.MapOp(name, dtype, axes, S.Const(value, dtype)))
         return name
 
-    def value(self, op: S.MapOp | S.ReduceOp | S.ContractOp, body: _Body) -> None:
+    def value(self, op: S.MapOp | S.ReduceOp | S.ContractOp | S.ScanOp, body: _Body) -> None:
         here = tuple(S.Idx(a.name) for a in op.axes)
         if isinstance(op, S.MapOp):
             d = body.d(op.body)
+        elif isinstance(op, S.ScanOp):
+            d = self.scanned(op, body)
         else:
             inner = op.body if isinstance(op, S.ReduceOp) else S.Binary("mul", f32(op.lhs), f32(op.rhs), F32)
             kind = "sum" if isinstance(op, S.ContractOp) else op.kind
@@ -342,6 +349,44 @@ class _Kernel:
                                                                    div(terms, absolute(inner)), F32))
         return mul(finite(value), add(relative, mul(c(2.0 * LAMBDA), root)))
 
+    def scanned(self, op: S.ScanOp, body: _Body) -> S.SExpr | None:
+        """The bound of a scan: each prefix is a sum (or product, or linear combination) of up to
+        ``n + 1`` terms, in any order (a target may reassociate, spec/language.md §8.9)."""
+        here = tuple(S.Idx(a.name) for a in op.axes)
+
+        def scan(what: str, kind: str, e: S.SExpr, coeff: S.SExpr | None = None, init: S.SExpr | None = None,
+                 exclusive: bool = op.exclusive) -> S.SExpr:
+            name = self.fresh(f"{op.result}{what}")
+            self.ops.append(S.ScanOp(name, F32, kind, op.axes, op.axis, f32(e), None if coeff is None else f32(coeff),
+                                     None if init is None else f32(init), exclusive))
+            return S.Load(name, here, F32)
+
+        terms = un("sqrt", S.Cast(S.Binary("add", S.Idx(op.axis), S.Const(1, DType.I64), DType.I64), F32))
+        if op.kind in ("max", "min"):
+            d = body.d(op.body)
+            return None if d is None else S.Binary("max", scan("m", "max", d), c(0.0), F32)
+        if op.kind == "sum":
+            d = body.d(op.body)
+            spread = mul(mul(c(2.0 * LAMBDA), terms), scan("a", "sum", absolute(op.body)))
+            return add(None if d is None else scan("d", "sum", d), spread)
+        if op.kind == "prod":  # relative bounds add up, and each product rounds
+            d = body.d(op.body)
+            rel = None if d is None else scan("r", "sum", S.Select(S.Binary("eq", d, c(0.0), BOOL), c(0.0),
+                                                                  div(d, absolute(op.body)), F32))
+            return mul(finite(S.Load(op.result, here, F32)), add(rel, mul(c(2.0 * LAMBDA), terms)))
+        # linear: h = a·h + b expands to a sum of n + 1 products of up to n + 1 factors; H scans the
+        # magnitudes (|a|, |b|, |init|), and the operands' own bounds are carried along by |a|.
+        assert op.coeff is not None and op.init is not None
+        a, b, init = op.coeff, op.body, op.init
+        size = scan("h", "linear", absolute(b), absolute(a), absolute(init))
+        da, db, dinit = body.d(a), body.d(b), body.d(init)
+        carried = None
+        if da is not None or db is not None or dinit is not None:
+            before = scan("x", "linear", absolute(b), absolute(a), absolute(init), exclusive=True)
+            step = add(db, None if da is None else mul(before, da)) or c(0.0)
+            carried = scan("d", "linear", step, absolute(a), dinit or c(0.0))
+        return add(carried, mul(mul(c(2.0 * LAMBDA * 2.0 ** 0.5), terms), size))
+
     def call(self, op: S.CallOp, body: _Body, types: dict[str, S.TensorType]) -> None:
         callee = self.module.get(op.callee)
         name = callee.name + KERNEL
@@ -362,7 +407,7 @@ class _Kernel:
         body.bounded |= {r for r, _ in floats}
 
 
-def _retyped(op: S.MapOp | S.ReduceOp | S.ContractOp, result: str) -> S.Op:
+def _retyped(op: S.MapOp | S.ReduceOp | S.ContractOp | S.ScanOp, result: str) -> S.Op:
     """``op`` storing its value in f32 as ``result``: the value before its 16-bit rounding."""
     return dataclasses.replace(op, result=result, dtype=F32, name=None)
 

@@ -112,9 +112,10 @@ class CudaFunction(CText):
         self.dims: dict[str, str] = {}
         self.current: dict[str, str] = {}
         self.extent: dict[str, Dim] = {a.name: a.extent for a in self.op.axes}
-        if not isinstance(self.op, ir.MapOp):
+        if isinstance(self.op, ir.ReduceOp | ir.ContractOp):
             self.extent.update({a.name: a.extent for a in self.op.reduce_axes})
-        exprs = [self.op.lhs, self.op.rhs] if isinstance(self.op, ir.ContractOp) else [self.op.body]
+        exprs = ([self.op.lhs, self.op.rhs] if isinstance(self.op, ir.ContractOp) else
+                 list(self.op.exprs) if isinstance(self.op, ir.ScanOp) else [self.op.body])
         used = {self.op.result} | {x.src for e in exprs for x in loads_in(e)}
         self.args = sorted(used, key=plan.buffer_index)
         self.x = CExpr(self.emit, lambda a: self.current[a], lambda r: self.dim(r.dim), self.load)
@@ -139,6 +140,7 @@ class CudaFunction(CText):
 
     # -- the function
     def render(self) -> str:
+        assert not isinstance(self.op, ir.ScanOp), "a scan is scan.py's CudaScanFunction"
         axes = [a.name for a in self.op.axes]
         total = self.parallel_extent = element_count(self.op)
         self.emit("const long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
@@ -237,12 +239,20 @@ class CudaRenderer(SIMTRenderer):
                 functions.append(text)
                 launches.extend(made if isinstance(made, list | tuple) else [made])
                 continue
-            one, launch = per_element_kernels(plan, "CudaRenderer", lambda d, name: CudaFunction(plan, d, name),
-                                              only=k)
+            one, launch = per_element_kernels(plan, "CudaRenderer", lambda d, name: _function(plan, d, name), only=k)
             functions.extend(one)
             launches.extend(launch)
         source = "\n\n".join([f"// arke kernel {plan.name} (CUDA C)", PRELUDE.strip(), *functions]) + "\n"
         return Artifact("cuda", source, tuple(launches), {"block": str(BLOCK)})
+
+
+def _function(plan: KernelPlan, d: Dispatch, name: str) -> CudaFunction:
+    """A single-op dispatch's emitter: a scan's own (one thread per row), else one thread per element."""
+    if isinstance(d.op, ir.ScanOp):
+        from arke.targets.cuda.scan import CudaScanFunction
+
+        return CudaScanFunction(plan, d, name)
+    return CudaFunction(plan, d, name)
 
 
 RENDERER = CudaRenderer(frozenset(FAMILY_RENDERERS))

@@ -101,7 +101,7 @@ class RowsFunction(RowsBase):
         rows = self.op.axes[:self.r]
         at = self.narrow_digits(self.x.let("long long", "(long long)blockIdx.x"), rows)
         for op in self.members:
-            assert not isinstance(op, ir.ContractOp)
+            assert not isinstance(op, ir.ContractOp | ir.ScanOp)
             self.member(op, at)
         return self.text()
 

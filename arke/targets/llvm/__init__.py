@@ -84,6 +84,8 @@ def _row_axis(op: PlanOp, rows: int | None, parallel: str | None) -> str | None:
 def looped(op: PlanOp, parallel: str | None, rows: int | None = None) -> set[str]:
     """The indices of ``op`` the CPU code gives a loop of its own (so loop hints reach them): as a single-op
     dispatch split along ``parallel``, or as a member of a rows dispatch sharing ``rows`` row indices."""
+    if isinstance(op, ir.ScanOp):
+        return set()  # scan.py: its loops take no hints (rows go side by side, the scan in sequence)
     axes = [a.name for a in op.axes]
     if rows is None:
         order = ([parallel] if parallel in axes else []) + [a for a in axes if a != parallel]

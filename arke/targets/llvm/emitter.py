@@ -42,7 +42,7 @@ class Emitter:
         self.args = used
         self.ptr = {b: f"%b{plan.buffer_index(b)}" for b in used}
         self.extent: dict[str, Dim] = {a.name: a.extent for a in self.op.axes}
-        if not isinstance(self.op, ir.MapOp):
+        if isinstance(self.op, ir.ReduceOp | ir.ContractOp):
             self.extent.update({a.name: a.extent for a in self.op.reduce_axes})
 
     # -- plumbing
@@ -64,7 +64,8 @@ class Emitter:
 
     def _buffers_used(self) -> set[str]:
         names = {self.op.result}
-        exprs = [self.op.lhs, self.op.rhs] if isinstance(self.op, ir.ContractOp) else [self.op.body]
+        exprs = ([self.op.lhs, self.op.rhs] if isinstance(self.op, ir.ContractOp) else
+                 list(self.op.exprs) if isinstance(self.op, ir.ScanOp) else [self.op.body])
         for e in exprs:
             names |= {x.src for x in loads_in(e)}
         return names

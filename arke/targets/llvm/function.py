@@ -189,6 +189,7 @@ class LLVMFunction(ScalarEmitter):
     def element(self) -> None:
         """The innermost body: compute (or reduce) one element of the result and store it."""
         op = self.op
+        assert not isinstance(op, ir.ScanOp), "a scan is scan.py's ScanFunction"
         dtype = op.dtype
         value = self.expr(op.body) if isinstance(op, ir.MapOp) else self.reduction(op)
         out = self.buffer(op.result)
@@ -281,4 +282,8 @@ def function_for(plan: KernelPlan, dispatch: Dispatch, name: str, declare: Calla
         from arke.targets.llvm.rows import RowsFunction
 
         return RowsFunction(plan, dispatch, name, declare, vector_bits)
+    if dispatch.family == "scan":
+        from arke.targets.llvm.scan import ScanFunction
+
+        return ScanFunction(plan, dispatch, name, declare, vector_bits)
     return LLVMFunction(plan, dispatch, name, declare, vector_bits)

@@ -46,6 +46,9 @@ class NVPTXFunction(LLVMFunction):
         super().__init__(plan, dispatch, name, declare, vector_bits=32)
 
     def render(self) -> str:
+        if isinstance(self.op, ir.ScanOp):  # one thread per element cannot carry a scan's running value
+            raise UnsupportedError(f"`{self.plan.name}`: the llvm target's GPU flavour (arch) does not lower scans; "
+                                   "build it for cuda or triton")
         axes = [a.name for a in self.op.axes]
         total = self.parallel_extent = element_count(self.op)
         self.start_error_flag()

@@ -209,7 +209,7 @@ class _Function:
         checks: list[str] = []
         for d in self.plan.dispatches:
             for op in d.members:
-                assert not isinstance(op, ir.CallOp)
+                assert not isinstance(op, ir.CallOp | ir.ScanOp)  # render() refuses scans
                 low = Lowering(self, op, fn.guards).lower(op.result)
                 self.tensors[op.result] = Tensor(low.result, op.dtype, op.type.shape)
                 if not op.axes:
@@ -250,6 +250,11 @@ class MLIRRenderer(Renderer):
     def render(self, plan: KernelPlan) -> Artifact:
         from arke.targets.mlir.schedule import OpLoops, schedule
 
+        scans = [d for d in plan.dispatches if isinstance(d.op, ir.ScanOp)]
+        if scans:  # never lowered as a map: that would be wrong numbers, not an error
+            what = scans[0].op.name or "a scan"
+            raise UnsupportedError(f"{plan.name}: the mlir target does not lower scans yet (`{what}`); "
+                                   "build it for llvm, triton or cuda")
         func, ops, errors = _Function(plan).build()
         sched = schedule(plan, [OpLoops(tag, loops) for tag, loops in ops])
         name = json.dumps(plan.name)

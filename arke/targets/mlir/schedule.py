@@ -98,7 +98,7 @@ def parallel_dims(fn: ir.Function) -> tuple[str, ...]:
         return ()  # a call hides its loops: claim nothing
     axes = {op.result: [a.name for a in op.axes] for op in ops}
 
-    def same_slice(op: ir.MapOp | ir.ReduceOp | ir.ContractOp, name: str) -> bool:
+    def same_slice(op: ir.MapOp | ir.ReduceOp | ir.ContractOp | ir.ScanOp, name: str) -> bool:
         for e in op_exprs(op):
             for x in ir.walk(e):
                 if isinstance(x, ir.Load) and x.src in axes:

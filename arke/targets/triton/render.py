@@ -8,6 +8,7 @@ the text. Forms:
 
 * pointwise / layout / gather maps: the map's domain flattened, ``BLOCK`` lanes per program,
   a masked tail; gathers check their subscripts (a bad one reads element 0 and raises ``ws``);
+* scans: one program per row, the scanned axis in blocks (:mod:`arke.targets.triton.scan`);
 * reductions and generic contractions: ``BLOCK_O`` outputs per program, the reduce domain
   flattened and walked in ``BLOCK_R`` chunks (a fixed order), accumulated in f32 (i64 for
   integers), lanes folded by ``tl.reduce`` (NaN-propagating max/min);
@@ -109,7 +110,7 @@ class _Dispatch:
         e = Emitter(self.src, shape, index, mask, depth, env.inline)
         e.registers = env.registers
         e.extent = {a.name: a.extent for a in op.axes}
-        if not isinstance(op, ir.MapOp):
+        if isinstance(op, ir.ReduceOp | ir.ContractOp):
             e.extent.update({a.name: a.extent for a in op.reduce_axes})
         return e
 
@@ -118,6 +119,10 @@ class _Dispatch:
         d = self.d
         if d.family == "rows":
             self.rows()
+        elif isinstance(d.op, ir.ScanOp):
+            from arke.targets.triton.scan import scan_program
+
+            scan_program(self, d.op)
         elif isinstance(d.op, ir.MapOp):
             self.map_program(d.op)
         else:
@@ -208,6 +213,7 @@ class _Dispatch:
         br = self.block_for([a.name for m in members if not isinstance(m, ir.MapOp) for a in m.reduce_axes],
                             ROW_BLOCK_R, "BLOCK_R")
         for op in members:
+            assert not isinstance(op, ir.ScanOp), "a scan is never a rows member (plan/rows.py)"
             fixed = {a.name: v for a, v in zip(op.axes[:r], row_vars)}
             free = op.axes[r:]
             if isinstance(op, ir.MapOp):
@@ -338,7 +344,12 @@ class TritonRenderer(Renderer):
             fn = _Dispatch(plan, d, entry)
             functions.append(fn.render())
             launches.append(fn.launch())
-        source = "\n\n".join(["import triton\nimport triton.language as tl\n", HELPERS.strip() + "\n", *functions])
+        helpers = [HELPERS.strip() + "\n"]
+        if any(isinstance(d.op, ir.ScanOp) for d in plan.dispatches):
+            from arke.targets.triton.scan import SCAN_HELPERS
+
+            helpers.append(SCAN_HELPERS.strip() + "\n")
+        source = "\n\n".join(["import triton\nimport triton.language as tl\n", *helpers, *functions])
         return Artifact("triton", source, tuple(launches), {})
 
 
