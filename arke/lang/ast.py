@@ -94,7 +94,7 @@ class Reduce(Expr):
 
 @dataclass(frozen=True)
 class Unary(Expr):
-    """``-x``, ``+x`` or ``not x``."""
+    """``-x``, ``+x``, ``~x`` or ``not x``."""
 
     op: str
     operand: Expr
@@ -102,7 +102,7 @@ class Unary(Expr):
 
 @dataclass(frozen=True)
 class Binary(Expr):
-    """Arithmetic (``+ - * / // % ** @``), comparisons and ``and``/``or``."""
+    """Arithmetic (``+ - * / // % ** @``), bitwise (``& | ^ << >>``), comparisons and ``and``/``or``."""
 
     op: str
     left: Expr
