@@ -315,7 +315,7 @@ class TritonRenderer(Renderer):
     """Renders a kernel plan to a Triton module (see the module doc)."""
 
     name = "triton"
-    capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "bool"})
+    capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "u8", "u16", "u32", "bool"})
     families = frozenset({"rows", "contraction", "attention"})
 
     def render(self, plan: KernelPlan) -> Artifact:
