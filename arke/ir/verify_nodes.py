@@ -15,8 +15,9 @@ from arke.ir import shapes
 FLOAT_UNARY = frozenset(S.UNARY_OPS) - {"neg", "abs", "relu", "not", "bitnot"}
 NUMERIC_UNARY = frozenset({"neg", "abs", "relu"})
 LOGICAL = frozenset({"and", "or"})
-#: Binary ops whose operands and result share one numeric dtype.
-ARITHMETIC = frozenset(S.BINARY_OPS) - S.COMPARISONS - LOGICAL
+#: Binary ops whose operands and result share one numeric dtype (the bitwise ops: one integer dtype,
+#: and the shifts' count is i64).
+ARITHMETIC = frozenset(S.BINARY_OPS) - S.COMPARISONS - LOGICAL - S.BITWISE
 
 
 def _dim_problems(d: shapes.Dim, bound: set[str] | None) -> list[str]:

@@ -129,10 +129,13 @@ def identity(kind: str, dtype: DType) -> str:
     return str(-(2 ** (bits - 1)) if low else 2 ** (bits - 1) - 1)
 
 
-def accumulator(dtype: DType) -> str:
-    """The Triton type a reduction of ``dtype`` accumulates in (f32 for floats, i64 for integers)."""
+def accumulator(dtype: DType, kind: str = "sum") -> str:
+    """The Triton type a reduction of ``dtype`` accumulates in (f32 for floats, i64 for integers; an
+    unsigned ``max``/``min`` in its own type, which cannot overflow and keeps the registers small)."""
     if dtype.is_float:
         return "tl.float32"
+    if dtype.is_unsigned and kind in ("max", "min"):
+        return COMPUTE[dtype]
     return "tl.int32" if dtype.is_bool else "tl.int64"
 
 

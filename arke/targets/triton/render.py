@@ -156,7 +156,7 @@ class _Dispatch:
         omask = src.fresh()
         src.line(f"{omask} = {o} < {src.dim(product([a.extent for a in free]))}", depth)
         index = {**fixed, **self.decompose(o, free, depth)}
-        kind, acc_ty = _kind(op), accumulator(op.dtype)
+        kind, acc_ty = _kind(op), accumulator(op.dtype, _kind(op))
         ident = identity(kind, op.dtype)
         acc, rb = src.fresh(), src.fresh()
         src.line(f"{acc} = tl.full([{bo}, {br}], {ident}, {acc_ty})", depth)
