@@ -1,6 +1,6 @@
 """Sampled kernels the standard library does not contain, for the family matchers: random
-layouts, batch axes, prologues (nibbles of u8 weights among them), epilogues, dtypes, masks and shapes (ones and ragged sizes
-included), each compiled for every runnable target and compared with the interpreter.
+layouts, batch axes, prologues (nibbles of u8 weights among them), epilogues, dtypes, masks and
+shapes (ones and ragged sizes included), each compiled for every runnable target and compared with the interpreter.
 
 A matcher may claim a kernel or decline it; either way the answer must be the reference's.
 The sample is seeded, so a failure names a kernel that fails again.
