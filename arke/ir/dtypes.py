@@ -12,6 +12,9 @@ class DType(str, Enum):
     I8 = "i8"
     I32 = "i32"
     I64 = "i64"
+    U8 = "u8"
+    U16 = "u16"
+    U32 = "u32"
     F16 = "f16"
     BF16 = "bf16"
     F32 = "f32"
@@ -25,7 +28,12 @@ class DType(str, Enum):
 
     @property
     def is_int(self) -> bool:
-        return self in (DType.I8, DType.I32, DType.I64)
+        """Any integer type, signed or unsigned (not ``bool``)."""
+        return self in _INTS
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self in (DType.U8, DType.U16, DType.U32)
 
     @property
     def is_bool(self) -> bool:
@@ -41,18 +49,29 @@ class DType(str, Enum):
         return DType.F32 if self in (DType.F16, DType.BF16) else self
 
 
-_BITS = {DType.BOOL: 1, DType.I8: 8, DType.I32: 32, DType.I64: 64, DType.F16: 16, DType.BF16: 16, DType.F32: 32}
-_RANK = {DType.BOOL: 0, DType.I8: 1, DType.I32: 2, DType.I64: 3, DType.F16: 4, DType.BF16: 4, DType.F32: 5}
+_INTS = frozenset({DType.I8, DType.I32, DType.I64, DType.U8, DType.U16, DType.U32})
+_BITS = {DType.BOOL: 1, DType.I8: 8, DType.I32: 32, DType.I64: 64, DType.U8: 8, DType.U16: 16, DType.U32: 32,
+         DType.F16: 16, DType.BF16: 16, DType.F32: 32}
+# Unsigned types rank by width among themselves; against a signed type they meet in _MIXED.
+_RANK = {DType.BOOL: 0, DType.I8: 1, DType.U8: 1, DType.U16: 1.5, DType.I32: 2, DType.U32: 2.5, DType.I64: 3,
+         DType.F16: 4, DType.BF16: 4, DType.F32: 5}
 
 DTYPES: dict[str, DType] = {d.value: d for d in DType}
 
 
 def promote(a: DType, b: DType) -> DType:
-    """The common type of two operands: bool < i8 < i32 < i64 < {f16, bf16} < f32; f16 with bf16 gives f32."""
+    """The common type of two operands: bool < i8 < i32 < i64 < {f16, bf16} < f32 and u8 < u16 < u32;
+    f16 with bf16 gives f32; an unsigned type with a signed one gives the smallest signed type that
+    holds both (u8/u16 with i8 or i32: i32; u32 with any signed type: i64), so no value is lost."""
     if a == b:
         return a
     if {a, b} == {DType.F16, DType.BF16}:
         return DType.F32
+    if a.is_int and b.is_int and a.is_unsigned != b.is_unsigned:
+        unsigned, signed = (a, b) if a.is_unsigned else (b, a)
+        if unsigned is DType.U32 or signed is DType.I64:
+            return DType.I64
+        return DType.I32
     return a if _RANK[a] > _RANK[b] else b
 
 
@@ -72,7 +91,17 @@ INT_RANGE: dict[DType, tuple[int, int]] = {
     DType.I8: (-(2**7), 2**7 - 1),
     DType.I32: (-(2**31), 2**31 - 1),
     DType.I64: (-(2**63), 2**63 - 1),
+    DType.U8: (0, 2**8 - 1),
+    DType.U16: (0, 2**16 - 1),
+    DType.U32: (0, 2**32 - 1),
 }
+
+
+def wrap(value: int, dtype: DType) -> int:
+    """The integer ``value`` wrapped to integer type ``dtype`` (its low bits, two's complement)."""
+    bits = _BITS[dtype]
+    low = value & ((1 << bits) - 1)
+    return low - (1 << bits) if not dtype.is_unsigned and low >= 1 << (bits - 1) else low
 
 
 def fits(value: int, dtype: DType) -> bool:

@@ -73,6 +73,7 @@ UNARY_OPS: dict[str, str] = {
     "ceil": "round toward +inf (stays float)",
     "exp2": "2**x",
     "log2": "base-2 logarithm",
+    "bitnot": "~x: every bit of an integer flipped",
 }
 
 #: Binary ops: name -> meaning. Comparisons give bool; ``and``/``or`` take bools.
@@ -94,9 +95,17 @@ BINARY_OPS: dict[str, str] = {
     "ge": "a >= b",
     "and": "a and b",
     "or": "a or b",
+    "bitand": "a & b (integers)",
+    "bitor": "a | b (integers)",
+    "bitxor": "a ^ b (integers)",
+    "shl": "a << b: a * 2**b wrapped to a's type; the count b is i64, 0 <= b < a's width (else an error)",
+    "shr": "a >> b: floor(a / 2**b), arithmetic on signed and logical on unsigned a; b as for shl",
 }
 
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+#: Binary ops on integers only; the shifts' count is an ``i64`` whatever the shifted type.
+BITWISE = frozenset({"bitand", "bitor", "bitxor", "shl", "shr"})
+SHIFTS = frozenset({"shl", "shr"})
 
 
 @dataclass(frozen=True)

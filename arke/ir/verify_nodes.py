@@ -12,11 +12,12 @@ from arke.ir import semantic as S
 from arke.ir import shapes
 
 #: Unary ops on floats only; ``neg abs relu`` take any number and ``not`` a bool.
-FLOAT_UNARY = frozenset(S.UNARY_OPS) - {"neg", "abs", "relu", "not"}
+FLOAT_UNARY = frozenset(S.UNARY_OPS) - {"neg", "abs", "relu", "not", "bitnot"}
 NUMERIC_UNARY = frozenset({"neg", "abs", "relu"})
 LOGICAL = frozenset({"and", "or"})
-#: Binary ops whose operands and result share one numeric dtype.
-ARITHMETIC = frozenset(S.BINARY_OPS) - S.COMPARISONS - LOGICAL
+#: Binary ops whose operands and result share one numeric dtype (the bitwise ops: one integer dtype,
+#: and the shifts' count is i64).
+ARITHMETIC = frozenset(S.BINARY_OPS) - S.COMPARISONS - LOGICAL - S.BITWISE
 
 
 def _dim_problems(d: shapes.Dim, bound: set[str] | None) -> list[str]:
@@ -66,6 +67,8 @@ def _unary_problems(e: S.Unary) -> list[str]:
         return [f"{e.op} of {e.x.dtype}: it takes a float (cast first)"]
     if e.op in NUMERIC_UNARY and e.dtype.is_bool:
         return [f"{e.op} of bool: it takes a number"]
+    if e.op == "bitnot" and not e.dtype.is_int:
+        return [f"bitnot of {e.dtype}: it takes an integer"]
     return []
 
 
@@ -79,6 +82,12 @@ def _binary_problems(e: S.Binary) -> list[str]:
     if e.op in LOGICAL:
         ok = a.is_bool and b.is_bool and e.dtype.is_bool
         return [] if ok else [f"{e.op} of {a} and {b} typed {e.dtype}: it takes and gives bool"]
+    if e.op in S.SHIFTS:
+        ok = a == e.dtype and a.is_int and b is S.DType.I64
+        return [] if ok else [f"{e.op} of {a} by {b} typed {e.dtype}: it shifts an integer of the node's dtype "
+                              "by an i64 count"]
     if not a == b == e.dtype:
         return [f"{e.op} of {a} and {b} typed {e.dtype}: operands need the node's dtype (insert a cast)"]
+    if e.op in S.BITWISE and not e.dtype.is_int:
+        return [f"{e.op} of {e.dtype}: bitwise ops take integers"]
     return [f"{e.op} of bool: arithmetic takes numbers"] if e.dtype.is_bool else []

@@ -126,7 +126,7 @@ class Scan(Expr):
 
 @dataclass(frozen=True)
 class Unary(Expr):
-    """``-x``, ``+x`` or ``not x``."""
+    """``-x``, ``+x``, ``~x`` or ``not x``."""
 
     op: str
     operand: Expr
@@ -134,7 +134,7 @@ class Unary(Expr):
 
 @dataclass(frozen=True)
 class Binary(Expr):
-    """Arithmetic (``+ - * / // % ** @``), comparisons and ``and``/``or``."""
+    """Arithmetic (``+ - * / // % ** @``), bitwise (``& | ^ << >>``), comparisons and ``and``/``or``."""
 
     op: str
     left: Expr

@@ -78,6 +78,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK3016": (Severity.ERROR, "result dtype does not match the declared output"),
     "AK3017": (Severity.ERROR, "condition is not a boolean"),
     "AK3018": (Severity.ERROR, "default value does not fit the parameter"),
+    "AK3019": (Severity.ERROR, "bitwise operand is not an integer, or a shift count is out of range"),
     "AK3020": (Severity.ERROR, "scan body is not affine in its carry"),
     # -- strategies
     "AK4001": (Severity.ERROR, "strategy for an unknown kernel"),

@@ -21,6 +21,7 @@ from arke.ir import semantic as ir
 from arke.ir.dtypes import DTYPES, FLOAT_MAX, DType, fits, float_fits
 from arke.ir.shapes import Dim, dim_str, floordiv, mod
 from arke.lang import ast
+from arke.lang.bits import BIT_OPS
 from arke.lang.diagnostics import Related, did_you_mean
 from arke.lang.terms import POISON, Scalar, Tensor, Term, cast, common_dtype, scalar_const
 
@@ -158,6 +159,8 @@ class ExprLowering:
             return t
         if e.op == "not":
             return self.lift([t], lambda s: self._not(s[0], e), e)
+        if e.op == "~":
+            return self.lift([t], lambda s: self.invert(s[0], e), e)
         return self.lift([t], lambda s: self._neg(s[0], e), e)
 
     def _neg(self: KernelChecker, s: Scalar, e: ast.Expr) -> Scalar | None:
@@ -188,6 +191,8 @@ class ExprLowering:
                     self.error("AK3017", f"`{op}` needs booleans, but `{_text(self, side)}` is {s.dtype}", side.span)
                     return None
             return Scalar(ir.Binary(op, a.sx, b.sx, DType.BOOL), DType.BOOL, free)
+        if op in BIT_OPS:
+            return self.bitwise(op, a, b, e)
         dtype, weak = common_dtype(a, b)
         if not (self.literal_fits(a, dtype, e) and self.literal_fits(b, dtype, e)):
             return None
@@ -379,7 +384,8 @@ class ExprLowering:
             hint = f"{to} holds values from {_range(to)}" if to.is_int else ""
             if not self.literal_fits(s[0], to, e, hint=hint):
                 return None
-            return Scalar(cast(s[0].sx, to), to, s[0].free, False, s[0].dim if to.is_int else None)
+            dim = s[0].dim if to.is_int and not to.is_unsigned else None  # a wrapped dim is no dim
+            return Scalar(cast(s[0].sx, to), to, s[0].free, False, dim)
 
         return self.lift([self.expr(e.args[0])], conv, e)
 

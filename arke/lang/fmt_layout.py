@@ -24,7 +24,8 @@ CONTINUATION = 4
 Node = Tree[Token] | Token
 
 # Tokens that carry a value; the rest (keywords, punctuation) follow from the rule.
-_VALUE = frozenset({"NAME", "INT", "FLOAT", "BAD_NUMBER", "COMP_OP", "ADD_OP", "MUL_OP", "POW"})
+_VALUE = frozenset({"NAME", "INT", "FLOAT", "BAD_NUMBER", "COMP_OP", "ADD_OP", "MUL_OP", "POW", "SHIFT_OP",
+                    "BITOR_OP", "BITXOR_OP", "BITAND_OP", "INVERT_OP"})
 # How a rule prints on one line, from the texts of its children; `rule/n` when it has n of them.
 _FORMS = {
     **dict.fromkeys(("name", "int_lit", "float_lit", "bad_number", "dv_int", "dv_name", "scalar_type", "anon_out"),
@@ -41,6 +42,8 @@ _LISTS = {**dict.fromkeys(("args", "int_list", "dims", "index_vars", "for_items"
           "output_list": "-> ({})", "dv_list": "[{}]"}
 # Binary operators by precedence level; operands of one level print as one chain.
 _LEVELS = {"or_op": "or", "and_op": "and", "compare": "cmp", "matmul": "mul", "pow_op": "pow"}
+_BINOP_LEVELS = {"ADD_OP": "add", "MUL_OP": "mul", "SHIFT_OP": "shift", "BITAND_OP": "bitand",
+                 "BITXOR_OP": "bitxor", "BITOR_OP": "bitor"}
 
 
 @dataclass
@@ -97,7 +100,8 @@ def _level(node: Node) -> str | None:
         return None
     if node.data == "binop":
         op = node.children[1]
-        return "add" if isinstance(op, Token) and op.type == "ADD_OP" else "mul"
+        kind = op.type if isinstance(op, Token) else "MUL_OP"
+        return _BINOP_LEVELS.get(kind, "mul")
     return _LEVELS.get(str(node.data))
 
 
@@ -140,7 +144,7 @@ class _Printer:
 
     def _sign(self, sign: Node, operand: Node) -> str:
         """A unary sign, spaced from another sign: `- -x`, not `--x`."""
-        return f"{sign} " if self.flat(operand)[0] in "+-" else str(sign)
+        return f"{sign} " if self.flat(operand)[0] in "+-~" and str(sign) != "~" else str(sign)
 
     def chain(self, node: Node) -> list[tuple[str | None, Node]]:
         """``a + b - c`` as [(None, a), ('+', b), ('-', c)]: operands of one precedence level.

@@ -21,6 +21,7 @@ from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, equal
 from arke.lang import ast
+from arke.lang.bits import BitOps
 from arke.lang.calls import KernelCalls
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.exprs import ExprLowering
@@ -33,7 +34,7 @@ from arke.lang.terms import Scalar, Tensor, Term, cast
 from arke.lang.walk import children
 
 
-class KernelChecker(StatementChecks, KernelCalls, IndexBinding, ScanLowering, ExprLowering):
+class KernelChecker(StatementChecks, KernelCalls, IndexBinding, ScanLowering, ExprLowering, BitOps):
     """Checks one kernel body against its signature and lowers it to an IR function."""
 
     def __init__(self, sig: Signature, callables: dict[str, Signature], diags: list[Diagnostic]):

@@ -41,7 +41,8 @@ def _terminal_words() -> dict[str, str]:
 # Terminals that would only continue an expression: listed only when nothing else fits,
 # so "expected `)` or `,`" is not drowned in every operator the expression could take.
 _CONTINUATIONS = frozenset({"ADD_OP", "MUL_OP", "COMP_OP", "DOT", "LPAR", "LSQB", "IF", "IN", "AND", "OR",
-                            "FOR", "__ANON_0", "__ANON_1", "POW", "STAR", "AT"})
+                            "FOR", "__ANON_0", "__ANON_1", "POW", "STAR", "AT"}) | frozenset(
+    {"SHIFT_OP", "BITOR_OP", "BITXOR_OP", "BITAND_OP"})  # the bitwise operators (spec §8.10)
 _ORDER = ["RBRACE", "RPAR", "RSQB", "COMMA", "EQUAL", "COLON", "LBRACE", "SEMICOLON", "NAME", "INT", "FLOAT"]
 
 

@@ -16,7 +16,8 @@ from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, make
 from arke.lang.source import Source, Span
 
-_VALUE_TOKENS = frozenset({"NAME", "INT", "FLOAT", "BAD_NUMBER", "COMP_OP", "ADD_OP", "MUL_OP", "POW"})
+_VALUE_TOKENS = frozenset({"NAME", "INT", "FLOAT", "BAD_NUMBER", "COMP_OP", "ADD_OP", "MUL_OP", "POW",
+                           "SHIFT_OP", "BITOR_OP", "BITXOR_OP", "BITAND_OP", "INVERT_OP"})
 
 
 def _edge(children: Any, side: int, base: int) -> int | None:
@@ -186,7 +187,7 @@ class _Build(Transformer[Token, Any]):
     def unop(self, span: Span, c: list[Any]) -> ast.Expr:
         op, operand = str(c[0]), c[1]
         # Fold the sign into a literal: `-inf`, `-1` are constants, not negations.
-        if isinstance(operand, ast.Num):
+        if isinstance(operand, ast.Num) and op in ("+", "-"):
             value = operand.value if op == "+" else -operand.value
             return ast.Num(span, value, operand.is_int, op + operand.text)
         return ast.Unary(span, op, operand)

@@ -65,7 +65,8 @@ def reduction_doc(name: str) -> str:
 def dtype_doc(name: str) -> str:
     """One line on a dtype."""
     return {"bool": "boolean", "i8": "8-bit signed integer", "i32": "32-bit signed integer",
-            "i64": "64-bit signed integer (the type of indices and dims)",
+            "i64": "64-bit signed integer (the type of indices and dims)", "u8": "8-bit unsigned integer",
+            "u16": "16-bit unsigned integer", "u32": "32-bit unsigned integer",
             "f16": "IEEE half precision float (computes in f32, rounds when stored)",
             "bf16": "bfloat16 (computes in f32, rounds when stored)", "f32": "IEEE single precision float"}[name]
 

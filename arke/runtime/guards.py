@@ -33,7 +33,7 @@ import sympy
 import torch
 
 from arke.ir import semantic as S
-from arke.ir.dtypes import DTYPES, DType
+from arke.ir.dtypes import DTYPES, INT_RANGE, DType
 from arke.ir.shapes import Dim, dim_str, evaluate, free_dims
 from arke.runtime.errors import GuardError
 from arke.runtime.limits import check_tensor_kind
@@ -41,16 +41,19 @@ from arke.runtime.limits import check_tensor_kind
 #: The torch dtype that stores each DType.
 TORCH_DTYPES: dict[DType, torch.dtype] = {
     DType.BOOL: torch.bool, DType.I8: torch.int8, DType.I32: torch.int32, DType.I64: torch.int64,
+    DType.U8: torch.uint8, DType.U16: torch.uint16, DType.U32: torch.uint32,
     DType.F16: torch.float16, DType.BF16: torch.bfloat16, DType.F32: torch.float32,
 }
 #: The NumPy dtype of each DType (NumPy has no bf16).
 NUMPY_DTYPES: dict[DType, np.dtype[Any]] = {
     DType.BOOL: np.dtype(np.bool_), DType.I8: np.dtype(np.int8), DType.I32: np.dtype(np.int32),
-    DType.I64: np.dtype(np.int64), DType.F16: np.dtype(np.float16), DType.F32: np.dtype(np.float32),
+    DType.I64: np.dtype(np.int64), DType.U8: np.dtype(np.uint8), DType.U16: np.dtype(np.uint16),
+    DType.U32: np.dtype(np.uint32), DType.F16: np.dtype(np.float16), DType.F32: np.dtype(np.float32),
 }
 _FROM_TORCH = {v: k for k, v in TORCH_DTYPES.items()}
 _FROM_NUMPY = {v: k for k, v in NUMPY_DTYPES.items()}
 _NP_NAMES = {DType.BOOL: "np.bool_", DType.I8: "np.int8", DType.I32: "np.int32", DType.I64: "np.int64",
+             DType.U8: "np.uint8", DType.U16: "np.uint16", DType.U32: "np.uint32",
              DType.F16: "np.float16", DType.F32: "np.float32"}
 
 #: What a dtype argument of :func:`check_call` may be.
@@ -328,7 +331,7 @@ def check_call(fn: S.Function, arg_shapes: ShapeArgs, arg_dtypes: DTypeArgs | No
 
 # ---------------------------------------------------------------- user arguments
 
-_INT_RANGE = {DType.I8: (-(2**7), 2**7 - 1), DType.I32: (-(2**31), 2**31 - 1), DType.I64: (-(2**63), 2**63 - 1)}
+_INT_RANGE = INT_RANGE
 
 
 def scalar_tensor(fn: S.Function, p: S.Param, value: Any) -> torch.Tensor:

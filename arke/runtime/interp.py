@@ -9,7 +9,14 @@ How it computes (the language spec quotes this list):
   op's body, ``f16``/``bf16`` arithmetic runs in ``f32`` and is rounded (to nearest even)
   only when the op's result is stored. The leaves of a body hold values of their own
   type: loads are exact, literals and explicit casts to ``f16``/``bf16`` round at once.
-  Integer arithmetic wraps at its type's width (two's complement).
+  Integer arithmetic wraps at its type's width (two's complement). Unsigned values are held
+  in ``int64`` while a body runs (torch's CPU kernels have no ``uint16``/``uint32``
+  arithmetic) and every operation that yields one keeps its low bits, so the result is
+  arithmetic modulo ``2**width`` exactly.
+* **Bits.** ``bitand bitor bitxor bitnot`` act on two's complement bits; ``shl`` keeps the
+  low bits of ``a * 2**b``, ``shr`` is ``floor(a / 2**b)`` (arithmetic on signed types,
+  logical on unsigned ones). A shift count outside ``0 <= b < width`` is a
+  :class:`GuardError` (``arith``); it is never masked.
 * **Division.** Integer ``div`` and ``floordiv`` are floor division and ``mod`` follows
   Python's sign rule; an integer division or modulo by zero, and an integer raised to a
   negative power, are :class:`GuardError` s. On floats ``div`` is IEEE division,
@@ -137,8 +144,19 @@ _PLAIN: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 
 
 def _compute(dt: DType) -> torch.dtype:
-    """The torch dtype a value of type ``dt`` is held in while an op's body runs."""
-    return TORCH_DTYPES[dt.compute]
+    """The torch dtype a value of type ``dt`` is held in while an op's body runs (unsigned: int64)."""
+    return torch.int64 if dt.is_unsigned else TORCH_DTYPES[dt.compute]
+
+
+def _wrap(x: torch.Tensor, dt: DType) -> torch.Tensor:
+    """An unsigned result (held in int64) reduced to its type's width; other types wrap by themselves."""
+    return torch.bitwise_and(x, (1 << dt.bits) - 1) if dt.is_unsigned else x
+
+
+_BITWISE: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "bitand": torch.bitwise_and, "bitor": torch.bitwise_or, "bitxor": torch.bitwise_xor,
+    "shl": torch.bitwise_left_shift, "shr": torch.bitwise_right_shift,
+}
 
 
 def _identity(kind: str, dt: DType) -> float | int | bool:
@@ -374,9 +392,9 @@ class _Frame:
         if isinstance(e, S.Load):
             return self.load(e, dom).to(_compute(e.dtype))
         if isinstance(e, S.Unary):
-            return self.unary(e, dom)
+            return _wrap(self.unary(e, dom), e.dtype)
         if isinstance(e, S.Binary):
-            return self.binary(e, dom)
+            return _wrap(self.binary(e, dom), e.dtype)
         if isinstance(e, S.Select):
             cond = self.expr(e.cond, dom).to(torch.bool)
             ct = _compute(e.dtype)
@@ -387,15 +405,17 @@ class _Frame:
                 return x != 0
             if e.dtype.compute != e.dtype:  # an explicit cast to f16/bf16 rounds now
                 return x.to(TORCH_DTYPES[e.dtype]).to(_compute(e.dtype))
-            return x.to(_compute(e.dtype))
+            return _wrap(x.to(_compute(e.dtype)), e.dtype)
         raise InterpError(f"{self.fn.name}: unknown expression {type(e).__name__}")
 
     def unary(self, e: S.Unary, dom: _Domain) -> torch.Tensor:
         x = self.expr(e.x, dom).to(_compute(e.dtype))
-        if e.op not in _UNARY:
+        if e.op not in _UNARY and e.op != "bitnot":
             raise InterpError(f"{self.fn.name}: unknown unary op {e.op!r}")
         if e.op in ("floor", "ceil") and not x.is_floating_point():
             return x
+        if e.op == "bitnot":
+            return torch.bitwise_not(x)  # on an unsigned value, _wrap then keeps its width
         return _UNARY[e.op](x)
 
     def binary(self, e: S.Binary, dom: _Domain) -> torch.Tensor:
@@ -404,7 +424,15 @@ class _Frame:
             ct = _compute(promote(e.a.dtype, e.b.dtype))
             return _COMPARE[e.op](a.to(ct), b.to(ct))
         ct = _compute(e.dtype)
+        if e.op in S.SHIFTS:
+            bits = e.dtype.bits
+            bad = (b < 0) | (b >= bits)
+            if bool(bad.any()):
+                count = int(b[bad].flatten()[0])
+                raise self.error(f"shift count {count} is out of range for {e.dtype} (0 to {bits - 1})", "arith")
         a, b = a.to(ct), b.to(ct)
+        if e.op in _BITWISE:
+            return _BITWISE[e.op](a, b)
         if e.op in _PLAIN:
             return _PLAIN[e.op](a, b)
         floating = a.is_floating_point()

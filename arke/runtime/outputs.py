@@ -24,8 +24,8 @@ from arke.ir.shapes import Dim, evaluate
 from arke.runtime.guards import TORCH_DTYPES, GuardError
 from arke.runtime.limits import check_tensor_kind
 
-#: Integer operations a kernel checks as it runs (a zero divisor, a negative power).
-_CHECKED = frozenset({"div", "floordiv", "mod", "pow"})
+#: Integer operations a kernel checks as it runs (a zero divisor, a negative power, a shift count).
+_CHECKED = frozenset({"div", "floordiv", "mod", "pow", "shl", "shr"})
 
 
 def can_fail(fn: ir.Function, module: ir.Module | None = None) -> bool:
@@ -50,10 +50,15 @@ def can_fail(fn: ir.Function, module: ir.Module | None = None) -> bool:
         for e in (x for b in body for x in ir.walk(b)):
             if isinstance(e, ir.Load) and not _plain(e, extents, shapes.get(e.src)):
                 return True
-            if isinstance(e, ir.Binary) and e.op in _CHECKED and not e.dtype.is_float:
+            if isinstance(e, ir.Binary) and e.op in _CHECKED and not e.dtype.is_float and not _safe_shift(e):
                 return True
         shapes[op.result] = tuple(a.extent for a in op.axes)
     return False
+
+
+def _safe_shift(e: ir.Binary) -> bool:
+    """A shift by a literal count in range (the checker's rule for literals): it cannot fail."""
+    return e.op in ir.SHIFTS and isinstance(e.b, ir.Const) and 0 <= int(e.b.value) < e.dtype.bits
 
 
 def _plain(load: ir.Load, extents: Mapping[str, Dim], shape: Sequence[Dim] | None) -> bool:

@@ -35,7 +35,7 @@ AXIS_NAMES = ("i", "j", "k", "m", "n", "t", "inf", "dim", "a b")
 PARAM_NAMES = ("x", "w", "b", "ids", "mask", "eps", "scale", "q", "k", "v")
 ALL_DTYPES = tuple(DType)
 NUMERIC = tuple(d for d in DType if not d.is_bool)
-INTS = (DType.I8, DType.I32, DType.I64)
+INTS = tuple(d for d in DType if d.is_int)
 FLOATS = (DType.F16, DType.BF16, DType.F32)
 
 texts = st.text(max_size=12)  # names and guard texts: quotes, backslashes, any unicode
@@ -149,8 +149,12 @@ def sexprs(draw: st.DrawFn, ctx: Ctx, dtype: DType, depth: int) -> S.SExpr:
     if kind == "not":
         return S.Unary("not", draw(sexprs(ctx, dtype, sub)), dtype)
     if kind == "unary":
-        ops = sorted(NUMERIC_UNARY | (FLOAT_UNARY if dtype.is_float else set()))
+        ops = sorted(NUMERIC_UNARY | (FLOAT_UNARY if dtype.is_float else {"bitnot"} if dtype.is_int else set()))
         return S.Unary(draw(st.sampled_from(ops)), draw(sexprs(ctx, dtype, sub)), dtype)
+    if dtype.is_int and draw(st.booleans()):  # bitwise ops and shifts (an i64 count)
+        op = draw(st.sampled_from(sorted(S.BITWISE)))
+        count = DType.I64 if op in S.SHIFTS else dtype
+        return S.Binary(op, draw(sexprs(ctx, dtype, sub)), draw(sexprs(ctx, count, sub)), dtype)
     return S.Binary(draw(st.sampled_from(sorted(ARITHMETIC))), draw(sexprs(ctx, dtype, sub)),
                     draw(sexprs(ctx, dtype, sub)), dtype)
 

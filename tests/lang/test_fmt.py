@@ -503,7 +503,7 @@ def test_fmt_rewrites_folders_recursively_and_only_what_changes(tree: Path,
 
 def test_a_file_with_syntax_errors_is_left_alone(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tree / "bad.ak"
-    bad.write_text("kernel f(x: f32[N]) -> f32[N] {\n  return x[i] ^ 2.0\n}\n", encoding="utf-8")
+    bad.write_text("kernel f(x: f32[N]) -> f32[N] {\n  return x[i] $ 2.0\n}\n", encoding="utf-8")
     before = bad.read_bytes()
     assert akc_fmt(str(bad), str(tree / "a.ak")) == 1
     _, err = capsys.readouterr()

@@ -59,11 +59,12 @@ SEEDS = [_read(p) for p in _seed_files()]
 VOCAB = [
     "kernel", "import", "from", "let", "return", "where", "if", "else", "for", "in", "and", "or", "not",
     "when", "@strategy", "@", "target", "llvm", "triton", "cuda", "std.nn", "std",
-    "f32", "f16", "bf16", "i64", "i32", "i8", "bool", "true", "false", "inf", "-inf",
+    "f32", "f16", "bf16", "i64", "i32", "i8", "u8", "u16", "u32", "bool", "true", "false", "inf", "-inf",
     "sum", "max", "min", "mean", "prod", "exp", "log", "sqrt", "rsqrt", "gelu", "silu", "transpose",
     "tile", "parallel", "split", "vectorize", "unroll", "warps", "stages", "algorithm", "flash", "pack",
     "x", "y", "w", "m", "n", "k", "i", "j", "M", "N", "K", "D", "H", "G", "R",
-    "+", "-", "*", "/", "//", "%", "**", "@", "==", "!=", "<", "<=", ">", ">=", "=", "->", ":", ",", ";", ".",
+    "+", "-", "*", "/", "//", "%", "**", "@", "&", "|", "^", "~", "<<", ">>", "==", "!=", "<", "<=", ">", ">=", "=",
+    "->", ":", ",", ";", ".",
     "(", ")", "[", "]", "{", "}", "#", "\n", " ",
     "0", "1", "2", "16", "128", "1e-6", "0.5", "1.", ".5", "1e", "9" * 30, "1e999",
 ]

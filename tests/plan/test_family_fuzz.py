@@ -1,6 +1,6 @@
 """Sampled kernels the standard library does not contain, for the family matchers: random
-layouts, batch axes, prologues, epilogues, dtypes, masks and shapes (ones and ragged sizes
-included), each compiled for every runnable target and compared with the interpreter.
+layouts, batch axes, prologues (nibbles of u8 weights among them), epilogues, dtypes, masks and
+shapes (ones and ragged sizes included), each compiled for every runnable target and compared with the interpreter.
 
 A matcher may claim a kernel or decline it; either way the answer must be the reference's.
 The sample is seeded, so a failure names a kernel that fails again.
@@ -22,7 +22,7 @@ def contraction(rng: random.Random) -> tuple[str, dict[str, int]]:
     """``C[(b,) m, n] = epilogue(sum(prologue(A) * prologue(B) for k))`` in a random layout."""
     batch = rng.choice(["", "a", "b", "ab"])  # which operands have the batch axis
     a_t, b_t = rng.random() < 0.3, rng.random() < 0.5
-    a_dt, b_dt = rng.choice(["f32", "f32", "bf16"]), rng.choice(["f32", "f32", "bf16", "i8"])
+    a_dt, b_dt = rng.choice(["f32", "f32", "bf16"]), rng.choice(["f32", "f32", "bf16", "i8", "u8"])
     a_sub = "k, m" if a_t else "m, k"
     b_sub = "n, k" if b_t else "k, n"
     a_shape = "K, M" if a_t else "M, K"
@@ -33,6 +33,9 @@ def contraction(rng: random.Random) -> tuple[str, dict[str, int]]:
         b_sub, b_shape = "i, " + b_sub, "B, " + b_shape
     a = f"f32(a[{a_sub}])" if a_dt != "f32" else f"a[{a_sub}]"
     b = f"f32(b[{b_sub}])" if b_dt != "f32" else f"b[{b_sub}]"
+    if b_dt == "u8":  # a nibble of a byte weight, zero point 8 (spec §8.9): bits in the prologue
+        b = rng.choice([f"(f32(b[{b_sub}] & 15) - 8.0)", f"(f32(b[{b_sub}] >> 4) - 8.0)",
+                        f"f32((i32(b[{b_sub}] >> (4 * (k % 2))) & 15) ^ 8)"])
     params = [f"a: {a_dt}[{a_shape}]", f"b: {b_dt}[{b_shape}]"]
     pro = rng.choice(["", "silu", "gk", "sn"])
     if pro == "silu":

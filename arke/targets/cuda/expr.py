@@ -27,13 +27,18 @@ from arke.targets.literals import float_literal
 
 #: The C type a value is computed in.
 COMPUTE = {DType.F32: "float", DType.F16: "float", DType.BF16: "float", DType.I64: "long long", DType.I32: "int",
-           DType.I8: "signed char", DType.BOOL: "bool"}
+           DType.I8: "signed char", DType.BOOL: "bool", DType.U8: "unsigned char", DType.U16: "unsigned short",
+           DType.U32: "unsigned int"}
 #: The C type a tensor's elements are stored in (16-bit floats as bits, bools as bytes): the ABI.
 STORAGE = {DType.F32: "float", DType.F16: "unsigned short", DType.BF16: "unsigned short", DType.I64: "long long",
-           DType.I32: "int", DType.I8: "signed char", DType.BOOL: "unsigned char"}
-#: The unsigned type integer arithmetic wraps in.
-UNSIGNED = {DType.I64: "unsigned long long", DType.I32: "unsigned int", DType.I8: "unsigned char"}
-_BITS = {DType.I64: 64, DType.I32: 32, DType.I8: 8}
+           DType.I32: "int", DType.I8: "signed char", DType.BOOL: "unsigned char", DType.U8: "unsigned char",
+           DType.U16: "unsigned short", DType.U32: "unsigned int"}
+#: The unsigned type integer arithmetic wraps in (at least ``unsigned int`` for 16-bit types: an
+#: ``unsigned short`` would promote to ``int``, and 65535 * 65535 overflows it).
+UNSIGNED = {DType.I64: "unsigned long long", DType.I32: "unsigned int", DType.I8: "unsigned char",
+            DType.U8: "unsigned int", DType.U16: "unsigned int", DType.U32: "unsigned int"}
+_BITS = {DType.I64: 64, DType.I32: 32, DType.I8: 8, DType.U8: 8, DType.U16: 16, DType.U32: 32}
+_BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^"}
 _HALF = {DType.F16: "f16", DType.BF16: "bf16"}
 _MATH = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff", "floor": "floorf",
          "ceil": "ceilf", "exp2": "exp2f", "log2": "log2f", "abs": "fabsf"}
@@ -89,6 +94,18 @@ template <typename T> static inline T ak_mod(T a, T b, bool* err) {
   T r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
 }
+template <typename T> static inline T ak_udiv(T a, T b, bool* err) {
+  if (b == 0) { *err = true; b = 1; }
+  return (T)(a / b); /* unsigned: floor division is division */
+}
+template <typename T> static inline T ak_umod(T a, T b, bool* err) {
+  if (b == 0) { *err = true; b = 1; }
+  return (T)(a % b);
+}
+static inline int ak_shift_count(long long c, int bits, bool* err) {
+  if (c < 0 || c >= bits) { *err = true; return 0; } /* checked, never masked */
+  return (int)c;
+}
 template <typename T> static inline T ak_ipow(T a, T b, bool* err) {
   if (b < 0) { *err = true; return 0; }
   unsigned long long r = 1ull, base = (unsigned long long)(long long)a, e = (unsigned long long)(long long)b;
@@ -134,6 +151,8 @@ def identity(kind: str, dtype: DType) -> str:
     if dtype.is_float:
         return c_float({"sum": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf}[kind])
     bits = _BITS[dtype]
+    if dtype.is_unsigned:
+        return c_int({"sum": 0, "prod": 1, "max": 0, "min": 2 ** bits - 1}[kind], dtype)
     return c_int({"sum": 0, "prod": 1, "max": -(2 ** (bits - 1)), "min": 2 ** (bits - 1) - 1}[kind], dtype)
 
 
@@ -194,6 +213,8 @@ class CExpr:
             return self.let("bool", f"{v} != 0")
         if src.is_float and dst.is_float:
             return self.round_to(v, dst)
+        if src.is_float and dst.is_unsigned:  # through long long, as the interpreter converts (C: no UB)
+            return self.let(COMPUTE[dst], f"({COMPUTE[dst]})(long long){v}")
         return self.round_to(self.let(COMPUTE[dst], f"({COMPUTE[dst]}){v}"), dst)
 
     def value(self, e: ir.SExpr, as_type: DType | None = None) -> str:
@@ -239,6 +260,10 @@ class CExpr:
         ty, op = COMPUTE[e.dtype], e.op
         if op == "not":
             return self.let("bool", f"!{x}")
+        if op == "bitnot":
+            return self.let(ty, f"({ty})(~({UNSIGNED[e.dtype]}){x})")
+        if e.dtype.is_unsigned and op in ("abs", "relu"):
+            return x  # never negative
         if not e.dtype.is_float:
             u = UNSIGNED.get(e.dtype)
             if op == "neg" and u:
@@ -276,6 +301,8 @@ class CExpr:
             ct = promote(e.a.dtype, e.b.dtype).compute
             a, b = self.value(e.a, ct), self.value(e.b, ct)
             return self.let("bool", f"{a} {_COMPARE[op]} {b}")
+        if op in ir.SHIFTS:
+            return self.shift(op, self.value(e.a, e.dtype), self.value(e.b, DType.I64), e.dtype)
         a, b = self.value(e.a, e.dtype), self.value(e.b, e.dtype)
         ty = COMPUTE[e.dtype]
         if e.dtype.is_bool:
@@ -299,12 +326,23 @@ class CExpr:
             return f"floorf({a} / {b})"
         raise UnsupportedError(f"cuda: binary `{op}` on floats")
 
+    def shift(self, op: str, a: str, count: str, dtype: DType) -> str:
+        """``a << count`` (in the unsigned type: no UB) or ``a >> count`` (C's ``>>``: arithmetic on the
+        signed types with nvcc and gcc, logical on unsigned ones); a count out of range flags."""
+        ty, u = COMPUTE[dtype], UNSIGNED[dtype]
+        n = self.let("int", f"ak_shift_count({count}, {_BITS[dtype]}, &ak_err)")
+        if op == "shl":
+            return self.let(ty, f"({ty})(({u}){a} << {n})")
+        return self.let(ty, f"({ty})({a} >> {n})")
+
     def int_binary(self, op: str, a: str, b: str, dtype: DType) -> str:
         """The C expression of integer ``a op b``, wrapping at ``dtype``'s width."""
         ty, u = COMPUTE[dtype], UNSIGNED[dtype]
-        simple = {"add": "+", "sub": "-", "mul": "*"}
+        simple = {"add": "+", "sub": "-", "mul": "*", **_BITWISE}
         if op in simple:
             return f"({ty})(({u}){a} {simple[op]} ({u}){b})"
+        if dtype.is_unsigned and op in ("div", "floordiv", "mod"):
+            return f"ak_{'umod' if op == 'mod' else 'udiv'}<{ty}>({a}, {b}, &ak_err)"
         if op in ("max", "min"):
             return f"{a} {'>' if op == 'max' else '<'} {b} ? {a} : {b}"
         if op in ("div", "floordiv"):

@@ -47,7 +47,7 @@ VECTOR = {DType.F32: 4, DType.F16: 8, DType.BF16: 8}
 HALF = frozenset({DType.F16, DType.BF16})
 
 #: Put before each rows function (guarded: a kernel may have several): a shuffle for every
-#: reduction type (CUDA has none for bool or char), Python's 64-bit integer division with one
+#: reduction type (CUDA has none for bool, char or short), Python's 64-bit integer division with one
 #: division (32-bit when the operands fit), a 16-byte vector and an alignment test.
 HELPERS = r"""
 #ifndef AK_ROWS_HELPERS
@@ -60,6 +60,12 @@ static __device__ __forceinline__ bool ak_rows_shfl(bool v, int m) {
 }
 static __device__ __forceinline__ signed char ak_rows_shfl(signed char v, int m) {
   return (signed char)__shfl_xor_sync(0xffffffffu, (int)v, m);
+}
+static __device__ __forceinline__ unsigned char ak_rows_shfl(unsigned char v, int m) {
+  return (unsigned char)__shfl_xor_sync(0xffffffffu, (unsigned)v, m);
+}
+static __device__ __forceinline__ unsigned short ak_rows_shfl(unsigned short v, int m) {
+  return (unsigned short)__shfl_xor_sync(0xffffffffu, (unsigned)v, m);
 }
 static __device__ __forceinline__ unsigned long long ak_rows_udiv(unsigned long long a, unsigned long long b) {
   /* one division, 32-bit when it can: a 64-bit one is a call in SASS (ptxas spills around calls) */

@@ -270,7 +270,8 @@ class LLVMFunction(ScalarEmitter):
         elif kind in ("sum", "prod"):
             self.emit(f"{t} = {'add' if kind == 'sum' else 'mul'} {ct} {a}, {b}")
         else:
-            c = self.let(f"icmp {'sgt' if kind == 'max' else 'slt'} {ct} {a}, {b}")
+            pred = ("u" if dtype.is_unsigned else "s") + ("gt" if kind == "max" else "lt")
+            c = self.let(f"icmp {pred} {ct} {a}, {b}")
             self.emit(f"{t} = select i1 {c}, {ct} {a}, {ct} {b}")
         return t
 

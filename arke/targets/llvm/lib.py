@@ -8,7 +8,15 @@ import struct
 
 from arke.ir.dtypes import DType
 
-INT_BITS = {DType.I64: 64, DType.I32: 32, DType.I8: 8}
+INT_BITS = {DType.I64: 64, DType.I32: 32, DType.I8: 8, DType.U32: 32, DType.U16: 16, DType.U8: 8}
+
+
+def int_const(value: int, dtype: DType) -> str:
+    """An LLVM integer literal of ``value`` in ``dtype`` (unsigned values above the signed range as their
+    two's complement: LLVM's integers are signless)."""
+    bits = INT_BITS[dtype]
+    value &= (1 << bits) - 1
+    return str(value - (1 << bits) if value >= 1 << (bits - 1) else value)
 
 
 def float_const(value: float, dtype: DType = DType.F32) -> str:
@@ -99,11 +107,13 @@ def expf(scalef: bool) -> tuple[str, tuple[str, ...]]:
     return "arke.expf", (*EXPF_DECLARES, EXPF)
 
 
-def ipow(ct: str) -> str:
-    """An integer power by squaring; a negative exponent raises the error flag (as the interpreter does)."""
-    return f"""define internal {ct} @"arke.ipow.{ct}"({ct} %a, {ct} %n, ptr %flag) {{
+def ipow(ct: str, unsigned: bool = False) -> str:
+    """An integer power by squaring; a negative exponent raises the error flag (as the interpreter does).
+    Unsigned (``arke.ipow.u.{ct}``): no exponent is negative, and it halves by a logical shift."""
+    name = f"arke.ipow.u.{ct}" if unsigned else f"arke.ipow.{ct}"
+    return f"""define internal {ct} @"{name}"({ct} %a, {ct} %n, ptr %flag) {{
 entry:
-  %neg = icmp slt {ct} %n, 0
+  %neg = icmp {'ult' if unsigned else 'slt'} {ct} %n, 0
   br i1 %neg, label %bad, label %loop
 bad:
   store i1 true, ptr %flag
@@ -120,7 +130,7 @@ step:
   %rm = mul {ct} %r, %b
   %r2 = select i1 %isodd, {ct} %rm, {ct} %r
   %b2 = mul {ct} %b, %b
-  %e2 = ashr {ct} %e, 1
+  %e2 = {'lshr' if unsigned else 'ashr'} {ct} %e, 1
   br label %next
 next:
   br label %loop
@@ -135,4 +145,6 @@ def identity(kind: str, dtype: DType) -> str:
     if dtype.is_float:
         return {"sum": "0.0", "prod": "1.0", "max": "0xFFF0000000000000", "min": "0x7FF0000000000000"}[kind]
     bits = INT_BITS[dtype]
+    if dtype.is_unsigned:
+        return {"sum": "0", "prod": "1", "max": "0", "min": "-1"}[kind]  # -1: every bit set, the largest
     return {"sum": "0", "prod": "1", "max": str(-(2 ** (bits - 1))), "min": str(2 ** (bits - 1) - 1)}[kind]

@@ -42,7 +42,7 @@ class LLVMRenderer(Renderer):
     """
 
     name = "llvm"
-    capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "bool", "parallel"})
+    capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "u8", "u16", "u32", "bool", "parallel"})
 
     def __init__(self, vector_bits: int = 512):
         self.vector_bits = vector_bits

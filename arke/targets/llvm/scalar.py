@@ -23,20 +23,37 @@ from arke.plan.dispatch import Buffer
 from arke.targets.artifact import UnsupportedError
 from arke.targets.llvm.convert import FLOAT16, narrow, widen
 from arke.targets.llvm.emitter import Emitter
-from arke.targets.llvm.lib import INT_BITS, expf, float_const, ipow
+from arke.targets.llvm.lib import INT_BITS, expf, float_const, int_const, ipow
 
 # ---------------------------------------------------------------- type tables
 
 # 16-bit floats are stored as their raw bits (i16) and converted by arke.targets.llvm.convert
+# LLVM integers are signless: unsigned types share the signed types' storage, and the operations
+# that differ (compare, divide, extend, convert, shift right) pick their unsigned forms.
 STORAGE = {DType.F32: "float", DType.F16: "i16", DType.BF16: "i16", DType.I64: "i64", DType.I32: "i32",
-           DType.I8: "i8", DType.BOOL: "i8"}
+           DType.I8: "i8", DType.BOOL: "i8", DType.U8: "i8", DType.U16: "i16", DType.U32: "i32"}
 COMPUTE = {DType.F32: "float", DType.F16: "float", DType.BF16: "float", DType.I64: "i64", DType.I32: "i32",
-           DType.I8: "i8", DType.BOOL: "i1"}
+           DType.I8: "i8", DType.BOOL: "i1", DType.U8: "i8", DType.U16: "i16", DType.U32: "i32"}
 
 FLOAT_BINARY = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
 INT_BINARY = {"add": "add", "sub": "sub", "mul": "mul"}
 FLOAT_COMPARE = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}
 INT_COMPARE = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
+UINT_COMPARE = {"eq": "eq", "ne": "ne", "lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge"}
+BITWISE = {"bitand": "and", "bitor": "or", "bitxor": "xor"}
+
+
+def int_compare(op: str, dtype: DType) -> str:
+    """The ``icmp`` predicate of comparison ``op`` on integers of ``dtype``."""
+    return (UINT_COMPARE if dtype.is_unsigned else INT_COMPARE)[op]
+
+
+def int_convert(src: DType, dst: DType) -> str:
+    """The instruction that converts integer ``src`` to integer ``dst`` (two's complement: wrap or extend)."""
+    a, b = INT_BITS[src], INT_BITS[dst]
+    if a == b:
+        return "bitcast"
+    return ("zext" if src.is_unsigned else "sext") if b > a else "trunc"
 # Float math with an LLVM intrinsic (NaN-propagating maximum/minimum, as torch does).
 FLOAT_INTRINSIC = {"log": "llvm.log", "sqrt": "llvm.sqrt", "sin": "llvm.sin",
                    "cos": "llvm.cos", "floor": "llvm.floor", "ceil": "llvm.ceil", "exp2": "llvm.exp2",
@@ -122,7 +139,7 @@ class ScalarEmitter(Emitter):
             return float_const(float(e.value), e.dtype)
         if e.dtype.is_bool:
             return "true" if e.value else "false"
-        return str(int(e.value))
+        return int_const(int(e.value), e.dtype)
 
     def _x_Idx(self, e: ir.Idx) -> str:
         return self.current[e.name]
@@ -150,13 +167,18 @@ class ScalarEmitter(Emitter):
         if src.is_float and dst.is_float:
             return self._round_to(v, dst)
         if src.is_float:
-            self.emit(f"{t} = fptosi float {v} to {COMPUTE[dst]}")
+            if dst.is_unsigned:  # through i64, as the interpreter converts: in range it is exact
+                wide = self.let(f"fptosi float {v} to i64")
+                self.emit(f"{t} = trunc i64 {wide} to {COMPUTE[dst]}")
+            else:
+                self.emit(f"{t} = fptosi float {v} to {COMPUTE[dst]}")
             return t
         if dst.is_float:
-            self.emit(f"{t} = sitofp {COMPUTE[src]} {v} to float")
+            self.emit(f"{t} = {'uitofp' if src.is_unsigned else 'sitofp'} {COMPUTE[src]} {v} to float")
             return self._round_to(t, dst)
-        a, b = INT_BITS[src], INT_BITS[dst]
-        self.emit(f"{t} = {'sext' if b > a else 'trunc'} {COMPUTE[src]} {v} to {COMPUTE[dst]}")
+        if INT_BITS[src] == INT_BITS[dst]:
+            return v
+        self.emit(f"{t} = {int_convert(src, dst)} {COMPUTE[src]} {v} to {COMPUTE[dst]}")
         return t
 
     def _round_to(self, v: str, dst: DType) -> str:
@@ -179,6 +201,11 @@ class ScalarEmitter(Emitter):
         if op == "not":
             self.emit(f"{t} = xor i1 {x}, true")
             return t
+        if op == "bitnot":
+            self.emit(f"{t} = xor {ct} {x}, -1")
+            return t
+        if e.dtype.is_unsigned and op in ("abs", "relu"):
+            return x  # never negative
         if not e.dtype.is_float:
             if op == "neg":
                 self.emit(f"{t} = sub {ct} 0, {x}")
@@ -252,11 +279,13 @@ class ScalarEmitter(Emitter):
             if operand.is_float:
                 self.emit(f"{t} = fcmp {FLOAT_COMPARE[op]} float {a}, {b}")
             else:
-                self.emit(f"{t} = icmp {INT_COMPARE[op]} {COMPUTE[operand]} {a}, {b}")
+                self.emit(f"{t} = icmp {int_compare(op, operand)} {COMPUTE[operand]} {a}, {b}")
             return t
         if e.dtype.is_float:  # f16/bf16 arithmetic runs in f32: rounded only when stored or cast
             return self.float_binary(op, a, b)
-        return self.int_binary(op, a, b, COMPUTE[e.dtype])
+        if op in ir.SHIFTS:
+            return self.shift(op, a, b, e.dtype)
+        return self.int_binary(op, a, b, COMPUTE[e.dtype], e.dtype.is_unsigned)
 
     def float_binary(self, op: str, a: str, b: str) -> str:
         t = self.tmp()
@@ -284,23 +313,44 @@ class ScalarEmitter(Emitter):
             raise UnsupportedError(f"unimplemented primitive in llvm lowering: {op}")
         return t
 
-    def int_binary(self, op: str, a: str, b: str, ct: str) -> str:
+    def shift(self, op: str, a: str, count: str, dtype: DType) -> str:
+        """``a << count`` or ``a >> count`` (arithmetic on signed, logical on unsigned types); the i64
+        count must be in ``0 <= count < width``, else the error word is raised and 0 used instead."""
+        ct, bits = COMPUTE[dtype], INT_BITS[dtype]
+        ok = self.let(f"icmp ult i64 {count}, {bits}")  # unsigned: a negative count is huge
+        self.flag_unless(ok)
+        safe = self.let(f"select i1 {ok}, i64 {count}, i64 0")
+        if bits != 64:
+            safe = self.let(f"trunc i64 {safe} to {ct}")
+        kind = "shl" if op == "shl" else "lshr" if dtype.is_unsigned else "ashr"
+        return self.let(f"{kind} {ct} {a}, {safe}")
+
+    def int_binary(self, op: str, a: str, b: str, ct: str, unsigned: bool = False) -> str:
         t = self.tmp()
-        if op in INT_BINARY:
-            self.emit(f"{t} = {INT_BINARY[op]} {ct} {a}, {b}")
+        if op in INT_BINARY or op in BITWISE:
+            self.emit(f"{t} = {INT_BINARY.get(op) or BITWISE[op]} {ct} {a}, {b}")
             return t
         if op in ("max", "min"):
-            c = self.let(f"icmp {'sgt' if op == 'max' else 'slt'} {ct} {a}, {b}")
+            pred = ("u" if unsigned else "s") + ("gt" if op == "max" else "lt")
+            c = self.let(f"icmp {pred} {ct} {a}, {b}")
             self.emit(f"{t} = select i1 {c}, {ct} {a}, {ct} {b}")
             return t
         if op in ("div", "floordiv", "mod"):
-            return self.int_divide(op, a, b, ct)
+            return self.unsigned_divide(op, a, b, ct) if unsigned else self.int_divide(op, a, b, ct)
         if op == "pow":
-            fn = f"arke.ipow.{ct}"
-            self.declare(ipow(ct))
+            fn = f"arke.ipow.u.{ct}" if unsigned else f"arke.ipow.{ct}"
+            self.declare(ipow(ct, unsigned))
             self.emit(f"{t} = call {ct} @\"{fn}\"({ct} {a}, {ct} {b}, ptr %errflag)")
             return t
         raise UnsupportedError(f"unimplemented integer `{op}` in llvm lowering")
+
+    def unsigned_divide(self, op: str, a: str, b: str, ct: str) -> str:
+        """Unsigned division and remainder (floor and Python's modulo agree with them); a zero
+        divisor raises the error word, never traps."""
+        zero = self.let(f"icmp eq {ct} {b}, 0")
+        self.flag_unless(self.let(f"xor i1 {zero}, true"))
+        safe = self.let(f"select i1 {zero}, {ct} 1, {ct} {b}")
+        return self.let(f"{'urem' if op == 'mod' else 'udiv'} {ct} {a}, {safe}")
 
     def int_divide(self, op: str, a: str, b: str, ct: str) -> str:
         """Python's floor division and modulo; a zero divisor raises the error word, never traps."""

@@ -17,7 +17,7 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import equal
 from arke.targets.llvm.convert import FLOAT16, narrow, widen
 from arke.targets.llvm.lib import INT_BITS, float_const
-from arke.targets.llvm.scalar import COMPUTE, FLOAT_BINARY, FLOAT_COMPARE, INT_BINARY, INT_COMPARE
+from arke.targets.llvm.scalar import BITWISE, COMPUTE, FLOAT_BINARY, FLOAT_COMPARE, INT_BINARY, int_compare, int_convert
 
 NEG_INF = "0xFFF0000000000000"
 
@@ -391,7 +391,7 @@ class VectorExprMixin(_Host):
             a, b = self.vector(e.a), self.vector(e.b)
             if src.is_float:
                 return self.let(f"fcmp {FLOAT_COMPARE[op]} {self.vtype(src)} {a}, {b}")
-            return self.let(f"icmp {INT_COMPARE[op]} {self.vtype(src)} {a}, {b}")
+            return self.let(f"icmp {int_compare(op, src)} {self.vtype(src)} {a}, {b}")
         if dst.is_float:
             if op in FLOAT_BINARY:
                 return self.let(f"{FLOAT_BINARY[op]} {self.vtype(dst)} {self.vector(e.a)}, {self.vector(e.b)}")
@@ -400,11 +400,12 @@ class VectorExprMixin(_Host):
                 return self.vec.intrinsic(name, self.vector(e.a), self.vector(e.b))
             return None
         t = self.vtype(dst)
-        if op in INT_BINARY:
-            return self.let(f"{INT_BINARY[op]} {t} {self.vector(e.a)}, {self.vector(e.b)}")
+        if op in INT_BINARY or op in BITWISE:
+            return self.let(f"{INT_BINARY.get(op) or BITWISE[op]} {t} {self.vector(e.a)}, {self.vector(e.b)}")
         if op in ("max", "min"):
             a, b = self.vector(e.a), self.vector(e.b)
-            c = self.let(f"icmp {'sgt' if op == 'max' else 'slt'} {t} {a}, {b}")
+            pred = ("u" if dst.is_unsigned else "s") + ("gt" if op == "max" else "lt")
+            c = self.let(f"icmp {pred} {t} {a}, {b}")
             return self.let(f"select {self.vec.ty('i1')} {c}, {t} {a}, {t} {b}")
         return None
 
@@ -412,6 +413,8 @@ class VectorExprMixin(_Host):
         op, t = e.op, self.vtype(e.dtype)
         if op == "not":
             return self.let(f"xor {t} {self.vector(e.x)}, splat (i1 true)")
+        if op == "bitnot":
+            return self.let(f"xor {t} {self.vector(e.x)}, splat ({COMPUTE[e.dtype]} -1)")
         if not e.dtype.is_float:
             return self.let(f"sub {t} zeroinitializer, {self.vector(e.x)}") if op == "neg" else None
         if op == "neg":
@@ -448,7 +451,12 @@ class VectorExprMixin(_Host):
         if src.is_bool:
             return self.let(f"{'uitofp' if dst.is_float else 'zext'} {st} {x} to {t}")
         if src.is_float:
+            if dst.is_unsigned:  # through i64, as the scalar emitter (and the interpreter) convert
+                wide = self.vec.ty("i64")
+                return self.let(f"trunc {wide} {self.let(f'fptosi {st} {x} to {wide}')} to {t}")
             return self.let(f"fptosi {st} {x} to {t}")
         if dst.is_float:
-            return self.let(f"sitofp {st} {x} to {t}")
-        return self.let(f"{'sext' if INT_BITS[dst] > INT_BITS[src] else 'trunc'} {st} {x} to {t}")
+            return self.let(f"{'uitofp' if src.is_unsigned else 'sitofp'} {st} {x} to {t}")
+        if INT_BITS[dst] == INT_BITS[src]:
+            return x
+        return self.let(f"{int_convert(src, dst)} {st} {x} to {t}")

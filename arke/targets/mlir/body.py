@@ -22,11 +22,14 @@ from arke.targets.artifact import UnsupportedError
 from arke.targets.literals import float_literal
 
 #: The MLIR type a value is computed in (16-bit floats compute in f32, bools are i1).
-COMPUTE = {DType.BOOL: "i1", DType.I8: "i8", DType.I32: "i32", DType.I64: "i64",
-           DType.F16: "f32", DType.BF16: "f32", DType.F32: "f32"}
+COMPUTE = {DType.BOOL: "i1", DType.I8: "i8", DType.I32: "i32", DType.I64: "i64", DType.U8: "i8", DType.U16: "i16",
+           DType.U32: "i32", DType.F16: "f32", DType.BF16: "f32", DType.F32: "f32"}
 #: The MLIR element type a tensor is stored in (16-bit floats as their bits, bools as bytes): the ABI.
-STORAGE = {DType.BOOL: "i8", DType.I8: "i8", DType.I32: "i32", DType.I64: "i64",
-           DType.F16: "i16", DType.BF16: "i16", DType.F32: "f32"}
+# MLIR's integers are signless: unsigned types are the same integers, read by the unsigned ops
+# (cmpi ult, divui, remui, extui, uitofp, shrui, maxui).
+STORAGE = {DType.BOOL: "i8", DType.I8: "i8", DType.I32: "i32", DType.I64: "i64", DType.U8: "i8", DType.U16: "i16",
+           DType.U32: "i32", DType.F16: "i16", DType.BF16: "i16", DType.F32: "f32"}
+_BITWISE = {"bitand": "arith.andi", "bitor": "arith.ori", "bitxor": "arith.xori"}
 _HALF = {DType.F16: "f16", DType.BF16: "bf16"}
 _FCMP = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}
 _ICMP = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
@@ -37,16 +40,20 @@ _MATH = {"exp": "math.exp", "log": "math.log", "sqrt": "math.sqrt", "rsqrt": "ma
 
 
 def safe_divisor(e: ir.Binary) -> bool:
-    """Whether an integer ``div``/``mod``/``pow`` needs no check: a literal nonzero divisor or exponent >= 0."""
+    """Whether an integer ``div``/``mod``/``pow``/shift needs no check: a literal nonzero divisor, an
+    exponent >= 0, or a shift count in ``0 <= c < width``."""
     if not isinstance(e.b, ir.Const) or isinstance(e.b.value, float):
         return False
+    if e.op in ir.SHIFTS:
+        return 0 <= int(e.b.value) < e.dtype.bits
     return int(e.b.value) >= 0 if e.op == "pow" else int(e.b.value) != 0
 
 
 def hazardous(e: ir.SExpr) -> bool:
-    """Whether ``e`` is an integer division, modulo or power whose divisor or exponent is checked."""
-    return (isinstance(e, ir.Binary) and e.op in ("div", "floordiv", "mod", "pow")
-            and COMPUTE[e.dtype] not in ("f32", "i1") and not safe_divisor(e))
+    """Whether ``e`` is an integer division, modulo, power or shift whose divisor, exponent or count is checked."""
+    return (isinstance(e, ir.Binary) and e.op in ("div", "floordiv", "mod", "pow", "shl", "shr")
+            and COMPUTE[e.dtype] not in ("f32", "i1") and not safe_divisor(e)
+            and not (e.op == "pow" and e.dtype.is_unsigned))
 
 
 @dataclass(frozen=True)
@@ -129,11 +136,15 @@ class Body:
         if src is DType.BOOL:
             return self.let(f"arith.uitofp {v} : i1 to f32") if b == "f32" else self.let(f"arith.extui {v} : i1 to {b}")
         if a == "f32":
+            if dst.is_unsigned:  # through i64, as the interpreter converts
+                wide = self.let(f"arith.fptosi {v} : f32 to i64")
+                return self.let(f"arith.trunci {wide} : i64 to {b}")
             return self.let(f"arith.fptosi {v} : f32 to {b}")
         if b == "f32":
-            return self.let(f"arith.sitofp {v} : {a} to f32")
-        wider = int(b[1:]) > int(a[1:])
-        return self.let(f"arith.{'extsi' if wider else 'trunci'} {v} : {a} to {b}")
+            return self.let(f"arith.{'uitofp' if src.is_unsigned else 'sitofp'} {v} : {a} to f32")
+        if int(b[1:]) > int(a[1:]):
+            return self.let(f"arith.{'extui' if src.is_unsigned else 'extsi'} {v} : {a} to {b}")
+        return self.let(f"arith.trunci {v} : {a} to {b}")
 
     def value(self, e: ir.SExpr, as_type: DType | None = None) -> str:
         """``e`` in the compute type of ``as_type`` (default: its own dtype)."""
@@ -248,7 +259,7 @@ class Body:
         ty = COMPUTE[e.dtype]
         op = e.op
         if ty != "f32":
-            return self._int_unary(op, x, ty)
+            return self._int_unary(op, x, ty, e.dtype.is_unsigned)
         if op == "neg":
             return self.let(f"arith.negf {x} : f32")
         if op in _MATH:
@@ -282,9 +293,13 @@ class Body:
         n = self.let(f"arith.truncf {r} : f64 to f32")
         return self.let(f"math.{op} {n} : f32")
 
-    def _int_unary(self, op: str, x: str, ty: str) -> str:
+    def _int_unary(self, op: str, x: str, ty: str, unsigned: bool = False) -> str:
         if op == "not":
             return self.let(f"arith.xori {x}, {self.const(True, 'i1')} : i1")
+        if op == "bitnot":
+            return self.let(f"arith.xori {x}, {self.const(-1, ty)} : {ty}")
+        if unsigned and op in ("abs", "relu"):
+            return x  # never negative
         if op == "neg":
             return self.let(f"arith.subi {self.const(0, ty)}, {x} : {ty}")
         if op == "abs":
@@ -302,13 +317,29 @@ class Body:
             ty = COMPUTE[ct]
             if ty == "f32":
                 return self.let(f"arith.cmpf {_FCMP[e.op]}, {a}, {b} : f32")
-            table = _UCMP if ty == "i1" else _ICMP
+            table = _UCMP if ty == "i1" or ct.is_unsigned else _ICMP
             return self.let(f"arith.cmpi {table[e.op]}, {a}, {b} : {ty}")
+        if e.op in ir.SHIFTS:
+            return self._shift(e)
         a, b = self.value(e.a, e.dtype), self.value(e.b, e.dtype)
         ty = COMPUTE[e.dtype]
         if ty == "f32":
             return self._float_binary(e.op, a, b)
-        return self._int_binary(e.op, a, b, ty, safe_divisor(e))
+        return self._int_binary(e.op, a, b, ty, safe_divisor(e), e.dtype.is_unsigned)
+
+    def _shift(self, e: ir.Binary) -> str:
+        """``shli``, or ``shrsi``/``shrui`` (arithmetic on signed, logical on unsigned types); the i64
+        count is checked (its flag kept, a bad count replaced by 0), never masked."""
+        a, count = self.value(e.a, e.dtype), self.value(e.b, DType.I64)
+        ty = COMPUTE[e.dtype]
+        if not safe_divisor(e):
+            ok = self.let(f"arith.cmpi ult, {count}, {self.const(e.dtype.bits, 'i64')} : i64")
+            self.flags.append(ok)
+            count = self.let(f"arith.select {ok}, {count}, {self.const(0, 'i64')} : i64")
+        if ty != "i64":
+            count = self.let(f"arith.trunci {count} : i64 to {ty}")
+        kind = "shli" if e.op == "shl" else "shrui" if e.dtype.is_unsigned else "shrsi"
+        return self.let(f"arith.{kind} {a}, {count} : {ty}")
 
     def _float_binary(self, op: str, a: str, b: str) -> str:
         simple = {"add": "arith.addf", "sub": "arith.subf", "mul": "arith.mulf", "div": "arith.divf",
@@ -327,14 +358,23 @@ class Body:
             return self._divisor_sign(self.let(f"arith.remf {a}, {b} : f32"), b, "f32")
         raise UnsupportedError(f"mlir: binary `{op}` on floats")
 
-    def _int_binary(self, op: str, a: str, b: str, ty: str, safe: bool = False) -> str:
+    def _int_binary(self, op: str, a: str, b: str, ty: str, safe: bool = False, unsigned: bool = False) -> str:
         simple = {"add": "arith.addi", "sub": "arith.subi", "mul": "arith.muli", "and": "arith.andi",
-                  "or": "arith.ori"}
+                  "or": "arith.ori", **_BITWISE}
         if op in simple:
             return self.let(f"{simple[op]} {a}, {b} : {ty}")
         if op in ("max", "min"):
-            kind = ("maxui" if op == "max" else "minui") if ty == "i1" else ("maxsi" if op == "max" else "minsi")
+            kind = ("maxui" if op == "max" else "minui") if ty == "i1" or unsigned else \
+                ("maxsi" if op == "max" else "minsi")
             return self.let(f"arith.{kind} {a}, {b} : {ty}")
+        if unsigned and op in ("div", "floordiv", "mod"):  # floor division and modulo are plain here
+            if not safe:
+                ok = self.let(f"arith.cmpi ne, {b}, {self.const(0, ty)} : {ty}")
+                self.flags.append(ok)
+                b = self.let(f"arith.select {ok}, {b}, {self.const(1, ty)} : {ty}")
+            return self.let(f"arith.{'remui' if op == 'mod' else 'divui'} {a}, {b} : {ty}")
+        if unsigned and op == "pow":  # no exponent is negative
+            return self._int_pow(a, b, ty)
         if op in ("div", "floordiv", "mod"):
             if not safe:  # a zero divisor raises the flag and divides by 1 (x86 traps on zero)
                 ok = self.let(f"arith.cmpi ne, {b}, {self.const(0, ty)} : {ty}")
@@ -389,9 +429,9 @@ class Body:
         """``acc ⊕ term`` for a reduction of ``kind`` in type ``ty`` (bools reduce as bytes 0/1)."""
         if ty == "f32":
             op = {"sum": "arith.addf", "prod": "arith.mulf", "max": "arith.maximumf", "min": "arith.minimumf"}[kind]
-        elif ty == "i8u":
+        elif ty.endswith("u"):  # bools (as bytes) and unsigned integers
             op = {"max": "arith.maxui", "min": "arith.minui", "sum": "arith.addi", "prod": "arith.muli"}[kind]
-            ty = "i8"
+            ty = ty[:-1]
         else:
             op = {"sum": "arith.addi", "prod": "arith.muli", "max": "arith.maxsi", "min": "arith.minsi"}[kind]
         return self.let(f"{op} {acc}, {term} : {ty}")

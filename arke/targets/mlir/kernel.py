@@ -4,7 +4,8 @@ The renderer (``arke.targets.mlir.render``) writes one ``func.func`` on tensors 
 arguments are the kernel's parameters in order (scalars as 0-d tensors), its results the
 kernel's results, plus a last ``tensor<i8>`` error flag when ``meta["errors"] == "1"``.
 Storage types follow :data:`ABI_VIEWS`: f16 and bf16 travel as their int16 bits, bool as
-int8 (0/1).
+int8 (0/1), and u8/u16/u32 as the signed integers of their width (MLIR's integers are signless;
+the bits are the same).
 
 :func:`compile_vmfb` turns the module into a ``.vmfb`` with ``iree.compiler.compile_str``
 (IREE's ``iree-compile`` in a child process, as long as an in-process compile takes: a
@@ -45,7 +46,8 @@ DEVICES = ("cpu", "cuda")
 CUDA_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89")
 DEFAULT_CUDA_ARCH = "sm_80"
 #: The torch dtype whose bits carry a DType across the ABI, where it differs from the DType's own.
-ABI_VIEWS: dict[DType, torch.dtype] = {DType.F16: torch.int16, DType.BF16: torch.int16, DType.BOOL: torch.int8}
+ABI_VIEWS: dict[DType, torch.dtype] = {DType.F16: torch.int16, DType.BF16: torch.int16, DType.BOOL: torch.int8,
+                                       DType.U8: torch.int8, DType.U16: torch.int16, DType.U32: torch.int32}
 #: IREE imports host memory only at this alignment; other tensors are copied first.
 _ALIGN = 64
 _DLPACK_CPU = 1  # DLPack's device type code of host memory (kDLCPU)

@@ -29,6 +29,8 @@ def _identity(kind: str, dtype: DType) -> str:
     if dtype.is_bool:
         return {"sum": "0", "prod": "1", "max": "0", "min": "1"}[kind]
     bits = int(COMPUTE[dtype][1:])
+    if dtype.is_unsigned:  # -1: every bit set, the largest value
+        return {"sum": "0", "prod": "1", "max": "0", "min": "-1"}[kind]
     return str({"sum": 0, "prod": 1, "max": -(2 ** (bits - 1)), "min": 2 ** (bits - 1) - 1}[kind])
 
 
@@ -52,7 +54,8 @@ class Lowering(OpLowering):
             if isinstance(op, ir.ReduceOp):
                 if op.dtype.is_bool:
                     v = body.let(f"arith.extui {v} : i1 to i8")
-                v = body.combine(op.kind, "%out", v, "i8u" if op.dtype.is_bool else acc_ty)
+                unsigned = op.dtype.is_bool or op.dtype.is_unsigned
+                v = body.combine(op.kind, "%out", v, acc_ty + "u" if unsigned else acc_ty)
             else:
                 v = body.store_value(v, op.dtype)
             result.append(v)

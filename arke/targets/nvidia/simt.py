@@ -76,5 +76,5 @@ class SIMTRenderer(Renderer):
     ``meta["block"]`` is the threads per block of every launch.
     """
 
-    capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "bool", "parallel"})
+    capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "u8", "u16", "u32", "bool", "parallel"})
     families: frozenset[str] = frozenset()

@@ -52,7 +52,8 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages")  # options that are not the kernel'
 #: Triton's pointer element type for each Arke dtype (bool tensors are bytes, as torch stores them).
 POINTER_TYPES: dict[str, str] = {
     "f32": "*fp32", "f16": "*fp16", "bf16": "*bf16", "f64": "*fp64",
-    "i8": "*i8", "i16": "*i16", "i32": "*i32", "i64": "*i64", "u8": "*u8", "bool": "*i1",
+    "i8": "*i8", "i16": "*i16", "i32": "*i32", "i64": "*i64", "u8": "*u8", "u16": "*u16", "u32": "*u32",
+    "bool": "*i1",
 }
 
 _IMPORT_LOCK = threading.RLock()  # Triton's knobs are process-wide

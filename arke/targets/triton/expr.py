@@ -48,10 +48,14 @@ from arke.targets.artifact import UnsupportedError
 
 #: Triton types values are computed in.
 COMPUTE = {DType.F32: "tl.float32", DType.F16: "tl.float32", DType.BF16: "tl.float32", DType.I64: "tl.int64",
-           DType.I32: "tl.int32", DType.I8: "tl.int8", DType.BOOL: "tl.int1"}
+           DType.I32: "tl.int32", DType.I8: "tl.int8", DType.BOOL: "tl.int1", DType.U8: "tl.uint8",
+           DType.U16: "tl.uint16", DType.U32: "tl.uint32"}
 #: Triton types values are stored in.
 STORAGE = {DType.F32: "tl.float32", DType.F16: "tl.float16", DType.BF16: "tl.bfloat16", DType.I64: "tl.int64",
-           DType.I32: "tl.int32", DType.I8: "tl.int8", DType.BOOL: "tl.int1"}
+           DType.I32: "tl.int32", DType.I8: "tl.int8", DType.BOOL: "tl.int1", DType.U8: "tl.uint8",
+           DType.U16: "tl.uint16", DType.U32: "tl.uint32"}
+#: Bitwise operators (Triton's are Python's; on unsigned types ``>>`` is logical, on signed arithmetic).
+_BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
 
 HELPERS = '''
 @triton.jit
@@ -120,13 +124,18 @@ def identity(kind: str, dtype: DType) -> str:
     if dtype.is_bool:
         return "0" if low else "1"
     bits = dtype.bits
+    if dtype.is_unsigned:  # accumulated in int64, where the type's whole range fits
+        return "0" if low else str(2 ** bits - 1)
     return str(-(2 ** (bits - 1)) if low else 2 ** (bits - 1) - 1)
 
 
-def accumulator(dtype: DType) -> str:
-    """The Triton type a reduction of ``dtype`` accumulates in (f32 for floats, i64 for integers)."""
+def accumulator(dtype: DType, kind: str = "sum") -> str:
+    """The Triton type a reduction of ``dtype`` accumulates in (f32 for floats, i64 for integers; an
+    unsigned ``max``/``min`` in its own type, which cannot overflow and keeps the registers small)."""
     if dtype.is_float:
         return "tl.float32"
+    if dtype.is_unsigned and kind in ("max", "min"):
+        return COMPUTE[dtype]
     return "tl.int32" if dtype.is_bool else "tl.int64"
 
 
@@ -271,6 +280,8 @@ class Emitter:
             return self.let(f"{v} != 0")
         if dst in (DType.F16, DType.BF16):
             return self.rounded(self.let(f"{v}.to(tl.float32)"), dst)
+        if src.is_float and dst.is_unsigned:  # through int64, as the interpreter converts
+            return self.let(f"{v}.to(tl.int64).to({COMPUTE[dst]})")
         return self.let(f"{v}.to({COMPUTE[dst]})")
 
     def rounded(self, v: str, dtype: DType) -> str:
@@ -294,6 +305,12 @@ class Emitter:
         op = e.op
         if op == "not":
             return self.let(f"{x} == 0")
+        if op == "bitnot":
+            return self.let(f"~{x}")
+        if e.dtype.is_unsigned and op in ("abs", "relu"):
+            return x  # never negative
+        if e.dtype.is_unsigned and op == "neg":
+            return self.let(f"tl.zeros_like({x}) - {x}")  # wraps modulo 2**width
         if not e.dtype.is_float:
             if op == "neg":
                 return self.let(f"-{x}")
@@ -323,7 +340,13 @@ class Emitter:
         if op in _COMPARE:
             return self.let(f"{a} {_COMPARE[op]} {b}")
         ct = COMPUTE[e.dtype]
+        if op in ir.SHIFTS:  # the i64 count is checked, never masked: a bad lane shifts by 0
+            bad = self.let(f"({b} < 0) | ({b} >= {e.dtype.bits})")
+            self.flag(bad)
+            b = self.let(f"tl.where({bad}, 0, {b}).to({ct})")
         a, b = self.let(f"{a}.to({ct})"), self.let(f"{b}.to({ct})")
+        if op in _BITWISE:
+            return self.let(f"{a} {_BITWISE[op]} {b}")
         if op in ("add", "sub", "mul"):
             return self.let(f"{a} {dict(add='+', sub='-', mul='*')[op]} {b}")
         if e.dtype.is_float:

@@ -161,7 +161,7 @@ class _Dispatch:
         omask = src.fresh()
         src.line(f"{omask} = {o} < {src.dim(product([a.extent for a in free]))}", depth)
         index = {**fixed, **self.decompose(o, free, depth)}
-        kind, acc_ty = _kind(op), accumulator(op.dtype)
+        kind, acc_ty = _kind(op), accumulator(op.dtype, _kind(op))
         ident = identity(kind, op.dtype)
         acc, rb = src.fresh(), src.fresh()
         src.line(f"{acc} = tl.full([{bo}, {br}], {ident}, {acc_ty})", depth)
@@ -321,7 +321,7 @@ class TritonRenderer(Renderer):
     """Renders a kernel plan to a Triton module (see the module doc)."""
 
     name = "triton"
-    capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "bool"})
+    capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "u8", "u16", "u32", "bool"})
     families = frozenset({"rows", "contraction", "attention"})
 
     def render(self, plan: KernelPlan) -> Artifact:
