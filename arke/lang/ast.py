@@ -243,6 +243,9 @@ class Kernel:
     where: tuple[Expr, ...]
     body: tuple[Stmt, ...]
     span: Span
+    #: the body has a syntax error: only the header (read up to the body's `{`) is here, so
+    #: the signature is still checked and callers still see it, but not the body
+    body_broken: bool = False
 
 
 # ---------------------------------------------------------------- strategies

@@ -39,6 +39,10 @@ class KernelCalls:
         if callee.name == self.sig.name and callee.node is self.sig.node:
             self.error("AK2006", f"kernel `{e.func}` calls itself", e.func_span, hint="kernels cannot recurse")
             return POISON
+        if not callee.ok:  # its header has errors, reported there: its parameters are not known
+            for a in e.args:
+                self.expr(a)  # for the arguments' own errors
+            return POISON
         params = callee.params
         required = sum(1 for p in params if p.default is None)
         if not required <= len(e.args) <= len(params):

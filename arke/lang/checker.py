@@ -222,7 +222,7 @@ def check_kernel(sig: Signature, scope: dict[str, Signature], import_failed: boo
     kc = KernelChecker(sig, scope, diags)
     kc.import_failed = import_failed
     try:
-        fn = kc.check() if sig.ok else None
+        fn = kc.check() if sig.ok and not sig.node.body_broken else None  # a broken body: its syntax error is reported
     except RecursionError:  # one absurdly long expression: report it, check the other kernels
         diags.append(make("AK1006", f"an expression of kernel `{sig.name}` is too long to check",
                           sig.node.name_span, hint="split long expressions into named steps"))

@@ -23,7 +23,9 @@ from arke.ir.shapes import Dim, dim_str, floordiv, mod
 from arke.lang import ast
 from arke.lang.bits import BIT_OPS
 from arke.lang.diagnostics import Related, did_you_mean
+from arke.lang.hints import NOT_YET
 from arke.lang.terms import POISON, Scalar, Tensor, Term, cast, common_dtype, scalar_const
+from arke.lang.whole import whole_among_indexed
 
 if TYPE_CHECKING:
     from arke.lang.kernels import KernelChecker
@@ -275,8 +277,7 @@ class ExprLowering:
             return POISON if result is None else result
         indexed = [t for t in terms if isinstance(t, Scalar) and t.free]
         if indexed:
-            self.error("AK2107", "a whole tensor is combined with indexed elements", e.span,
-                       hint="index every tensor in the expression (`x[i, j]`), or none of them")
+            whole_among_indexed(self, e)
             return POISON
         shape = self.broadcast([t.shape for t in tensors], e)
         if shape is None:
@@ -368,6 +369,9 @@ class ExprLowering:
         if name in self.callables:
             return self.call_kernel(e)
         if self.import_failed:  # it may well come from the module that failed to import
+            return POISON
+        if name in NOT_YET:
+            self.error("AK2002", f"`{name}` is not a function of Arke", e.func_span, hint=NOT_YET[name].hint)
             return POISON
         pool = list(BUILTINS) + [c for c in self.callables if c != self.sig.name] + list(REDUCTIONS)
         guess = did_you_mean(name, pool)
@@ -472,10 +476,11 @@ class ExprLowering:
 
     def _e_Reduce(self: KernelChecker, e: ast.Reduce) -> Term:
         if e.op not in REDUCTIONS:
-            guess = did_you_mean(e.op, REDUCTIONS)
-            self.error("AK2002", f"`{e.op}` is not a reduction", e.op_span,
-                       hint=f"did you mean `{guess}`?" if guess else "the reductions are " + ", ".join(REDUCTIONS),
-                       replacement=guess)
+            instead = NOT_YET.get(e.op)
+            guess = None if instead is not None else did_you_mean(e.op, REDUCTIONS)
+            hint = (instead.hint if instead is not None else f"did you mean `{guess}`?" if guess
+                    else "the reductions are " + ", ".join(REDUCTIONS))
+            self.error("AK2002", f"`{e.op}` is not a reduction", e.op_span, hint=hint, replacement=guess)
             return POISON
         if e.options:
             self.error("AK2110", f"a reduction takes no option `{e.options[0].name}`", e.options[0].name_span,

@@ -79,11 +79,13 @@ class IndexBinding:
     # ------------------------------------------------------------ extents
 
     def extents(self: KernelChecker, e: ast.Expr, names: list[str], spans: list[Span],
-                declared: dict[str, Dim] | None = None) -> tuple[dict[str, Dim], bool]:
+                declared: dict[str, Dim] | None = None, role: str = "intermediate") -> tuple[dict[str, Dim], bool]:
         """Infer each index's extent from its direct uses as a subscript in ``e``.
 
-        Returns the extents and whether they are all known; after an error the unknown
-        ones are 1, good enough to look for the expression's own errors, not to define anything.
+        ``role`` says what binds the indices (``"intermediate"``, ``"output"``, ``"return"`` or
+        ``"reduction"``): the AK2105 hint differs. Returns the extents and whether they are all
+        known; after an error the unknown ones are 1, good enough to look for the expression's
+        own errors, not to define anything.
         """
         found: dict[str, list[tuple[Dim, Span, str]]] = {n: [] for n in names}
         for n, d in (declared or {}).items():
@@ -98,9 +100,8 @@ class IndexBinding:
                 out[name] = sympy.Integer(1)
                 if self.unreliable_use(e, name):
                     continue  # the access itself is wrong (unknown tensor, wrong arity): that is the error
-                self.error("AK2105", f"the extent of index `{name}` cannot be inferred", span,
-                           hint=f"use `{name}` directly as a subscript of a tensor on the right "
-                                "(as in `x[" + name + "]`), or declare the output's shape")
+                message, hint = self.no_extent(e, name, role)
+                self.error("AK2105", message, span, hint=hint)
                 continue
             first = uses[0]
             for other in uses[1:]:
@@ -114,6 +115,33 @@ class IndexBinding:
                     break
             out[name] = first[0]
         return out, ok
+
+    def no_extent(self: KernelChecker, e: ast.Expr, name: str, role: str) -> tuple[str, str]:
+        """AK2105's message and hint for index ``name`` of ``e``: how it is used instead of alone as
+        a subscript, and what gives an index bound by ``role`` an extent."""
+        use = _first_use(e, name, frozenset(), None)
+        example = f"`x[{name}]`"
+        if use is None:
+            why = "it is not used on the right of `=`"
+        elif use[1] is not None:
+            sub, access = use[0], use[1]
+            why = (f"it appears only inside the subscript `{self.source_text(sub.span)}` of `{access.name}`, "
+                   "never alone as a subscript")
+            shown = [name if x is sub else self.source_text(x.span) for x in access.indices]
+            example = f"`{access.name}[{', '.join(shown)}]`"
+        elif isinstance(use[0], ast.Name):
+            why = "it is used only as a value, never as a subscript"
+        else:
+            why = f"it is used only as a value, in `{self.source_text(use[0].span)}`, never as a subscript"
+        hint = f"an index takes its extent only from a subscript that is the index alone, as in {example}"
+        if role == "intermediate":
+            hint += (f"; an intermediate tensor cannot declare its shape: compute the value inline where `{name}` "
+                     "already has an extent, or define a named output (`-> y: f32[...]`), whose declared shape "
+                     "gives its indices their extents")
+        elif role == "return":
+            hint += ("; the indices of a `return` take no extent from the declared output: name the output "
+                     "(`-> y: f32[...]`) and define it with `y[...] = ...`")
+        return f"the extent of index `{name}` cannot be inferred: {why}", hint
 
     def unreliable_use(self: KernelChecker, e: ast.Expr, name: str) -> bool:
         """Whether ``name`` subscripts an access that is wrong itself (an unknown or failed tensor,
@@ -160,7 +188,7 @@ class IndexBinding:
             if names.count(n) > 1:
                 self.error("AK2101", f"index `{n}` is listed twice", s)
                 return POISON
-        frame, ok = self.extents(e.body, names, spans)
+        frame, ok = self.extents(e.body, names, spans, role="reduction")
         if not ok:
             self.under(frame, e.body, "a value to reduce")  # for its own errors only
             return POISON
@@ -196,6 +224,28 @@ class IndexBinding:
             denom = ir.Cast(ir.DimRef(count), dtype) if not count.is_number else ir.Const(float(count), dtype)
             result = Scalar(ir.Binary("div", result.sx, denom, dtype), dtype, result.free)
         return result
+
+
+def _first_use(e: ast.Expr, name: str, hidden: frozenset[str], parent: ast.Expr | None
+               ) -> tuple[ast.Expr, ast.Index | None] | None:
+    """The first use of index ``name`` in ``e`` (outside reductions that rebind it): ``(the
+    subscript it is inside, the access)`` when it is part of a subscript, ``(the expression around
+    it, None)`` when it is used as a value; None when it is not used."""
+    if isinstance(e, ast.Name):
+        return (parent or e, None) if e.id == name and name not in hidden else None
+    if isinstance(e, ast.Index):
+        for sub in e.indices:
+            found = _first_use(sub, name, hidden, e)
+            if found is not None:
+                return (sub, e) if found[1] is None else found
+        return None
+    if isinstance(e, ast.Reduce):
+        return _first_use(e.body, name, hidden | frozenset(e.indices), e)
+    for c in children(e):
+        found = _first_use(c, name, hidden, e)
+        if found is not None:
+            return found
+    return None
 
 
 def _plain(load: ir.Load) -> bool:

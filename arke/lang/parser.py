@@ -3,14 +3,18 @@
 The grammar is ``arke/grammar/arke.lark`` (LALR). Syntax errors never show Lark's
 internals: they say in words what was expected. When a file has an error, each top-level
 item (kernel, strategy, import) is parsed again on its own so one broken kernel does not
-hide the errors of the others.
+hide the errors of the others; a kernel whose body does not parse keeps its header, so its
+signature is still checked and the kernels and strategies that name it find it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
+from collections.abc import Iterator
 
+from lark import Token
 from lark.exceptions import UnexpectedInput, VisitError
 
 from arke.lang import ast
@@ -55,6 +59,7 @@ def parse(text: str, path: str = "<input>") -> tuple[ast.Module, list[Diagnostic
             part = _parse_one(src, chunk, diags, a)
         except UnexpectedInput as err:
             diags.append(_syntax_diagnostic(err, src, chunk, a))
+            kernels += _header_only(src, chunk, diags, a)
             continue
         except RecursionError:
             diags.append(_too_long(src, chunk, a))
@@ -66,6 +71,38 @@ def parse(text: str, path: str = "<input>") -> tuple[ast.Module, list[Diagnostic
         diags.append(first)
     module = ast.Module(path, tuple(imports), tuple(kernels), tuple(strategies))
     return module, sorted(set(diags), key=lambda d: (d.span.start, d.code))
+
+
+def _header_only(src: Source, chunk: str, diags: list[Diagnostic], base: int) -> list[ast.Kernel]:
+    """A kernel whose body does not parse, read up to its body's `{` (marked ``body_broken``), so
+    that its signature is still checked (an unknown dtype in it is reported) and its callers and
+    strategies still find it; nothing when the header itself does not parse."""
+    depth = 0
+    for tok in _tokens(chunk):
+        if tok.type in ("LPAR", "LSQB"):
+            depth += 1
+        elif tok.type in ("RPAR", "RSQB"):
+            depth -= 1
+        elif tok.type == "LBRACE" and depth == 0:  # the body's, or a set's in `where D in {...}`: try each
+            head = chunk[:tok.end_pos] + "}"
+            found: list[Diagnostic] = []
+            try:
+                part = _parse_one(src, head, found, base)
+            except (UnexpectedInput, RecursionError):
+                continue
+            if len(part.kernels) != 1 or part.strategies or part.imports:
+                return []
+            diags.extend(found)
+            return [dataclasses.replace(part.kernels[0], body_broken=True)]
+    return []
+
+
+def _tokens(text: str) -> Iterator[Token]:
+    """The tokens of ``text`` up to the first that does not lex."""
+    try:
+        yield from _lark().lex(text)
+    except UnexpectedInput:
+        return
 
 
 def _parse_one(src: Source, text: str, diags: list[Diagnostic], base: int = 0) -> ast.Module:

@@ -18,6 +18,7 @@ from arke.ir.dtypes import DTYPES, FLOAT_MAX, DType, fits, float_fits
 from arke.ir.shapes import Dim, const, decide, decide_in, dim_str, floordiv, mod, sym, text_form
 from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
+from arke.lang.hints import NOT_YET_DTYPES
 from arke.lang.source import Source, Span
 
 ErrorFn = Callable[..., None]
@@ -279,9 +280,10 @@ def _names(e: ast.Expr) -> list[str]:
 def _type(t: ast.TypeExpr, dims: dict[str, Dim], error: ErrorFn, what: str) -> ir.TensorType | None:
     dtype = DTYPES.get(t.dtype)
     if dtype is None:
-        guess = did_you_mean(t.dtype, DTYPES)
-        error("AK3001", f"unknown dtype `{t.dtype}`", t.dtype_span,
-              hint=f"did you mean `{guess}`?" if guess else "dtypes are " + ", ".join(DTYPES), replacement=guess)
+        instead = NOT_YET_DTYPES.get(t.dtype)
+        guess = None if instead is not None else did_you_mean(t.dtype, DTYPES)
+        hint = instead or (f"did you mean `{guess}`?" if guess else "dtypes are " + ", ".join(DTYPES))
+        error("AK3001", f"unknown dtype `{t.dtype}`", t.dtype_span, hint=hint, replacement=guess)
         return None
     shape: list[Dim] = []
     for d in t.dims or ():

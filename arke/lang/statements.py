@@ -112,7 +112,7 @@ class StatementChecks:
                            f"{len(names)} indices", s.span)
                 return
             declared = dict(zip(names, out[1].shape))
-        frame, ok = self.extents(s.value, names, spans, declared)
+        frame, ok = self.extents(s.value, names, spans, declared, "intermediate" if out is None else "output")
         if not ok:
             self.under(frame, s.value, "an element")  # for its own errors only: the name stays undefined
             return
@@ -241,7 +241,7 @@ class StatementChecks:
 
     def return_value(self: KernelChecker, e: ast.Expr, out: ir.TensorType, what: str) -> str | None:
         names, spans = self.implicit_indices(e)
-        frame, ok = self.extents(e, names, spans) if names else ({}, True)
+        frame, ok = self.extents(e, names, spans, role="return") if names else ({}, True)
         if not ok:
             self.under(frame, e, None)  # for its own errors only
             return None

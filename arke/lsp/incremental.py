@@ -63,7 +63,7 @@ from arke.lang.indices import IndexInfo
 # chunk's syntax error exactly as the parser does: these are the parser's own pieces.
 from arke.lang.lark_parser import _lark
 from arke.lang.parse_errors import _syntax_diagnostic, _too_deep
-from arke.lang.parser import _ITEM_START, _parse_one
+from arke.lang.parser import _ITEM_START, _header_only, _parse_one
 from arke.lang.signatures import Signature, build_signature
 from arke.lang.source import Source, Span
 
@@ -119,9 +119,9 @@ class _Chunk:
     kind: str  # the keyword it starts with ('' for the text before the first item)
     lines: int  # line breaks in it
     source: Source
-    module: ast.Module | None  # None: it does not parse
+    module: ast.Module | None  # None: it does not parse (but for the header of a kernel whose body does not)
     diags: tuple[Diagnostic, ...] = ()  # what the parser's AST builder reported (a bad number, ...)
-    error: UnexpectedInput | None = None
+    error: UnexpectedInput | None = None  # set: it does not parse
     kernels: list[_Kernel] = field(default_factory=list)
     placed: tuple[tuple[int, int], ast.Module] | None = None  # its module moved into the document, and where to
 
@@ -144,7 +144,12 @@ def _parse_chunk(text: str, token: str) -> _Chunk:
     try:
         module = _parse_one(src, text, diags)
     except UnexpectedInput as err:
-        return _Chunk(text, token, kind, text.count("\n"), src, None, error=err)
+        # as the parser's recovery: a kernel whose body does not parse keeps its header
+        header = _header_only(src, text, diags, 0) if kind else []
+        broken = _Chunk(text, token, kind, text.count("\n"), src, ast.Module(token, (), tuple(header), ())
+                        if header else None, tuple(diags), error=err)
+        broken.kernels = [_Kernel(k, *_references(k)) for k in header]
+        return broken
     except RecursionError as err:
         raise _Fallback("an expression too long to parse") from err
     chunk = _Chunk(text, token, kind, text.count("\n"), src, module, tuple(diags))
@@ -345,7 +350,7 @@ class IncrementalChecker:
         # The text before the first item fails where the whole text fails, unless it fails at its own end.
         if prefix.error is not None and _at_end(prefix.error):
             raise _Fallback("the text before the first item is unfinished")
-        broken = [k for k, c in enumerate(chunks) if k and c.module is None]
+        broken = [k for k, c in enumerate(chunks) if k and c.error is not None]
         if not broken and prefix.error is None:
             found = [move.diagnostic(d) for c in chunks for d in c.diags]
             return chunks, sorted(found, key=lambda d: (d.span.start, d.code))

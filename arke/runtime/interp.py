@@ -72,6 +72,7 @@ from arke.runtime.guards import (
     scalar_tensor,
     to_cpu_tensor,
 )
+from arke.runtime.source_form import op_description, source_form
 
 __all__ = ["GuardError", "InterpError", "bind_dims", "check_call", "run", "run_function"]
 
@@ -200,7 +201,8 @@ class _Frame:
         self.dims = dims
         self.env: dict[str, torch.Tensor] = dict(args)
         self.labels: dict[str, str] = {name: f"`{name}`" for name in args}
-        self.where = ""  # the op being run, for messages
+        self.names: dict[str, str] = {name: name for name in args}  # values with a source name
+        self.where = ""  # the op being run, in the user's terms (source_form.op_description), for messages
         self._dim_cache: dict[Any, int] = {}
 
     def dim(self, d: Any) -> int:
@@ -214,12 +216,14 @@ class _Frame:
     def run(self) -> tuple[torch.Tensor, ...]:
         for op in self.fn.ops:
             results = op.results if isinstance(op, S.CallOp) else (op.result,)
-            self.where = f"`{op.name}`" if op.name else f"%{results[0]}"
+            self.where = op_description(op, self.fn)
             values = (self.call(op) if isinstance(op, S.CallOp) else (self.scan(op),) if isinstance(op, S.ScanOp)
                       else (self.compute(op),))
             for name, value in zip(results, values, strict=True):
                 self.env[name] = value
                 self.labels[name] = self.where if len(results) == 1 else f"%{name}"
+                if op.name and len(results) == 1:
+                    self.names[name] = op.name
         outs: list[torch.Tensor] = []
         params = {p.name for p in self.fn.params}
         for name, rtype in zip(self.fn.results, self.fn.result_types, strict=True):
@@ -465,7 +469,7 @@ class _Frame:
             if index.is_floating_point() or index.dtype == torch.bool:
                 raise InterpError(f"{self.fn.name}: subscript {k} of {self.labels[e.src]} is not an integer")
             index = index.to(torch.int64)
-            self.check_range(e.src, k, index, src.shape[k])
+            self.check_range(e, k, index, src.shape[k])
             subs.append(index)
         if not subs:
             return src.reshape(dom.ones)
@@ -476,7 +480,7 @@ class _Frame:
         for k, name in enumerate(names):
             extent = dom.sizes[dom.pos[name]]
             if extent > src.shape[k]:
-                self.check_range(e.src, k, torch.tensor([src.shape[k]]), src.shape[k])
+                self.check_range(e, k, torch.tensor([src.shape[k]]), src.shape[k])
             if extent < src.shape[k]:
                 src = src.narrow(k, 0, extent)
         positions = [dom.pos[n] for n in names]
@@ -486,9 +490,13 @@ class _Frame:
                 view = view.unsqueeze(p)
         return view
 
-    def check_range(self, src: str, k: int, index: torch.Tensor, size: int) -> None:
+    def check_range(self, e: S.Load, k: int, index: torch.Tensor, size: int) -> None:
+        """Every value of subscript ``k`` of the access ``e`` lies on its axis of ``size``; the error
+        quotes the access as written (``table[ids[t] + 1, d]``)."""
         bad = (index < 0) | (index >= size)
         if bool(bad.any()):
             value = int(index[bad].flatten()[0])
-            raise self.error(f"subscript {k} of {self.labels[src]} is {value}, outside its axis {k} of size {size} "
-                             f"(valid: 0 to {size - 1})", "index")
+            tensor = f"`{self.names[e.src]}`" if e.src in self.names else "an intermediate value"
+            sub = source_form(e.indices[k], self.names)
+            raise self.error(f"subscript {k} of {tensor} is {value}, outside its axis {k} of size {size} "
+                             f"(valid: 0 to {size - 1}): `{sub}` in `{source_form(e, self.names)}`", "index")

@@ -44,6 +44,7 @@ from arke.ir.shapes import Dim, dim_str
 from arke.plan.contraction import Contraction
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import LaunchSpec
+from arke.targets.llvm.declarations import vector_fma
 from arke.targets.llvm.gemm_base import GEMV_ROWS, Blocking
 from arke.targets.llvm.gemm_pack import GemmPacking
 from arke.targets.llvm.scalar import STORAGE
@@ -210,8 +211,7 @@ class _Gemm(GemmPacking):
             self.pre = self._pro(f"inttoptr i64 {word} to ptr")
         self.counted("task", "%lo", "%hi", task)
         self.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
-        self.declare(f"declare <{blk.lanes} x float> @llvm.fma.v{blk.lanes}f32(<{blk.lanes} x float>, "
-                     f"<{blk.lanes} x float>, <{blk.lanes} x float>)")
+        self.declare(vector_fma(blk.lanes)[1])
         params = ", ".join(f"ptr noalias {self.ptr[b]}" for b in self.args)
         head = (f"define void @\"{self.name}\"({params}, ptr noalias %dims, i64 %lo, i64 %hi, ptr noalias %err, "
                 "ptr noalias %scratch) {")

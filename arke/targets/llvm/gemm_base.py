@@ -19,6 +19,7 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, row_major_stride
 from arke.plan.contraction import Contraction
 from arke.targets.llvm.convert import FLOAT16, widen
+from arke.targets.llvm.declarations import masked_load, masked_load_call, vector_fma
 from arke.targets.llvm.function import LLVMFunction
 from arke.targets.llvm.scalar import STORAGE
 
@@ -112,7 +113,8 @@ class GemmBase(LLVMFunction):
         a_dtype = self.buffer(self.plain_a.src).dtype if self.plain_a is not None and not self.packs_a else DType.F32
         a_ty = STORAGE[a_dtype]
         vec = f"<{blk.lanes} x float>"
-        fma = f"@llvm.fma.v{blk.lanes}f32"
+        fma, fma_declaration = vector_fma(blk.lanes)
+        self.declare(fma_declaration)
         mr, nv = blk.mr, blk.nv
         lines = [f"define internal void @\"{self.name}.micro\"("
                  + ", ".join(f"ptr noalias %a{r}" for r in range(mr))
@@ -168,7 +170,8 @@ class GemmBase(LLVMFunction):
         c, blk = self.c, self.blk
         lanes, group = blk.lanes, 8
         vec = f"<{lanes} x float>"
-        fma = f"@llvm.fma.v{lanes}f32"
+        fma, fma_declaration = vector_fma(lanes)
+        self.declare(fma_declaration)
         k_ext = self.dim(self.extent[c.k])
         m_ext = self.dim(self.rows())
         n_ext = self.dim(self.extent[c.n])
@@ -181,7 +184,6 @@ class GemmBase(LLVMFunction):
         b_dtype = self.buffer(pb.src).dtype
         full = self.let(f"and i64 {k_ext}, {-lanes}")
         rem = self.let(f"sub i64 {k_ext}, {full}")
-        self.declare(f"declare {vec} @llvm.masked.load.v{lanes}f32.p0(ptr, i32, <{lanes} x i1>, {vec})")
         last_n = self.let(f"sub i64 {n_ext}, 1")
         lane_ids = "<" + ", ".join(f"i64 {i}" for i in range(lanes)) + ">"
         rem_ins = self.let(f"insertelement <{lanes} x i64> poison, i64 {rem}, i64 0")
@@ -194,14 +196,8 @@ class GemmBase(LLVMFunction):
             p = self.let(f"getelementptr inbounds {ty}, ptr {base}, i64 {at}")
             if not masked:
                 return self.to_f32(self.let(f"load <{lanes} x {ty}>, ptr {p}, align 1"), dtype, vec)
-            if dtype is DType.F32:
-                return self.let(f"call {vec} @llvm.masked.load.v{lanes}f32.p0(ptr {p}, i32 4, <{lanes} x i1> "
-                                f"{mask}, {vec} zeroinitializer)")
-            vt = f"<{lanes} x {ty}>"
-            suffix = {DType.BF16: "i16", DType.F16: "i16", DType.I8: "i8"}[dtype]
-            self.declare(f"declare {vt} @llvm.masked.load.v{lanes}{suffix}.p0(ptr, i32, <{lanes} x i1>, {vt})")
-            raw = self.let(f"call {vt} @llvm.masked.load.v{lanes}{suffix}.p0(ptr {p}, i32 1, <{lanes} x i1> "
-                           f"{mask}, {vt} zeroinitializer)")
+            self.declare(masked_load(lanes, ty)[1])
+            raw = self.let(masked_load_call(lanes, ty, p, mask, 4 if dtype is DType.F32 else 1))
             return self.to_f32(raw, dtype, vec)
 
         def row(m: str) -> None:
@@ -254,7 +250,8 @@ class GemmBase(LLVMFunction):
         c, blk = self.c, self.blk
         lanes, nr = blk.lanes, blk.nr
         vec = f"<{lanes} x float>"
-        fma = f"@llvm.fma.v{lanes}f32"
+        fma, fma_declaration = vector_fma(lanes)
+        self.declare(fma_declaration)
         k_ext = self.dim(self.extent[c.k])
         m_ext = self.dim(self.rows())
         if pa is not None:

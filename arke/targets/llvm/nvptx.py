@@ -29,6 +29,7 @@ from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import Artifact, UnsupportedError
+from arke.targets.llvm.declarations import Declarations
 from arke.targets.llvm.function import LLVMFunction
 from arke.targets.llvm.lib import float_const
 from arke.targets.llvm.nvptx_math import FUNCTIONS, nvptx_math
@@ -137,15 +138,12 @@ class NVPTXRenderer(SIMTRenderer):
     name = "llvm-nvptx"
 
     def render(self, plan: KernelPlan) -> Artifact:
-        declarations: dict[str, None] = {}
-
-        def declare(text: str) -> None:
-            declarations.setdefault(text, None)
+        declare = Declarations()  # one line per symbol in the module
 
         functions, launches = per_element_kernels(
             plan, "NVPTXRenderer", lambda d, name: NVPTXFunction(plan, d, name, declare))
         source = "\n\n".join([f"; arke kernel {plan.name} (NVPTX)", f'target triple = "{TRIPLE}"',
-                              *declarations, *functions]) + "\n"
+                              *declare.lines(), *functions]) + "\n"
         return Artifact("llvm-nvptx", source, tuple(launches), {"block": str(BLOCK), "triple": TRIPLE})
 
 

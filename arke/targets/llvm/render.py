@@ -28,6 +28,7 @@ from __future__ import annotations
 from arke.ir.shapes import dim_str
 from arke.plan.dispatch import KernelPlan
 from arke.targets.artifact import Artifact, LaunchSpec, Renderer
+from arke.targets.llvm.declarations import Declarations
 from arke.targets.llvm.function import function_for
 
 # ---------------------------------------------------------------- the renderer
@@ -48,10 +49,8 @@ class LLVMRenderer(Renderer):
         self.vector_bits = vector_bits
 
     def render(self, plan: KernelPlan) -> Artifact:
-        declarations: dict[str, None] = {}
-
-        def declare(text: str) -> None:
-            declarations.setdefault(text, None)
+        # one line per symbol for the whole module: several dispatches' emitters share intrinsics
+        declare = Declarations()
 
         functions, launches = [], []
         meta = {"vector_bits": str(self.vector_bits)}
@@ -77,7 +76,7 @@ class LLVMRenderer(Renderer):
                 launch = LaunchSpec(entry, extent, tuple(plan.buffer_index(b) for b in fn.args), scratch)
             functions.append(text)
             launches.append(launch)
-        source = "\n\n".join([f"; arke kernel {plan.name}", *declarations, *functions]) + "\n"
+        source = "\n\n".join([f"; arke kernel {plan.name}", *declare.lines(), *functions]) + "\n"
         return Artifact("llvm", source, tuple(launches), meta)
 
 

@@ -16,6 +16,7 @@ from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import equal
 from arke.targets.llvm.convert import FLOAT16, narrow, widen
+from arke.targets.llvm.declarations import masked_load, masked_load_call, masked_store, vector_fma
 from arke.targets.llvm.lib import INT_BITS, float_const
 from arke.targets.llvm.scalar import BITWISE, COMPUTE, FLOAT_BINARY, FLOAT_COMPARE, INT_BINARY, int_compare, int_convert
 
@@ -52,14 +53,13 @@ class Vec:
 
     def masked_load(self, ptr: str, mask: str) -> str:
         """Lanes where ``mask`` is false read nothing (no fault past an array's end) and give 0."""
-        name = f"llvm.masked.load.v{self.w}f32.p0"
-        self.declare(f"declare {self.f} @{name}(ptr, {self.ty('i1')}, {self.f})")
-        return self.let(f"call {self.f} @{name}(ptr align 4 {ptr}, {self.ty('i1')} {mask}, {self.f} zeroinitializer)")
+        self.declare(masked_load(self.w, "float")[1])
+        return self.let(masked_load_call(self.w, "float", ptr, mask, 4))
 
     def masked_store(self, value: str, ptr: str, mask: str) -> str:
-        name = f"llvm.masked.store.v{self.w}f32.p0"
-        self.declare(f"declare void @{name}({self.f}, ptr, {self.ty('i1')})")
-        return f"call void @{name}({self.f} {value}, ptr align 4 {ptr}, {self.ty('i1')} {mask})"
+        name, declaration = masked_store(self.w, "float")
+        self.declare(declaration)
+        return f"call void {name}({self.f} {value}, ptr align 4 {ptr}, {self.ty('i1')} {mask})"
 
     def load_as_float(self, ptr: str, dtype: DType, mask: str | None = None) -> str:
         """``w`` stored values of ``dtype`` (f32, or bf16/f16 bits widened exactly) as a float vector;
@@ -70,9 +70,8 @@ class Vec:
         if mask is None:
             raw = self.let(f"load {t}, ptr {ptr}, align 2")
         else:
-            name = f"llvm.masked.load.v{self.w}i16.p0"
-            self.declare(f"declare {t} @{name}(ptr, {self.ty('i1')}, {t})")
-            raw = self.let(f"call {t} @{name}(ptr align 2 {ptr}, {self.ty('i1')} {mask}, {t} zeroinitializer)")
+            self.declare(masked_load(self.w, "i16")[1])
+            raw = self.let(masked_load_call(self.w, "i16", ptr, mask, 2))
         name, definition = widen(FLOAT16[dtype], self.w)
         self.declare(definition)
         return self.let(f"call {self.f} {name}({t} {raw})")
@@ -85,9 +84,9 @@ class Vec:
         name, definition = narrow(FLOAT16[dtype], self.w)
         self.declare(definition)
         bits = self.let(f"call {t} {name}({self.f} {value})")
-        store = f"llvm.masked.store.v{self.w}i16.p0"
-        self.declare(f"declare void @{store}({t}, ptr, {self.ty('i1')})")
-        return f"call void @{store}({t} {bits}, ptr align 2 {ptr}, {self.ty('i1')} {mask})"
+        store, declaration = masked_store(self.w, "i16")
+        self.declare(declaration)
+        return f"call void {store}({t} {bits}, ptr align 2 {ptr}, {self.ty('i1')} {mask})"
 
     def lanes_below(self, start: str, limit: str) -> str:
         """The mask of lanes ``k`` with ``start + k < limit`` (i64 scalars; compared in i32 lanes)."""
@@ -119,9 +118,9 @@ class Vec:
         return self.let(f"extractelement <1 x float> {v}, i64 0")
 
     def fma(self, a: str, b: str, c: str) -> str:
-        name = f"llvm.fma.v{self.w}f32"
-        self.declare(f"declare {self.f} @{name}({self.f}, {self.f}, {self.f})")
-        return self.let(f"call {self.f} @{name}({self.f} {a}, {self.f} {b}, {self.f} {c})")
+        name, declaration = vector_fma(self.w)
+        self.declare(declaration)
+        return self.let(f"call {self.f} {name}({self.f} {a}, {self.f} {b}, {self.f} {c})")
 
     def intrinsic(self, name: str, *args: str) -> str:
         """``llvm.<name>.v<w>f32`` on float vectors (``maximum`` propagates NaN, as torch does)."""
