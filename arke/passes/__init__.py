@@ -6,6 +6,7 @@ is a straight list of named steps, run in order by :func:`run_passes`:
 
 ========  ===================================================================
 inline    every kernel call replaced by the callee's body (:mod:`.inline`)
+unroll    reductions over a few literal-extent terms written out as maps (:mod:`.unroll`)
 fuse      elementwise producers folded into their readers (:mod:`.fuse`)
 dce       unread ops removed, values renumbered ``%0, %1, …`` (:mod:`.dce`)
 ========  ===================================================================
@@ -27,6 +28,7 @@ from arke.ir.verify import IRVerifyError, verify
 from arke.passes.dce import dead_code
 from arke.passes.fuse import fuse_elementwise
 from arke.passes.inline import inline_all, inline_calls
+from arke.passes.unroll import unroll_small_reductions
 
 #: A step of the pipeline: the kernel so far and the module it came from (for its callees) -> the new kernel.
 Pass = Callable[[S.Function, S.Module], S.Function]
@@ -41,6 +43,10 @@ def _inline(fn: S.Function, module: S.Module) -> S.Function:
     return inline_calls(module, fn.name)
 
 
+def _unroll(fn: S.Function, module: S.Module) -> S.Function:
+    return unroll_small_reductions(fn)
+
+
 def _fuse(fn: S.Function, module: S.Module) -> S.Function:
     return fuse_elementwise(fn)
 
@@ -51,6 +57,7 @@ def _dce(fn: S.Function, module: S.Module) -> S.Function:
 
 PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("inline", _inline),
+    ("unroll", _unroll),
     ("fuse", _fuse),
     ("dce", _dce),
 )
@@ -97,4 +104,4 @@ def _verify_step(step: str, fn: S.Function, module: S.Module) -> None:
 
 
 __all__ = ["DEBUG_ENV", "PIPELINE", "Pass", "Trace", "dead_code", "fuse_elementwise", "inline_all", "inline_calls",
-           "print_trace", "run_passes"]
+           "print_trace", "run_passes", "unroll_small_reductions"]

@@ -12,6 +12,9 @@ one dispatch, tried in this order:
 * ``rows`` (:mod:`arke.plan.rows`): ops over the same leading rows (a norm's statistics
   and the map that uses them) run row by row in one pass over memory;
 
+(before matching, an attention core's computed ``k`` factor is hoisted into a map of its own,
+:mod:`arke.plan.prologue`, so it is evaluated once per key, not once per task and key tile)
+
 and any op left is a dispatch of its own: a loop nest over the op's axes (and reduce axes); a
 scan is a dispatch of its own (family ``scan``): its rows (the other axes) run in parallel, each
 in sequence along the scanned axis.
@@ -123,6 +126,10 @@ def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None
         if isinstance(op, ir.CallOp):  # run_passes inlines every call
             raise ValueError(f"{name}: a call of `{op.callee}` survived inlining")
         ops.append(op)
+    if families is None or "attention" in families:
+        from arke.plan.prologue import hoist_key_prologues
+
+        fn, ops = hoist_key_prologues(fn, ops, strategy)
     dispatches: list[Dispatch] = []
     k = 0
     found = matchers(families)

@@ -31,6 +31,7 @@ from codegen_support import (
 from arke.ir import semantic as ir
 from arke.plan.attention import QUERY, Attention
 from arke.plan.dispatch import KernelPlan, make_plan
+from arke.plan.prologue import PREFIX
 from arke.runtime.guards import GuardError
 from arke.targets.llvm.render import LLVMRenderer
 
@@ -285,10 +286,13 @@ def test_layouts_bias_and_reciprocal() -> None:
 
 
 def test_fused_prologues_on_queries_and_keys() -> None:
+    # q rows are computed per task; a computed k is hoisted into a map of its own (arke.plan.prologue)
+    # that the core reads directly, one row per KV group (the renderer's computed-k path: `narrow`)
     (norm,) = attention_patterns(plan_of("qknorm"))
-    assert not norm.q_direct and not norm.k_direct and norm.group is not None and norm.bounds
+    assert not norm.q_direct and norm.k_direct and norm.group is not None and norm.bounds
     (rot,) = attention_patterns(plan_of("rotated"))
-    assert rot.q_direct and not rot.k_direct
+    assert rot.q_direct and rot.k_direct
+    assert all(isinstance(p.k, ir.Load) and p.k.src.startswith(PREFIX) for p in (norm, rot))
     mod = module()
     for shape in [(1, 8, 2, 5, 33, 16), (2, 4, 4, 70, 70, 5), (1, 4, 1, 1, 40, 3)]:
         check("qknorm", shape)
