@@ -125,12 +125,12 @@ def test_trace_and_debug_switch(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     module = load(EXAMPLE).semantic
     seen: list[tuple[str, int]] = []
     run_passes(module, "softmax", trace=lambda step, fn: seen.append((step, len(fn.ops))))
-    assert seen == [("inline", 4), ("fuse", 3), ("dce", 3)]
-    assert [step for step, _ in PIPELINE] == ["inline", "fuse", "dce"]
+    assert seen == [("inline", 4), ("fuse", 3), ("argreduce", 3), ("dce", 3)]
+    assert [step for step, _ in PIPELINE] == ["inline", "fuse", "argreduce", "dce"]
     monkeypatch.setenv("ARKE_DEBUG_PASSES", "1")
     run_passes(module, "softmax")
     err = capsys.readouterr().err
-    assert err.count("# ---- after ") == 3 and "kernel @softmax" in err
+    assert err.count("# ---- after ") == 4 and "kernel @softmax" in err
     monkeypatch.setenv("ARKE_DEBUG_PASSES", "0")
     run_passes(module, "softmax")
     assert capsys.readouterr().err == ""
