@@ -41,7 +41,7 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
     "rope": (1, 1), "rope_interleaved": (1, 1),
     "softmax": (4, 3), "logsumexp": (3, 3), "log_softmax": (4, 3), "layernorm": (5, 4), "rmsnorm": (3, 2),
     "linear_bias": (2, 2), "linear_int8": (2, 2), "linear_bf16": (2, 2), "swiglu": (3, 3), "geglu": (3, 3),
-    "cross_entropy": (4, 3),
+    "cross_entropy": (4, 3), "greedy": (1, 2),
     "cross_entropy_mean": (6, 4), "attention": (7, 6), "causal_attention": (8, 6), "topk_routing": (6, 5),
     "attn_in": (12, 10), "attn_in_bf16": (12, 7), "attn_in_int8": (13, 8), "heads": (8, 5), "attn_cached": (8, 6),
     "attn_window": (8, 6), "attn_out": (2, 2), "attn_out_bf16": (2, 2), "attn_out_int8": (2, 2), "mlp": (8, 7),
