@@ -7,8 +7,8 @@ straight list of ops, each defining new SSA values:
   (``%2 = map [m < M, n < N] f32 { %x[m, n] * %1[m] }``). Loads may permute, broadcast
   (an axis missing from a load's subscripts), offset or gather (a subscript that reads
   another tensor): index and layout ops are maps whose body is one load.
-* :class:`ReduceOp` — a reduction (``sum max min prod``) of an elementwise body over
-  extra axes.
+* :class:`ReduceOp` — a reduction (``sum max min prod``, or the arg-reductions ``argmax
+  argmin``, which give an ``i64`` position) of an elementwise body over extra axes.
 * :class:`ContractOp` — a sum of products of two loads (matmul, bmm, attention's ``QKᵀ``).
   Equivalent to a ``ReduceOp(sum)`` of ``lhs * rhs``; kept apart because every target
   lowers it differently.
@@ -221,6 +221,11 @@ class MapOp:
 
 
 REDUCE_KINDS = ("sum", "max", "min", "prod")
+#: The arg-reductions: an ``i64`` position along the one reduce axis (the first largest /
+#: smallest value; a NaN beats every number, the first NaN wins; 0 over an empty axis).
+ARG_KINDS = ("argmax", "argmin")
+#: Every kind a :class:`ReduceOp` may have.
+ALL_REDUCE_KINDS = REDUCE_KINDS + ARG_KINDS
 
 
 @dataclass(frozen=True)

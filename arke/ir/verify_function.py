@@ -138,11 +138,15 @@ class _FunctionCheck:
                 self.contract(op, axes)
             else:
                 self.expr(op.body, axes)
-                if not can_store(op.body.dtype, op.dtype):
+                if isinstance(op, S.ReduceOp) and op.kind in S.ARG_KINDS:
+                    if op.dtype is not S.DType.I64 or len(op.reduce_axes) != 1:
+                        self.problem(f"reduce.{op.kind} gives i64 over exactly one reduce axis, not "
+                                     f"{op.dtype} over {len(op.reduce_axes)}")
+                elif not can_store(op.body.dtype, op.dtype):
                     self.problem(f"the body is {op.body.dtype}, which is not stored into {op.dtype} without a cast")
             if isinstance(op, S.ReduceOp):
-                if op.kind not in S.REDUCE_KINDS:
-                    self.problem(f"unknown reduction {op.kind!r}: expected one of {', '.join(S.REDUCE_KINDS)}")
+                if op.kind not in S.ALL_REDUCE_KINDS:
+                    self.problem(f"unknown reduction {op.kind!r}: expected one of {', '.join(S.ALL_REDUCE_KINDS)}")
                 elif op.body.dtype.is_bool and op.kind in ("sum", "prod"):
                     self.problem(f"reduce.{op.kind} of a bool body: cast it to a number first")
         for r, t in S.op_results(op):

@@ -40,7 +40,7 @@ MATH_UNARY: dict[str, tuple[str, bool]] = {
 }
 MATH_BINARY = {"max": "max", "min": "min", "pow": "pow"}
 BUILTINS = frozenset(MATH_UNARY) | frozenset(MATH_BINARY) | frozenset(DTYPES) | {"transpose"}
-REDUCTIONS = ("sum", "max", "min", "mean", "prod")
+REDUCTIONS = ("sum", "max", "min", "mean", "prod", "argmax", "argmin")
 
 _ARITH = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "**": "pow"}
 _COMPARE = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}

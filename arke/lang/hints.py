@@ -1,11 +1,11 @@
 """What to write instead of the reductions, functions and dtypes other tensor languages have and
-Arke does not (yet): the hints of AK2002 for `argmax`, `argmin` and `topk`, and of AK3001 for
+Arke does not (yet): the hints of AK2002 for `topk`, and of AK3001 for
 the unsigned dtypes it lacks or spells otherwise (`u64`, `uint8`).
 
 Two tables, :data:`NOT_YET` (reductions and functions) and :data:`NOT_YET_DTYPES`: each entry
 says what is missing and what to write today; a function's entry shows a whole kernel. The
 examples are real: tests/lang/test_parse_messages.py checks each one, run by the interpreter,
-against torch. When the language gains one of these (arg-reductions are on their way), drop its
+against torch. When the language gains one of these (top-k is on its way), drop its
 entry (and its case in the error corpus); nothing else refers to it.
 """
 
@@ -30,11 +30,6 @@ class Instead:
         return f"{self.why}: {self.how}"
 
 
-_ARGMAX = """kernel argmax_rows(x: f32[T, E]) -> i64[T] {
-  mx[t] = max(x[t, e] for e)
-  return min(e if x[t, e] == mx[t] else E for e)
-}"""
-_ARGMIN = _ARGMAX.replace("argmax", "argmin").replace("max(", "min(", 1).replace("mx", "mn")
 _TOPK = """kernel topk_mask(x: f32[T, E], k: i64 = 2) -> bool[T, E] {
   rank[t, e] = sum(i64(x[t, f] > x[t, e] or (x[t, f] == x[t, e] and f < e)) for f)
   return rank[t, e] < k
@@ -43,12 +38,6 @@ _TOPK = """kernel topk_mask(x: f32[T, E], k: i64 = 2) -> bool[T, E] {
 
 #: name -> what to write instead; consulted for `name(... for i)` and for `name(...)`
 NOT_YET: dict[str, Instead] = {
-    "argmax": Instead("Arke has no arg-reductions yet",
-                      "take the first index that reaches the maximum: `mx[t] = max(x[t, e] for e)`, then "
-                      "`return min(e if x[t, e] == mx[t] else E for e)` (a row holding NaN gives `E`)", _ARGMAX),
-    "argmin": Instead("Arke has no arg-reductions yet",
-                      "take the first index that reaches the minimum: `mn[t] = min(x[t, e] for e)`, then "
-                      "`return min(e if x[t, e] == mn[t] else E for e)` (a row holding NaN gives `E`)", _ARGMIN),
     "topk": Instead("Arke has no top-k yet",
                     "rank each value by counting those before it, "
                     "`rank[t, e] = sum(i64(x[t, f] > x[t, e] or (x[t, f] == x[t, e] and f < e)) for f)`, and keep "

@@ -188,6 +188,11 @@ class IndexBinding:
             if names.count(n) > 1:
                 self.error("AK2101", f"index `{n}` is listed twice", s)
                 return POISON
+        if e.op in ir.ARG_KINDS and len(names) != 1:
+            self.error("AK3008", f"`{e.op}` reduces over one index, not {len(names)}", e.index_spans[-1],
+                       hint=f"a position along several axes has no single meaning: write `{e.op}(... for "
+                            f"{names[-1]})` and reduce the other indices separately")
+            return POISON
         frame, ok = self.extents(e.body, names, spans, role="reduction")
         if not ok:
             self.under(frame, e.body, "a value to reduce")  # for its own errors only
@@ -203,6 +208,10 @@ class IndexBinding:
         raxes = tuple(ir.Axis(n, frame[n]) for n in names)
         kind, dtype = e.op, body.dtype
         sx = body.sx
+        if kind in ir.ARG_KINDS:  # a position: i64 whatever the body's dtype (spec §8.3)
+            ssa = self.fresh()
+            self.emit(ir.ReduceOp(ssa, DType.I64, kind, axes, raxes, sx))
+            return Scalar(ir.Load(ssa, tuple(ir.Idx(n) for n in keep), DType.I64), DType.I64, frozenset(keep))
         if kind == "mean" or (kind in ("sum", "prod") and dtype.is_bool):
             dtype = DType.F32 if kind == "mean" and not dtype.is_float else (DType.I64 if dtype.is_bool else dtype)
             sx = cast(sx, dtype)

@@ -55,6 +55,10 @@ def builtin_doc(name: str) -> str:
 
 def reduction_doc(name: str) -> str:
     """What ``name(e for i, ...)`` computes (spec §8.3)."""
+    if name in ("argmax", "argmin"):
+        which = "largest" if name == "argmax" else "smallest"
+        return (f"the first position of `e`'s {which} value over the listed indices (exactly one; a NaN beats "
+                "every number: the first NaN wins), as torch's `" + name + "`; gives `i64`")
     what = {"sum": "the sum", "max": "the maximum", "min": "the minimum", "mean": "the mean",
             "prod": "the product"}[name]
     extra = {"mean": "; `f32` for integers and booleans", "sum": "; `i64` for booleans",

@@ -4,12 +4,13 @@ Each pass is a pure function that never changes meaning: the reference interpret
 the same answer before and after (see each module for the exact guarantee). The pipeline
 is a straight list of named steps, run in order by :func:`run_passes`:
 
-========  ===================================================================
-inline    every kernel call replaced by the callee's body (:mod:`.inline`)
-unroll    reductions over a few literal-extent terms written out as maps (:mod:`.unroll`)
-fuse      elementwise producers folded into their readers (:mod:`.fuse`)
-dce       unread ops removed, values renumbered ``%0, %1, …`` (:mod:`.dce`)
-========  ===================================================================
+=========  ===================================================================
+inline     every kernel call replaced by the callee's body (:mod:`.inline`)
+unroll     reductions over a few literal-extent terms written out as maps (:mod:`.unroll`)
+fuse       elementwise producers folded into their readers (:mod:`.fuse`)
+argreduce  ``argmax``/``argmin`` lowered to a ``max``/``min`` and a ``min`` of positions (:mod:`.argreduce`)
+dce        unread ops removed, values renumbered ``%0, %1, …`` (:mod:`.dce`)
+=========  ===================================================================
 
 ``run_passes(module, name, verify_each=True)`` checks the IR after every step with
 :func:`arke.ir.verify.verify`; ``trace=`` (or ``ARKE_DEBUG_PASSES=1`` in the environment)
@@ -25,6 +26,7 @@ from arke import knobs
 from arke.ir import semantic as S
 from arke.ir.text import print_function
 from arke.ir.verify import IRVerifyError, verify
+from arke.passes.argreduce import lower_arg_reductions
 from arke.passes.dce import dead_code
 from arke.passes.fuse import fuse_elementwise
 from arke.passes.inline import inline_all, inline_calls
@@ -51,6 +53,10 @@ def _fuse(fn: S.Function, module: S.Module) -> S.Function:
     return fuse_elementwise(fn)
 
 
+def _argreduce(fn: S.Function, module: S.Module) -> S.Function:
+    return lower_arg_reductions(fn)
+
+
 def _dce(fn: S.Function, module: S.Module) -> S.Function:
     return dead_code(fn)
 
@@ -59,6 +65,7 @@ PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("inline", _inline),
     ("unroll", _unroll),
     ("fuse", _fuse),
+    ("argreduce", _argreduce),
     ("dce", _dce),
 )
 
@@ -104,4 +111,4 @@ def _verify_step(step: str, fn: S.Function, module: S.Module) -> None:
 
 
 __all__ = ["DEBUG_ENV", "PIPELINE", "Pass", "Trace", "dead_code", "fuse_elementwise", "inline_all", "inline_calls",
-           "print_trace", "run_passes", "unroll_small_reductions"]
+           "lower_arg_reductions", "print_trace", "run_passes", "unroll_small_reductions"]

@@ -26,6 +26,9 @@ How it computes (the language spec quotes this list):
 * **Casts.** float → int truncates toward zero, as C does; NaN, ±inf and values outside
   the integer type's range give unspecified results. Anything → ``bool`` is ``x != 0``;
   ``bool`` → number is 0 or 1.
+* **Arg-reductions** (``argmax argmin``) give the first position along their one reduce axis
+  of the largest / smallest value, a NaN beating every number (the first NaN wins; torch's
+  ``argmax``/``argmin`` exactly); 0 over an empty axis.
 * **Reductions** (``sum max min prod`` and :class:`~arke.ir.semantic.ContractOp`) run
   in a fixed order (torch's, deterministic on the CPU). Floats accumulate in ``f32``
   and are rounded to the op's dtype at the end; integers accumulate in ``i64``, which
@@ -259,6 +262,8 @@ class _Frame:
         out = torch.empty(dom.sizes[:keep], dtype=TORCH_DTYPES[op.dtype])
         if isinstance(op, S.MapOp):
             value = self.expr(op.body, dom)
+        elif isinstance(op, S.ReduceOp) and op.kind in S.ARG_KINDS:
+            value = self.arg_reduce(op, dom, keep)
         elif 0 in dom.sizes:
             value = torch.tensor(_identity("sum" if isinstance(op, S.ContractOp) else op.kind, op.dtype))
         elif isinstance(op, S.ContractOp):
@@ -329,6 +334,22 @@ class _Frame:
         if op.kind == "prod":
             return flat.prod(dim=-1, dtype=acc)
         return flat.amax(dim=-1) if op.kind == "max" else flat.amin(dim=-1)
+
+    def arg_reduce(self, op: S.ReduceOp, dom: _Domain, keep: int) -> torch.Tensor:
+        """The first position of the largest (``argmax``) or smallest value along the one reduce
+        axis; a NaN beats every number, so a row with NaN gives its first NaN; 0 over an empty axis."""
+        if len(op.reduce_axes) != 1:
+            raise InterpError(f"{self.fn.name}: reduce.{op.kind} over {len(op.reduce_axes)} axes")
+        if dom.sizes[keep] == 0:
+            return torch.zeros(dom.sizes[:keep], dtype=torch.int64)
+        body = self.expr(op.body, dom).expand(dom.sizes)
+        if body.dtype == torch.bool:
+            body = body.to(torch.int64)
+        best = body.amax(dim=-1, keepdim=True) if op.kind == "argmax" else body.amin(dim=-1, keepdim=True)
+        # amax/amin propagate NaN: where the best is NaN the positions wanted are the NaNs
+        hits = (body == best) | (body != body)
+        # the first True of each row: argmax of a 0/1 row is its first 1 (a row has one at least)
+        return hits.to(torch.int8).argmax(dim=-1)
 
     @staticmethod
     def sum_of_products(a: torch.Tensor, b: torch.Tensor, dom: _Domain, keep: int) -> torch.Tensor:

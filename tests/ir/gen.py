@@ -191,7 +191,10 @@ def ops(draw: st.DrawFn, ctx: Ctx, result: str) -> S.Op:
         dtype = draw(st.sampled_from([d for d in NUMERIC if can_store(lhs.dtype, d)]))
         return S.ContractOp(result, dtype, axes, raxes, lhs, rhs, name)
     if kind == "reduce":
-        reduction = draw(st.sampled_from(S.REDUCE_KINDS))
+        reduction = draw(st.sampled_from(S.ALL_REDUCE_KINDS if len(raxes) == 1 else S.REDUCE_KINDS))
+        if reduction in S.ARG_KINDS:  # a position (i64) of a body of any dtype
+            body_dtype = draw(st.sampled_from(ALL_DTYPES))
+            return S.ReduceOp(result, DType.I64, reduction, axes, raxes, draw(sexprs(inner, body_dtype, depth)), name)
         dtype = draw(st.sampled_from(NUMERIC if reduction in ("sum", "prod") else ALL_DTYPES))
         return S.ReduceOp(result, dtype, reduction, axes, raxes, draw(sexprs(inner, dtype, depth)), name)
     dtype = draw(st.sampled_from(ALL_DTYPES))

@@ -4,7 +4,7 @@
   words; other languages' operators (``&&``, ``===``) and chained comparisons say what to write.
 * A kernel whose body does not parse keeps its header: its signature is still checked, and
   its callers and strategies find it (no follow-on AK2002/AK3008/AK4001).
-* What to write instead of `argmax`, `topk`, `u64` and friends (arke.lang.hints): each example
+* What to write instead of `topk`, `u64` and friends (arke.lang.hints): each example
   is a real kernel, run by the interpreter against torch.
 * AK2105 says how the index is used and what gives an index of that kind an extent; AK2107
   underlines the tensor that needs its subscript and offers it.
@@ -177,8 +177,6 @@ def test_not_yet_hint_quotes_its_example(name: str) -> None:
 
 
 def _torch_reference(name: str, x: torch.Tensor, k: int) -> torch.Tensor:
-    if name in ("argmax", "argmin"):
-        return getattr(torch, name)(x, dim=1)
     if name in ("topk", "top_k"):
         mask = torch.zeros_like(x, dtype=torch.bool)
         return mask.scatter(1, torch.topk(x, min(k, x.shape[1]), dim=1).indices, True)
@@ -202,13 +200,7 @@ def test_not_yet_example_computes_it(name: str, shape: tuple[int, int]) -> None:
         assert torch.equal(got.to(want.dtype), want)
 
 
-def test_argmax_example_on_a_nan_row_gives_the_extent() -> None:
-    m = arke.loads(NOT_YET["argmax"].example)
-    x = np.array([[0.0, np.nan, 1.0], [2.0, 1.0, 2.0]], dtype=np.float32)
-    assert m.kernels[m.names[0]](x).tolist() == [3, 0]  # as the hint says; ties: the first index
-
-
-@pytest.mark.parametrize("name", ["argmax", "argmin", "topk"])
+@pytest.mark.parametrize("name", ["topk"])
 def test_not_yet_names_say_what_to_write(name: str) -> None:
     for source in (kernel(f"return {name}(x[n] for n)", "kernel f(x: f32[N]) -> f32"),
                    kernel(f"return {name}(x)", "kernel f(x: f32[N]) -> f32[N]")):

@@ -41,7 +41,7 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
     "rope": (1, 1), "rope_interleaved": (1, 1),
     "softmax": (4, 3), "logsumexp": (3, 3), "log_softmax": (4, 3), "layernorm": (5, 4), "rmsnorm": (3, 2),
     "linear_bias": (2, 2), "linear_int8": (2, 2), "linear_bf16": (2, 2), "swiglu": (3, 3), "geglu": (3, 3),
-    "cross_entropy": (4, 3),
+    "cross_entropy": (4, 3), "greedy": (1, 2),
     "cross_entropy_mean": (6, 4), "attention": (7, 6), "causal_attention": (8, 6), "topk_routing": (6, 5),
     "attn_in": (12, 10), "attn_in_bf16": (12, 7), "attn_in_int8": (13, 8), "heads": (8, 5), "attn_cached": (8, 6),
     "attn_window": (8, 6), "attn_out": (2, 2), "attn_out_bf16": (2, 2), "attn_out_int8": (2, 2), "mlp": (8, 7),
@@ -125,12 +125,12 @@ def test_trace_and_debug_switch(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     module = load(EXAMPLE).semantic
     seen: list[tuple[str, int]] = []
     run_passes(module, "softmax", trace=lambda step, fn: seen.append((step, len(fn.ops))))
-    assert seen == [("inline", 4), ("unroll", 4), ("fuse", 3), ("dce", 3)]
-    assert [step for step, _ in PIPELINE] == ["inline", "unroll", "fuse", "dce"]
+    assert seen == [("inline", 4), ("unroll", 4), ("fuse", 3), ("argreduce", 3), ("dce", 3)]
+    assert [step for step, _ in PIPELINE] == ["inline", "unroll", "fuse", "argreduce", "dce"]
     monkeypatch.setenv("ARKE_DEBUG_PASSES", "1")
     run_passes(module, "softmax")
     err = capsys.readouterr().err
-    assert err.count("# ---- after ") == 4 and "kernel @softmax" in err
+    assert err.count("# ---- after ") == len(PIPELINE) and "kernel @softmax" in err
     monkeypatch.setenv("ARKE_DEBUG_PASSES", "0")
     run_passes(module, "softmax")
     assert capsys.readouterr().err == ""

@@ -34,7 +34,7 @@ def test_module_has_the_documented_kernels() -> None:
     assert set(std_module(NN).names) == {
         "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "add", "mul", "softmax", "logsumexp",
         "log_softmax", "layernorm", "rmsnorm", "matmul", "bmm", "linear", "linear_bias", "linear_int8",
-        "linear_bf16", "swiglu", "geglu", "embedding", "cross_entropy", "cross_entropy_mean",
+        "linear_bf16", "swiglu", "geglu", "embedding", "cross_entropy", "cross_entropy_mean", "greedy",
     }
 
 
@@ -275,6 +275,15 @@ def test_cross_entropy_mean(shape: tuple[int, int], rng: np.random.Generator) ->
     out = k("cross_entropy_mean")(logits, target)
     assert out.shape == ()  # a 0-d array
     assert_close(out, ref, atol=4 * ATOL)
+
+
+@pytest.mark.parametrize("shape", [*ROW_SHAPES, (3, 151936)])
+def test_greedy(shape: tuple[int, int], rng: np.random.Generator) -> None:
+    logits = randn(rng, *shape)
+    logits[0, shape[1] // 2] = np.inf if shape[1] > 1 else logits[0, 0]
+    if shape[0] > 1:
+        logits[1, -1] = np.nan
+    np.testing.assert_array_equal(k("greedy")(logits), torch.from_numpy(logits).argmax(-1).numpy())
 
 
 def test_cross_entropy_large_logits(rng: np.random.Generator) -> None:

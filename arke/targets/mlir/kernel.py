@@ -35,7 +35,7 @@ from arke.ir.dtypes import DType
 from arke.plan.dispatch import KernelPlan
 from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
 from arke.runtime.limits import check_threads, refuse_huge_broadcast
-from arke.targets.artifact import Artifact
+from arke.targets.artifact import Artifact, UnsupportedError
 
 MISSING = ("the mlir target needs IREE: pip install 'arke[mlir]' "
            "(iree-base-compiler and iree-base-runtime 3.13)")
@@ -339,7 +339,9 @@ class IREEKernel:
         rt, dev = self._rt, self._device
         arg_list = rt.VmVariantList(len(inputs))
         for t in self._abi(inputs):
-            if not t.is_contiguous() or t.data_ptr() % _ALIGN:
+            if t.numel() == 0:  # an empty view may have any strides (NumPy's are 0), which IREE refuses
+                t = torch.empty(t.shape, dtype=t.dtype)
+            elif not t.is_contiguous() or t.data_ptr() % _ALIGN:
                 t = t.clone(memory_format=torch.contiguous_format)  # a fresh allocation is aligned
             arg_list.push_ref(dev.from_dlpack_capsule(to_dlpack(t)).ref)
         rets = self._invoke(arg_list)
@@ -395,6 +397,37 @@ def build_kernel(module: ir.Module, ir_name: str, strategy: Any, threads: int = 
     from arke.targets.mlir.render import RENDERER
 
     plan = make_plan(module, ir_name, strategy, RENDERER.families)
+    why = cuda_unsupported(plan) if device == "cuda" else None
+    if why is not None:
+        raise UnsupportedError(why)
     artifact = RENDERER.render(plan)
     vmfb = compile_vmfb(artifact.source, device, arch if device == "cuda" else None)
     return IREEKernel(plan, artifact, vmfb, module, threads, device)
+
+
+def cuda_unsupported(plan: KernelPlan) -> str | None:
+    """Why IREE's CUDA pipeline cannot compile ``plan`` (None when it can): a 64-bit integer
+    reduction whose terms are reduced positions (the ``min`` of positions an ``argmax`` becomes,
+    spec/codegen.md §1) fails IREE's vector distribution ("failed to distribute"); the i32 form
+    compiles, but a position may need 64 bits. The cpu device, and the cuda and triton targets,
+    run such kernels."""
+    for op in plan.function.ops:
+        if not (isinstance(op, ir.ReduceOp) and op.dtype is DType.I64):
+            continue
+        if _position_valued(op.body, {a.name for a in op.reduce_axes}):
+            return (f"{plan.name}: the mlir target cannot compile this kernel for device='cuda': IREE's CUDA "
+                    "pipeline does not distribute a 64-bit reduction of positions (an argmax or argmin); "
+                    "build it for device='cpu', or with the cuda or triton target")
+    return None
+
+
+def _position_valued(e: ir.SExpr, reduced: set[str]) -> bool:
+    """Whether ``e``'s value is computed from a position along ``reduced`` (not only compared or
+    used as a subscript, which IREE distributes: a rank ``sum(i64(x[j] > x[e]) for j)``)."""
+    if isinstance(e, ir.Idx):
+        return e.name in reduced
+    if isinstance(e, ir.Load) or (isinstance(e, ir.Binary) and e.op in ir.COMPARISONS):
+        return False
+    if isinstance(e, ir.Select):
+        return _position_valued(e.a, reduced) or _position_valued(e.b, reduced)
+    return any(_position_valued(c, reduced) for c in ir.children(e))

@@ -157,7 +157,8 @@ class _Function:
                     return self._let(f"tensor.dim {t.ssa}, {k} : {self.tensor_type(t.shape, STORAGE[t.dtype])}")
             raise UnsupportedError(f"mlir: dim `{e}` is bound to no parameter")
         if isinstance(e, sympy.Add):
-            terms = sorted(e.args, key=lambda t: t.as_coeff_Mul()[0] < 0)  # a positive term first
+            terms = sorted(e.args, key=lambda t: bool(t.as_coeff_Mul()[0] < 0))  # a positive term first (a sympy
+            # relation is no sort key: Python must compare plain bools)
             out = self.dim_index(terms[0])
             for t in terms[1:]:
                 if t.as_coeff_Mul()[0] < 0:
