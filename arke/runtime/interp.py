@@ -5,43 +5,38 @@ fully specified semantics rather than speed (it still runs test sizes in millise
 
 How it computes (the language spec quotes this list):
 
-* **Storage and compute types.** Every SSA value is stored in its op's dtype. Inside an
-  op's body, ``f16``/``bf16`` arithmetic runs in ``f32`` and is rounded (to nearest even)
-  only when the op's result is stored. The leaves of a body hold values of their own
-  type: loads are exact, literals and explicit casts to ``f16``/``bf16`` round at once.
-  Integer arithmetic wraps at its type's width (two's complement). Unsigned values are held
-  in ``int64`` while a body runs (torch's CPU kernels have no ``uint16``/``uint32``
-  arithmetic) and every operation that yields one keeps its low bits, so the result is
-  arithmetic modulo ``2**width`` exactly.
-* **Bits.** ``bitand bitor bitxor bitnot`` act on two's complement bits; ``shl`` keeps the
-  low bits of ``a * 2**b``, ``shr`` is ``floor(a / 2**b)`` (arithmetic on signed types,
-  logical on unsigned ones). A shift count outside ``0 <= b < width`` is a
-  :class:`GuardError` (``arith``); it is never masked.
-* **Division.** Integer ``div`` and ``floordiv`` are floor division and ``mod`` follows
-  Python's sign rule; an integer division or modulo by zero, and an integer raised to a
-  negative power, are :class:`GuardError` s. On floats ``div`` is IEEE division,
-  ``floordiv`` is ``floor(a / b)``, and ``mod`` is Python's float ``%`` (``fmod`` with the
-  divisor's sign, which is exact).
+* **Storage and compute types.** Every SSA value is stored in its op's dtype. Inside an op's body,
+  ``f16``/``bf16`` arithmetic runs in ``f32`` and is rounded (to nearest even) only when the op's result is
+  stored. The leaves of a body hold values of their own type: loads are exact, literals and explicit casts to
+  ``f16``/``bf16`` round at once. Integer arithmetic wraps at its type's width (two's complement). Unsigned
+  values are held in ``int64`` while a body runs (torch's CPU kernels have no ``uint16``/``uint32`` arithmetic)
+  and every operation that yields one keeps its low bits, so the result is arithmetic modulo ``2**width``
+  exactly.
+* **Bits.** ``bitand bitor bitxor bitnot`` act on two's complement bits; ``shl`` keeps the low bits of ``a *
+  2**b``, ``shr`` is ``floor(a / 2**b)`` (arithmetic on signed types, logical on unsigned ones). A shift count
+  outside ``0 <= b < width`` is a :class:`GuardError` (``arith``); it is never masked.
+* **Division.** Integer ``div`` and ``floordiv`` are floor division and ``mod`` follows Python's sign rule; an
+  integer division or modulo by zero, and an integer raised to a negative power, are :class:`GuardError` s. On
+  floats ``div`` is IEEE division, ``floordiv`` is ``floor(a / b)``, and ``mod`` is Python's float ``%``
+  (``fmod`` with the divisor's sign, which is exact).
 * **max / min** (elementwise and reductions) propagate NaN. ``gelu`` is the exact erf form.
-* **Casts.** float → int truncates toward zero, as C does; NaN, ±inf and values outside
-  the integer type's range give unspecified results. Anything → ``bool`` is ``x != 0``;
-  ``bool`` → number is 0 or 1.
-* **Arg-reductions** (``argmax argmin``) give the first position along their one reduce axis
-  of the largest / smallest value, a NaN beating every number (the first NaN wins; torch's
-  ``argmax``/``argmin`` exactly); 0 over an empty axis.
-* **Reductions** (``sum max min prod`` and :class:`~arke.ir.semantic.ContractOp`) run
-  in a fixed order (torch's, deterministic on the CPU). Floats accumulate in ``f32``
-  and are rounded to the op's dtype at the end; integers accumulate in ``i64``, which
-  wraps to the same answer as accumulating in the op's dtype. An empty range gives the
-  identity: ``0``, ``1``, and for ``max``/``min`` ``-inf``/``+inf`` on floats, the
-  type's smallest/largest value on integers and ``False``/``True`` on bools.
-* **Scans** (``cumsum cumprod cummax cummin`` and the linear recurrence ``h = a * h + b``) run
-  in sequence along their axis, one rounding per operation, accumulating as reductions do; an
-  exclusive scan starts from the identity (or ``init``).
-* **Loads.** A subscript outside its axis is a :class:`GuardError` naming the tensor, the
-  subscript position and the value; it never wraps or clamps.
-* **Extents.** An op axis whose extent evaluates below zero is a :class:`GuardError`
-  (the checker should have turned it into a guard).
+* **Casts.** float → int truncates toward zero, as C does; NaN, ±inf and values outside the integer type's range
+  give unspecified results. Anything → ``bool`` is ``x != 0``; ``bool`` → number is 0 or 1.
+* **Arg-reductions** (``argmax argmin``) give the first position along their one reduce axis of the largest /
+  smallest value, a NaN beating every number (the first NaN wins; torch's ``argmax``/``argmin`` exactly); 0 over
+  an empty axis.
+* **Reductions** (``sum max min prod`` and :class:`~arke.ir.semantic.ContractOp`) run in a fixed order (torch's,
+  deterministic on the CPU). Floats accumulate in ``f32`` and are rounded to the op's dtype at the end; integers
+  accumulate in ``i64``, which wraps to the same answer as accumulating in the op's dtype. An empty range gives
+  the identity: ``0``, ``1``, and for ``max``/``min`` ``-inf``/``+inf`` on floats, the type's smallest/largest
+  value on integers and ``False``/``True`` on bools.
+* **Scans** (``cumsum cumprod cummax cummin`` and the linear recurrence ``h = a * h + b``) run in sequence along
+  their axis, one rounding per operation, accumulating as reductions do; an exclusive scan starts from the
+  identity (or ``init``).
+* **Loads.** A subscript outside its axis is a :class:`GuardError` naming the tensor, the subscript position and
+  the value; it never wraps or clamps.
+* **Extents.** An op axis whose extent evaluates below zero is a :class:`GuardError` (the checker should have
+  turned it into a guard).
 
 Each body is evaluated over its op's domain (its axes, then its reduce axes) by
 broadcasting: every sub-expression is a tensor with one dimension per domain axis, of
