@@ -33,7 +33,7 @@ from arke.targets.llvm.declarations import Declarations
 from arke.targets.llvm.function import LLVMFunction
 from arke.targets.llvm.lib import float_const
 from arke.targets.llvm.nvptx_math import FUNCTIONS, nvptx_math
-from arke.targets.llvm.scalar import FLOAT_INTRINSIC, LIBM
+from arke.targets.llvm.scalar import FLOAT_INTRINSIC
 from arke.targets.nvidia.simt import BLOCK, SIMTRenderer, element_count, per_element_kernels
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -118,8 +118,6 @@ class NVPTXFunction(LLVMFunction):
             one = self.let(f"fadd float 1.0, {er}")
             h = self.let(f"fmul float {x}, 0x3FE0000000000000")
             return self.let(f"fmul float {h}, {one}")
-        if e.dtype.is_float and e.op in LIBM and e.op not in FUNCTIONS:  # a libm call would never link
-            raise UnsupportedError(f"`{e.op}` has no NVPTX lowering")
         return super()._x_Unary(e)
 
     def float_binary(self, op: str, a: str, b: str) -> str:

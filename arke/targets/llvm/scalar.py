@@ -24,6 +24,7 @@ from arke.targets.artifact import UnsupportedError
 from arke.targets.llvm.convert import FLOAT16, narrow, widen
 from arke.targets.llvm.emitter import Emitter
 from arke.targets.llvm.lib import INT_BITS, expf, float_const, int_const, ipow
+from arke.targets.llvm.mathlib import erff, power_by_multiplying, small_power, tanhf
 
 # ---------------------------------------------------------------- type tables
 
@@ -58,7 +59,6 @@ def int_convert(src: DType, dst: DType) -> str:
 FLOAT_INTRINSIC = {"log": "llvm.log", "sqrt": "llvm.sqrt", "sin": "llvm.sin",
                    "cos": "llvm.cos", "floor": "llvm.floor", "ceil": "llvm.ceil", "exp2": "llvm.exp2",
                    "log2": "llvm.log2", "abs": "llvm.fabs"}
-LIBM = {"tanh": "tanhf", "erf": "erff"}
 
 
 class ScalarEmitter(Emitter):
@@ -222,13 +222,17 @@ class ScalarEmitter(Emitter):
             self.emit(f"{t} = fneg float {x}")
         elif op == "exp":
             return self.expr_f("exp", x)
+        elif op == "tanh":
+            fn, needs = tanhf(scalef=self.vector_bits >= 512)
+            for d in needs:
+                self.declare(d)
+            self.emit(f"{t} = call float @{fn}(float {x})")
         elif op in FLOAT_INTRINSIC:
             fn = FLOAT_INTRINSIC[op] + ".f32"
             self.declare(f"declare float @{fn}(float)")
             self.emit(f"{t} = call float @{fn}(float {x})")
-        elif op in LIBM:
-            self.declare(f"declare float @{LIBM[op]}(float)")
-            self.emit(f"{t} = call float @{LIBM[op]}(float {x})")
+        elif op == "erf":
+            return self.erf(x)
         elif op == "rsqrt":
             s = self.expr_f("sqrt", x)
             self.emit(f"{t} = fdiv float 1.0, {s}")
@@ -245,14 +249,20 @@ class ScalarEmitter(Emitter):
                 self.emit(f"{t} = fdiv float {x}, {d}")
         elif op == "gelu":
             s = self.let(f"fmul float {x}, {float_const(math.sqrt(0.5))}")
-            self.declare("declare float @erff(float)")
-            er = self.let(f"call float @erff(float {s})")
+            er = self.erf(s)
             one = self.let(f"fadd float 1.0, {er}")
             h = self.let(f"fmul float {x}, 0x3FE0000000000000")
             self.emit(f"{t} = fmul float {h}, {one}")
         else:
             raise UnsupportedError(f"unimplemented primitive in llvm lowering: {op}")
         return t
+
+    def erf(self, x: str) -> str:
+        """erf inline (arke.targets.llvm.mathlib), not libm's erff: a call would stop vectorisation."""
+        fn, needs = erff()
+        for d in needs:
+            self.declare(d)
+        return self.let(f"call float @{fn}(float {x})")
 
     def expr_f(self, op: str, x: str) -> str:
         t = self.tmp()
@@ -268,6 +278,11 @@ class ScalarEmitter(Emitter):
         return t
 
     def _x_Binary(self, e: ir.Binary) -> str:
+        if e.op == "pow" and e.dtype.is_float and isinstance(e.b, ir.Const) and small_power(e.b.value) is not None:
+            n = small_power(e.b.value)
+            assert n is not None
+            return power_by_multiplying(self.expr(e.a), n, lambda p, q: self.let(f"fmul float {p}, {q}"),
+                                        lambda p: self.let(f"fdiv float 1.0, {p}"), "1.0")
         a, b = self.expr(e.a), self.expr(e.b)
         op = e.op
         if op in ("and", "or"):

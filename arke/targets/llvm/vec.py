@@ -9,6 +9,7 @@ so a lane gives exactly what the scalar function gives).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from arke.ir.shapes import equal
 from arke.targets.llvm.convert import FLOAT16, narrow, widen
 from arke.targets.llvm.declarations import masked_load, masked_load_call, masked_store, vector_fma
 from arke.targets.llvm.lib import INT_BITS, float_const
+from arke.targets.llvm.mathlib import erf_steps, power_by_multiplying, small_power
 from arke.targets.llvm.scalar import BITWISE, COMPUTE, FLOAT_BINARY, FLOAT_COMPARE, INT_BINARY, int_compare, int_convert
 
 NEG_INF = "0xFFF0000000000000"
@@ -215,6 +217,11 @@ class Vec:
         near = self.let(f"fcmp olt {f} {ax}, {self.const(float_const(0.625))}")
         return self.let(f"select {self.ty('i1')} {near}, {f} {small}, {f} {big}")
 
+    def erf(self, x: str) -> str:
+        """erf on every lane: the steps of the scalar form (:func:`arke.targets.llvm.mathlib.erf_steps`)."""
+        return erf_steps(x, self.f, self.ty("i1"), lambda v: self.const(float_const(v)), self.let,
+                         lambda a, b, c: self.intrinsic("fmuladd", a, b, c))
+
     def exp(self, v: str) -> str:
         for d in vector_expf(self.w):
             self.declare(d)
@@ -384,6 +391,12 @@ class VectorExprMixin(_Host):
 
     def _v_Binary(self, e: ir.Binary) -> str | None:
         op, src, dst = e.op, e.a.dtype, e.dtype
+        if op == "pow" and dst.is_float and isinstance(e.b, ir.Const) and small_power(e.b.value) is not None:
+            n, t = small_power(e.b.value), self.vtype(dst)
+            assert n is not None
+            return power_by_multiplying(self.vector(e.a), n, lambda p, q: self.let(f"fmul {t} {p}, {q}"),
+                                        lambda p: self.let(f"fdiv {t} splat (float 1.0), {p}"),
+                                        "splat (float 1.0)")
         if op in ("and", "or"):
             return self.let(f"{op} {self.vec.ty('i1')} {self.vector(e.a)}, {self.vector(e.b)}")
         if op in FLOAT_COMPARE:
@@ -428,6 +441,14 @@ class VectorExprMixin(_Host):
             return self.vec.intrinsic("maximum", self.vector(e.x), "zeroinitializer")
         if op == "tanh":
             return self.vec.tanh(self.vector(e.x))
+        if op == "erf":
+            return self.vec.erf(self.vector(e.x))
+        if op == "gelu":  # x/2 (1 + erf(x / sqrt(2))), as the scalar form computes it
+            x = self.vector(e.x)
+            s = self.let(f"fmul {t} {x}, {self.vec.const(float_const(math.sqrt(0.5)))}")
+            one = self.let(f"fadd {t} splat (float 1.0), {self.vec.erf(s)}")
+            h = self.let(f"fmul {t} {x}, splat (float 0x3FE0000000000000)")
+            return self.let(f"fmul {t} {h}, {one}")
         return None
 
     def _v_Select(self, e: ir.Select) -> str:
