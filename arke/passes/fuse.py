@@ -49,6 +49,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from arke.ir import semantic as S
+from arke.ir.shapes import equal
 from arke.passes.rewrite import map_expr, map_op_exprs, op_exprs, op_uses, walk
 
 #: At most this many one-to-one loads of a multi-consumer producer are folded (rule 3).
@@ -72,9 +73,13 @@ def fuse_elementwise(fn: S.Function) -> S.Function:
         producer = ops[i]
         if not isinstance(producer, S.MapOp) or producer.result in results:
             continue
-        if any(isinstance(n, S.Load) and n.src in contracts for n in walk(producer.body)):
-            continue  # a contract's epilogue: the codegen runs it on the contract's output tile
         readers = {j: op for j, op in enumerate(ops) if op is not None and producer.result in op_uses(op)}
+        # a contract's epilogue: the codegen runs it on the contract's output tile. It moves into
+        # its one reader only when that reader is an elementwise map that reads it element for
+        # element: the reader then is the epilogue (GPT-2's h = x @ w + b, then g = gelu(h))
+        if any(isinstance(n, S.Load) and n.src in contracts for n in walk(producer.body)) and \
+                not _extends_epilogue(producer, list(readers.values())):
+            continue
         if not should_fold(producer, list(readers.values())):
             continue
         for j, op in readers.items():
@@ -95,6 +100,19 @@ def should_fold(producer: S.MapOp, consumers: list[S.Op]) -> bool:
     if is_cheap(producer.body) or len(consumers) == 1:
         return True
     return len(loads) <= MAX_RECOMPUTE and all(_one_to_one(n, c) for c, n in loads)
+
+
+def _extends_epilogue(producer: S.MapOp, consumers: list[S.Op]) -> bool:
+    """Whether a contract's epilogue ``producer`` can fold into ``consumers``, which then is the epilogue:
+    one map over the same domain that reads the producer only at its own element."""
+    if len(consumers) != 1 or not isinstance(consumers[0], S.MapOp):
+        return False
+    consumer = consumers[0]
+    if len(consumer.axes) != len(producer.axes) or not all(
+            equal(a.extent, b.extent) for a, b in zip(consumer.axes, producer.axes)):
+        return False
+    same = tuple(S.Idx(a.name) for a in consumer.axes)
+    return all(load.indices == same for load in _loads_of(consumer, producer.result))
 
 
 def is_cheap(e: S.SExpr) -> bool:
