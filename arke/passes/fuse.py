@@ -11,7 +11,8 @@ must stay plain loads (every target lowers a contraction as a matmul of two stor
 tensors), and a call's arguments are whole tensors, so a producer read by a contract or a
 call stays. A function result stays (it must be stored). A map that *reads* a contract's
 result is not folded either: it is the contract's epilogue (bias, activation, gating),
-which the codegen recognises and runs on the contract's accumulator tile.
+which the codegen recognises and runs on the contract's accumulator tile — unless its one
+reader is a map that reads it element for element, which then becomes the epilogue.
 
 **Profitable** (the pass folds only then):
 
