@@ -205,6 +205,29 @@ def argmax_ref(logits: torch.Tensor) -> torch.Tensor:
     return torch.argmax(logits, -1)
 
 
+def mla_make(g: torch.Generator, B: int, H: int, P: int, R: int, T: int, C: int, V: int) -> Args:
+    return (randn(g, B, H, P), randn(g, B, H, R), randn(g, B, T, C), randn(g, B, T, R),
+            randn(g, H, P, C, scale=P ** -0.5), randn(g, H, C, V, scale=C ** -0.5)), {}
+
+
+def mla_ref(q_nope: torch.Tensor, q_rope: torch.Tensor, c_kv: torch.Tensor, k_rope: torch.Tensor,
+            w_uk: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
+    """The absorbed form as DeepSeek-V2's decode writes it in torch: einsums and a softmax."""
+    q_lat = torch.einsum("bhp,hpc->bhc", q_nope, w_uk)
+    scores = (q_lat @ c_kv.transpose(1, 2) + q_rope @ k_rope.transpose(1, 2)) / math.sqrt(q_nope.shape[-1]
+                                                                                         + q_rope.shape[-1])
+    o_lat = torch.softmax(scores, -1) @ c_kv
+    return torch.einsum("bhc,hcv->bhv", o_lat, w_uv)
+
+
+def cumsum_make(g: torch.Generator, M: int, N: int) -> Args:
+    return (randn(g, M, N),), {}
+
+
+def cumsum_ref(x: torch.Tensor) -> torch.Tensor:
+    return torch.cumsum(x, 1)
+
+
 OPERATORS: tuple[Operator, ...] = (
     # GPT-2 small: C = 768, a 256-token prompt
     Operator("gpt2 mlp", "gpt2_mlp", gpt2_make, gpt2_ref, {"T": 256, "C": 768}, {"T": 3, "C": 17}),
@@ -238,4 +261,11 @@ OPERATORS: tuple[Operator, ...] = (
     # greedy decoding over a 32k vocabulary, a batch of 16
     Operator("greedy argmax", "greedy_argmax", argmax_make, argmax_ref, {"T": 16, "V": 32000}, {"T": 3, "V": 33},
              exact=True),
+    # DeepSeek-V2-Lite decode: 16 heads, 128 no-rope + 64 rope dims, a 512 latent, 4 sequences at 2048
+    Operator("mla decode (absorbed)", "mla_decode", mla_make, mla_ref,
+             {"B": 4, "H": 16, "P": 128, "R": 64, "T": 2048, "C": 512, "V": 128},
+             {"B": 2, "H": 3, "P": 5, "R": 4, "T": 33, "C": 17, "V": 6}),
+    # cumulative sums over 64 rows of 4097 and a 32k vocabulary row (top-p's cumulative probabilities)
+    Operator("cumsum", "cumsum_rows", cumsum_make, cumsum_ref, {"M": 64, "N": 32000}, {"M": 3, "N": 4097},
+             tol=1e-3),
 )
