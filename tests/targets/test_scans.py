@@ -233,7 +233,11 @@ def test_cuda_c_on_the_host_matches_the_interpreter(name: str) -> None:
     args = row_inputs(name, {"M": 3, "N": 4097})
     got, err = cuda_host.run(module(), name, *args)
     assert err == 0
-    assert same_bits(got, kernel(name)(*args))  # one thread per row, in the interpreter's order
+    # a block per row, the row split over its threads: float sums and recurrences reassociated within
+    # the one tolerance rule, max/min and integer scans the interpreter's very bits
+    assert_conforms(got, kernel(name), *args, what=f"{name} on cuda (host)")
+    if name in ("cummax", "offsets"):
+        assert same_bits(got, kernel(name)(*args))
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
