@@ -91,6 +91,10 @@ template <class T> static T __shfl_down_sync(unsigned, T v, unsigned d, int widt
   unsigned l = threadIdx.x % width;
   return ak_shuffle(v, l + d < (unsigned)width ? l + d : l, width);
 }
+template <class T> static T __shfl_up_sync(unsigned, T v, unsigned d, int width = 32) {
+  unsigned l = threadIdx.x % width;
+  return ak_shuffle(v, l >= d ? l - d : l, width);
+}
 template <class T> static T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
 template <class T> static T atomicMax(T* p, T v) { T old = *p; if (v > old) *p = v; return old; }
 template <class T> static T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }

@@ -1,7 +1,8 @@
-"""The ``mlir`` target: each kernel as linalg on tensors in upstream dialects, its strategy as a
-transform-dialect script, compiled and run by IREE on the CPU (or for CUDA GPUs).
+"""The ``mlir`` target: each kernel as linalg on tensors in upstream dialects (scans as IREE's
+``iree_linalg_ext.scan``), its strategy as a transform-dialect script, compiled and run by IREE on
+the CPU (or for CUDA GPUs).
 
-Renderers: :mod:`.render` with :mod:`.body`, :mod:`.ops`, :mod:`.named`; the strategy as a
+Renderers: :mod:`.render` with :mod:`.body`, :mod:`.ops`, :mod:`.named`, :mod:`.scan`; the strategy as a
 transform script: :mod:`.schedule`. Compiling and running through IREE: :mod:`.kernel`;
 ``akc build``: :mod:`.build_cli`.
 """

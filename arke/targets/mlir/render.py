@@ -1,4 +1,5 @@
-"""The MLIR target: a kernel as one ``func.func`` of linalg ops on tensors, in upstream dialects only.
+"""The MLIR target: a kernel as one ``func.func`` of linalg ops on tensors (upstream dialects, and
+IREE's ``iree_linalg_ext.scan`` for scans: :mod:`arke.targets.mlir.scan`).
 
 Every op of the kernel (after inlining and fusion, :mod:`arke.passes`) becomes one linalg op
 (:mod:`arke.targets.mlir.lowering`): ``linalg.matmul``/``batch_matmul`` for plain f32 products,
@@ -32,6 +33,7 @@ from arke.targets.artifact import Artifact, LaunchSpec, Renderer, UnsupportedErr
 from arke.targets.mlir.body import STORAGE
 from arke.targets.mlir.lowering import Lowering
 from arke.targets.mlir.ops import SPLIT_SUFFIX, Tensor
+from arke.targets.mlir.scan import lower_scan
 
 
 def abi_dtype(dtype: DType) -> str:
@@ -210,7 +212,13 @@ class _Function:
         checks: list[str] = []
         for d in self.plan.dispatches:
             for op in d.members:
-                assert not isinstance(op, ir.CallOp | ir.ScanOp)  # render() refuses scans
+                assert not isinstance(op, ir.CallOp)
+                if isinstance(op, ir.ScanOp):
+                    scan = lower_scan(self, op, fn.guards, op.result)
+                    self.tensors[op.result] = Tensor(scan.result, op.dtype, op.type.shape)
+                    ops.append((op.result, tuple((lp.name, lp.kind) for lp in scan.loops)))
+                    checks += scan.checks
+                    continue
                 low = Lowering(self, op, fn.guards).lower(op.result)
                 self.tensors[op.result] = Tensor(low.result, op.dtype, op.type.shape)
                 if not op.axes:
@@ -251,11 +259,6 @@ class MLIRRenderer(Renderer):
     def render(self, plan: KernelPlan) -> Artifact:
         from arke.targets.mlir.schedule import OpLoops, schedule
 
-        scans = [d for d in plan.dispatches if isinstance(d.op, ir.ScanOp)]
-        if scans:  # never lowered as a map: that would be wrong numbers, not an error
-            what = scans[0].op.name or "a scan"
-            raise UnsupportedError(f"{plan.name}: the mlir target does not lower scans yet (`{what}`); "
-                                   "build it for llvm, triton or cuda")
         func, ops, errors = _Function(plan).build()
         sched = schedule(plan, [OpLoops(tag, loops) for tag, loops in ops])
         name = json.dumps(plan.name)

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 #: positions per block of the scanned axis
 SCAN_BLOCK = 256
 
-#: the combine functions ``tl.associative_scan`` takes (NaN wins max/min, as in the interpreter)
+#: the combine functions ``tl.associative_scan`` takes (``a`` the earlier part, ``b`` the later: a NaN in
+#: either wins max/min, as in the interpreter)
 SCAN_HELPERS = '''
 @triton.jit
 def _ak_scan_add(a, b):
@@ -42,12 +43,12 @@ def _ak_scan_mul(a, b):
 
 @triton.jit
 def _ak_scan_max(a, b):
-    return tl.where(a != a, a, tl.where(b > a, b, a))
+    return tl.where(a != a, a, tl.where((b > a) | (b != b), b, a))
 
 
 @triton.jit
 def _ak_scan_min(a, b):
-    return tl.where(a != a, a, tl.where(b < a, b, a))
+    return tl.where(a != a, a, tl.where((b < a) | (b != b), b, a))
 
 
 @triton.jit
@@ -103,7 +104,8 @@ def scan_program(disp: _Dispatch, op: ir.ScanOp) -> None:
     res = src.fresh()
     if op.kind == "linear":
         assert op.coeff is not None
-        a = e.let(f"tl.where({mask}, ({e.expr(_typed(op.coeff, op.dtype))}).to({acc}), 1.0)")
+        one = identity("prod", op.dtype)  # 1 in the accumulator's kind (an integer pair stays integer)
+        a = e.let(f"tl.where({mask}, ({e.expr(_typed(op.coeff, op.dtype))}).to({acc}), {one})")
         pa, pb = src.fresh(), src.fresh()
         src.line(f"{pa}, {pb} = tl.associative_scan(({a}, {x}), 0, _ak_scan_linear)", 2)
         src.line(f"{res} = {pa} * {carry} + {pb}", 2)

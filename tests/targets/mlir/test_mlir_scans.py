@@ -1,0 +1,43 @@
+"""Scans on the mlir target (arke/targets/mlir/scan.py): ``iree_linalg_ext.scan`` run by IREE on the CPU
+against the interpreter, every form and a sample of dtypes (tests/support/scan_cases.py), ragged
+shapes included; max/min and integer scans bit for bit, float sums within the one tolerance rule;
+and the same modules compiled for CUDA (IREE's sm_80), which needs no GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import scan_cases
+from codegen_support import assert_conforms, build, results
+
+from arke.plan.dispatch import make_plan
+from arke.targets.mlir import kernel as iree
+from arke.targets.mlir.render import RENDERER
+
+pytestmark = pytest.mark.skipif(not iree.iree_available(), reason="IREE is not installed (pip install 'arke[mlir]')")
+
+
+@pytest.mark.parametrize(("name", "dims"), scan_cases.CASES, ids=lambda v: str(v))
+def test_scans_conform_on_the_cpu(name: str, dims: dict[str, int]) -> None:
+    args = scan_cases.inputs(name, dims)
+    got: Any = build(scan_cases.module(), "mlir").kernels[name](*args)
+    assert_conforms(got, scan_cases.module().kernels[name], *args, what=f"{name} {dims} on mlir")
+    want = results(scan_cases.module().kernels[name](*args))
+    for k in scan_cases.EXACT.get(name, ()):
+        scan_cases.assert_exact(results(got)[k], want[k], f"{name}: result {k}")
+
+
+def test_the_scan_is_one_linear_op() -> None:
+    # one iree_linalg_ext.scan per scan, over the collapsed rows of the selective scan's 4 axes
+    plan = make_plan(scan_cases.module().semantic, "selective_scan", None, families=RENDERER.families)
+    text = str(RENDERER.render(plan).source)
+    assert text.count("iree_linalg_ext.scan dimension(1) inclusive(true)") == 1
+    assert "tensor.collapse_shape" in text and "xi64>" in text  # (a, b) pairs packed in i64
+
+
+@pytest.mark.parametrize("name", ["floats", "recur", "selective_scan"])
+def test_scans_compile_for_cuda(name: str) -> None:
+    plan = make_plan(scan_cases.module().semantic, name, None, families=RENDERER.families)
+    assert iree.compile_vmfb(str(RENDERER.render(plan).source), "cuda")[:2] == b"PK"
