@@ -206,7 +206,7 @@ def build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list[
                           hint=f"add a parameter axis that is exactly `{name}`")
                     sig.dims[name] = sym(name)
     for p in node.params:
-        if p.name in sig.dim_params and p.name not in seen:
+        if is_dim_param(p) and p.name in sig.dim_params and p.name not in seen:
             seen[p.name] = p.span
             params.append(_dim_param(p, error))
             continue
