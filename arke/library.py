@@ -110,7 +110,7 @@ class Kernel:
         tensors with data on one device (the CPU for a target that runs on the host)."""
         if len(arrays) != len(self._tensor_params):
             return None
-        key = []
+        key: list[Any] = []
         where = None
         for k, a in enumerate(arrays):
             if k in self._dim_slots:  # a dim parameter: a different value is a different signature

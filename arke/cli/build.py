@@ -263,9 +263,7 @@ def random_inputs(fn: Any, dims: dict[str, int], seed: int) -> list[Any]:
     import torch
 
     from arke.ir.shapes import evaluate
-    from arke.runtime.guards import TORCH_DTYPES
-
-    from arke.runtime.guards import dim_params
+    from arke.runtime.guards import TORCH_DTYPES, dim_params
 
     g = torch.Generator().manual_seed(seed)
     out = []

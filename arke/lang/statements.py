@@ -154,8 +154,9 @@ class StatementChecks:
             return None
         ranked = len(s.type.dims or ())
         if ranked != len(s.indices):
-            self.error("AK3022", f"`{s.name}` is defined with {len(s.indices)} ind{'ices' if len(s.indices) != 1 else 'ex'}"
-                       f", but its declared shape has {ranked} dim{'s' if ranked != 1 else ''}", s.type.span,
+            count = f"{len(s.indices)} ind{'ices' if len(s.indices) != 1 else 'ex'}"
+            self.error("AK3022", f"`{s.name}` is defined with {count}, but its declared shape has {ranked} "
+                       f"dim{'s' if ranked != 1 else ''}", s.type.span,
                        hint="declare one dim per index, in order, as in `t[i, j]: f32[M, N] = ...`")
             return None
         return declared_shape(s.type, self.dims, self.error)

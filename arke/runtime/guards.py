@@ -152,10 +152,8 @@ def dim_params(fn: S.Function) -> frozenset[str]:
 
 def dim_value(fn: S.Function, p: S.Param, value: Any) -> int:
     """The value of dim parameter ``p``: a positive Python, NumPy or 0-d tensor integer (not a bool)."""
-    if isinstance(value, torch.Tensor) and value.ndim == 0 and dtype_of(value) is not None \
-            and dtype_of(value).is_int:  # type: ignore[union-attr]
-        value = int(value.item())
-    elif isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iu":
+    found = dtype_of(value) if isinstance(value, torch.Tensor | np.ndarray) and value.ndim == 0 else None
+    if found is not None and found.is_int:  # a 0-d integer tensor or array
         value = int(value.item())
     elif isinstance(value, np.integer):
         value = int(value)
@@ -346,7 +344,8 @@ def check_call(fn: S.Function, arg_shapes: ShapeArgs, arg_dtypes: DTypeArgs | No
     ``arg_shapes`` (and ``arg_dtypes``, when given) map parameter names to shapes (dtypes),
     or list them for every parameter in order. A dtype may be a DType, a torch dtype or a
     NumPy dtype. In a mapping, scalar (rank-0) parameters may be left out: they are not
-    checked. ``dim_args`` gives the values of dim parameters (``G: dim``; left out, their defaults). Raises :class:`GuardError` at the first broken rule (see the module doc).
+    checked. ``dim_args`` gives the values of dim parameters (``G: dim``; left out, their
+    defaults). Raises :class:`GuardError` at the first broken rule (see the module doc).
     """
     shapes = {k: tuple(int(n) for n in v) for k, v in _by_name(fn, arg_shapes, "arguments").items()}
     dtypes = _by_name(fn, arg_dtypes, "dtypes") if arg_dtypes is not None else {}

@@ -35,7 +35,8 @@ def run(module: arke.Module, name: str, *args: object, **kw: object) -> np.ndarr
 def test_takes_python_numpy_and_tensor_integers(module: arke.Module) -> None:
     x = np.arange(3, dtype=np.float32)
     want = x[:, None] + np.arange(4, dtype=np.float32)[None, :]
-    for k in (4, np.int64(4), np.uint8(4), np.array(4, dtype=np.int32), torch.tensor(4), torch.tensor(4, dtype=torch.int8)):
+    for k in (4, np.int64(4), np.uint8(4), np.array(4, dtype=np.int32), torch.tensor(4),
+              torch.tensor(4, dtype=torch.int8)):
         np.testing.assert_array_equal(run(module, "tile", x, k), want)
     np.testing.assert_array_equal(run(module, "tile", x, K=4), want)
     np.testing.assert_array_equal(run(module, "tile", x), x[:, None] + np.arange(2, dtype=np.float32))

@@ -63,7 +63,7 @@ def module() -> object:
 
 def group_norm_inputs(shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = seeded("group_norm", shape)
-    b, c, length = shape
+    c = shape[1]
     return (rng.standard_normal(shape).astype(np.float32) * 3 + 1, rng.standard_normal(c).astype(np.float32),
             rng.standard_normal(c).astype(np.float32))
 
