@@ -11,7 +11,6 @@ from arke.plan.dispatch import make_plan
 from arke.targets.triton import aot as triton_aot
 from arke.targets.triton.render import RENDERER as TRITON
 
-
 # The rotary map spills 8 words on sm_90 (8-10 on sm_80) at Triton's default block, as the same map with the
 # angles passed in as a tensor (no dim parameter, no declared shape) does: the cost of libdevice's sin and cos
 # slow paths in one pointwise kernel, not of the dims.
