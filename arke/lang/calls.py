@@ -57,6 +57,8 @@ class KernelCalls:
         for k, p in enumerate(params):
             if k >= len(e.args):
                 assert p.default is not None
+                if p.name in callee.dim_params:  # the callee's default binds its dim
+                    bind[sym(p.name)] = sympy.Integer(int(p.default))
                 args.append(self.materialize(broadcast_scalar(ir.Const(p.default, p.type.dtype), p.type.dtype)))
                 continue
             if p.name in callee.dim_params:

@@ -130,3 +130,21 @@ def test_the_extent_hint_offers_a_declared_shape() -> None:
     [d] = [d for d in arke.check("kernel f(x: f32[N]) -> f32[N] {\n  t[i] = x[2 * i]\n  return x\n}\n")
            if d.is_error]
     assert d.code == "AK2105" and "declared shape" in (d.hint or "") and "K: dim" in (d.hint or "")
+
+
+def test_a_call_that_leaves_a_dim_parameter_out_binds_its_default() -> None:
+    import numpy as np
+
+    source = """
+kernel gn(x: f32[B, C], G: dim = 2) -> f32[B, G] where C % G == 0 {
+  let cg = C / G
+  xg[n, g, c]: f32[B, G, cg] = x[n, g * cg + c]
+  return mean(xg[n, g, c] for c)
+}
+kernel caller(x: f32[B, C]) -> f32[B, 2] where C % 2 == 0 { return gn(x) }
+"""
+    module = arke.loads(source)
+    call = module.semantic.get("caller").ops[-1]
+    assert isinstance(call, S.CallOp) and str(dict(call.dims)["G"]) == "2"
+    x = np.arange(24, dtype=np.float32).reshape(3, 8)
+    np.testing.assert_allclose(arke.interpret(module.kernels["caller"], x), x.reshape(3, 2, 4).mean(-1))
