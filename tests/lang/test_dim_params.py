@@ -148,3 +148,15 @@ kernel caller(x: f32[B, C]) -> f32[B, 2] where C % 2 == 0 { return gn(x) }
     assert isinstance(call, S.CallOp) and str(dict(call.dims)["G"]) == "2"
     x = np.arange(24, dtype=np.float32).reshape(3, 8)
     np.testing.assert_allclose(arke.interpret(module.kernels["caller"], x), x.reshape(3, 2, 4).mean(-1))
+
+
+def test_a_strategy_may_choose_by_a_dim_parameter() -> None:
+    source = """
+kernel rows(x: f32[N], K: dim) -> y: f32[N, K] { y[n, k] = x[n] * f32(k) }
+@strategy(rows, target = llvm, when K == 4) { parallel n }
+@strategy(rows, target = llvm, when K > 8 and N > 1) { vectorize k = 8 }
+"""
+    assert codes(source) == []
+    module = arke.loads(source)
+    whens = [s.when for s in module.strategies.for_kernel("rows", "llvm")]
+    assert len(whens) == 2 and all(w is not None for w in whens)

@@ -178,3 +178,15 @@ def test_library_fast_path_keys_on_the_dim_value() -> None:
         want = F.group_norm(x, groups, w, b, 1e-5)
         torch.testing.assert_close(kernel(x, w, b, groups), want, rtol=1e-5, atol=1e-5)
     assert len(kernel._calls) == seen + 3  # one signature per (shapes, G)
+
+
+def test_a_strategy_is_chosen_by_the_dim_value() -> None:
+    source = """
+kernel rows(x: f32[N], K: dim) -> y: f32[N, K] { y[n, k] = x[n] * f32(k) }
+@strategy(rows, target = llvm, when K == 4) { parallel n }
+"""
+    lib = build(text_module(source), "llvm")
+    x = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(lib.rows(x, 4), x[:, None] * np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(lib.rows(x, 5), x[:, None] * np.arange(5, dtype=np.float32))
+    assert sorted(lib.rows._variants) == [-1, 0]  # K = 4 took the strategy, K = 5 the defaults
