@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from arke.ir import strategy as sir
-from arke.runtime.guards import eval_cond, prepare_args
+from arke.runtime.guards import dim_params, eval_cond, prepare_args
 from arke.runtime.pool import evict_oldest
 from arke.targets import base as targets
 
@@ -48,10 +48,12 @@ class Kernel:
         self._variants: dict[int, CPUKernel] = {}
         self._lock = threading.Lock()
         params = self.function.params
-        # the fast path applies when the tensor parameters come first (positional calls fill them)
-        leading = [p.name for p in params[:sum(1 for p in params if p.type.rank)]]
-        tensors = [p.name for p in params if p.type.rank]
-        self._tensor_params = tensors if leading == tensors else []
+        as_dims = dim_params(self.function)
+        # the fast path applies when the tensor (and dim) parameters come first (positional calls fill them)
+        lead = [p.name for p in params if p.type.rank or p.name in as_dims]
+        leading = [p.name for p in params[:len(lead)]]
+        self._tensor_params = lead if leading == lead else []
+        self._dim_slots = frozenset(k for k, n in enumerate(self._tensor_params) if n in as_dims)
         self._scalar_params = [p.name for p in params if not p.type.rank]
         self._calls: dict[tuple[Any, ...], tuple[dict[str, int], CPUKernel, dict[str, Any]]] = {}
 
@@ -83,15 +85,16 @@ class Kernel:
 
         Decode calls the same kernel on the same shapes again and again, so a call whose
         arguments are CPU torch tensors (scalars left at their defaults) is keyed by the
-        tensors' shapes and dtypes: a signature that passed every check before maps straight
-        to its dims, strategy variant and default scalars (the checks depend on nothing else).
+        tensors' shapes and dtypes (and the values of dim parameters, given as Python ints): a
+        signature that passed every check before maps straight to its dims, strategy variant and
+        scalars (the checks depend on nothing else).
         """
         key = self._signature(arrays) if not scalars else None
         if key is not None:
             hit = self._calls.get(key)
             if hit is not None:
                 dims, variant, defaults = hit
-                args = dict(zip(self._tensor_params, arrays))
+                args = {n: a for k, (n, a) in enumerate(zip(self._tensor_params, arrays)) if k not in self._dim_slots}
                 args.update(defaults)
                 return variant.run_prepared(args, dims, False, threads, out)
         args, dims, any_torch = prepare_args(self.function, arrays, scalars, keep_device=not self.library.on_host)
@@ -107,9 +110,14 @@ class Kernel:
         tensors with data on one device (the CPU for a target that runs on the host)."""
         if len(arrays) != len(self._tensor_params):
             return None
-        key = []
+        key: list[Any] = []
         where = None
-        for a in arrays:
+        for k, a in enumerate(arrays):
+            if k in self._dim_slots:  # a dim parameter: a different value is a different signature
+                if type(a) is not int or a < 1:
+                    return None
+                key.append(a)
+                continue
             if type(a) is not torch.Tensor or a.requires_grad or a.layout != torch.strided:
                 return None
             if where is None:

@@ -263,11 +263,17 @@ def random_inputs(fn: Any, dims: dict[str, int], seed: int) -> list[Any]:
     import torch
 
     from arke.ir.shapes import evaluate
-    from arke.runtime.guards import TORCH_DTYPES
+    from arke.runtime.guards import TORCH_DTYPES, dim_params
 
     g = torch.Generator().manual_seed(seed)
     out = []
+    as_dims = dim_params(fn)
     for p in fn.params:
+        if p.name in as_dims:  # a dim parameter: its value comes with --dims (or is its default)
+            if p.name not in dims and p.default is None:
+                raise _usage(f"give the dim parameter `{p.name}` with --dims ({p.name}=...)")
+            out.append(dims.get(p.name, p.default))
+            continue
         if p.type.rank == 0:
             out.append(p.default if p.default is not None else 1)
             continue

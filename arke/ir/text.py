@@ -204,8 +204,8 @@ def print_function(f: S.Function) -> str:
     params = ", ".join(_param_text(p) for p in f.params)
     lines = [f"kernel {func_text(f.name)}({params}) -> ({_outputs_text(f)})"]
     if f.bindings:
-        lines.append("  dims " + ", ".join(f"{name_text(b.dim)} = {value_text(b.param)}.{b.axis}"
-                                           for b in f.bindings))
+        lines.append("  dims " + ", ".join(f"{name_text(b.dim)} = {value_text(b.param)}"
+                                           + (f".{b.axis}" if b.axis >= 0 else "") for b in f.bindings))
     for g in f.guards:
         cond = cond_text(g.cond)
         lines.append(f"  where {cond}" + ("" if g.text == cond else f" as {quote(g.text)}"))

@@ -213,7 +213,7 @@ class _Reader:
 
     def binding(self, t: Tree) -> S.DimBinding:
         dim, param, axis = _kids(t)
-        return S.DimBinding(self.name(dim), self.sigil_name(param), int(axis))
+        return S.DimBinding(self.name(dim), self.sigil_name(param), -1 if axis is None else int(axis))
 
     def guard(self, t: Tree) -> S.Guard:
         cond_t, text = _kids(t)

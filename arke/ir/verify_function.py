@@ -12,7 +12,7 @@ import sympy
 
 from arke.ir import semantic as S
 from arke.ir import shapes
-from arke.ir.dtypes import can_store
+from arke.ir.dtypes import DType, can_store
 from arke.ir.text import quote, sexpr_text, type_text, value_text
 from arke.ir.verify_nodes import _binary_problems, _cond_problems, _dim_problems, _literal_problem, _unary_problems
 
@@ -82,6 +82,10 @@ class _FunctionCheck:
             param = next((p for p in self.f.params if p.name == b.param), None)
             if param is None:
                 self.problem(f"dim {b.dim} is bound to %{b.param}, which is not a parameter")
+            elif b.axis < 0:  # a dim parameter: the value of an i64 scalar of the dim's own name
+                if b.axis != -1 or param.type != S.TensorType(DType.I64) or b.param != b.dim:
+                    self.problem(f"dim {b.dim} is bound to the value of %{b.param}, which must be an i64 scalar "
+                                 f"named {b.dim} (axis -1)")
             elif not 0 <= b.axis < param.type.rank:
                 self.problem(f"dim {b.dim} is bound to axis {b.axis} of %{b.param}, which has rank {param.type.rank}")
             elif param.type.shape[b.axis] != shapes.sym(b.dim):

@@ -209,6 +209,7 @@ class Define(Stmt):
     indices: tuple[str, ...]
     index_spans: tuple[Span, ...]
     value: Expr
+    type: TypeExpr | None = None  # a declared shape, ``t[i, j]: f32[M, N] = ...`` (spec §7.3)
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 import sympy
 
 from arke.ir import semantic as ir
-from arke.ir.shapes import Dim, dim_str
+from arke.ir.dtypes import DType
+from arke.ir.shapes import Dim, dim_str, sym
 from arke.lang import ast
 from arke.lang.diagnostics import Related
-from arke.lang.signatures import cond_str, cond_subs, decide_cond, subs_dims
+from arke.lang.signatures import cond_str, cond_subs, decide_cond, dim_expr, subs_dims
 from arke.lang.source import Span
 from arke.lang.terms import POISON, Scalar, Tensor, broadcast_scalar
 
@@ -56,9 +57,14 @@ class KernelCalls:
         for k, p in enumerate(params):
             if k >= len(e.args):
                 assert p.default is not None
+                if p.name in callee.dim_params:  # the callee's default binds its dim
+                    bind[sym(p.name)] = sympy.Integer(int(p.default))
                 args.append(self.materialize(broadcast_scalar(ir.Const(p.default, p.type.dtype), p.type.dtype)))
                 continue
-            ssa = self.call_arg(e, e.args[k], p, bind, deferred)
+            if p.name in callee.dim_params:
+                ssa = self.dim_arg(e, e.args[k], p, bind, deferred)
+            else:
+                ssa = self.call_arg(e, e.args[k], p, bind, deferred)
             if ssa is None:
                 return POISON
             args.append(ssa)
@@ -90,6 +96,26 @@ class KernelCalls:
         if count == 1:
             return self.value_tensor(results[0], types[0].shape, types[0].dtype)
         return list(zip(results, types))
+
+    def dim_arg(self: KernelChecker, e: ast.Call, arg: ast.Expr, p: ir.Param, bind: dict[sympy.Symbol, Dim],
+                deferred: list[tuple[ast.Call, ir.Param, int, Dim, Dim, Span]]) -> str | None:
+        """The argument of a dim parameter: a dim expression of the caller, bound to the callee's dim (§5.5)."""
+        problems: list[str] = []
+        value = dim_expr(arg, self.dims, lambda *a, **kw: problems.append(a[1]))
+        if value is None or (value.is_number and int(value) < 1):
+            why = problems[0] if problems else f"{dim_str(value)} is below 1" if value is not None else "not a dim"
+            self.error("AK3021", f"`{p.name}` of `{e.func}` is a dim parameter, so its argument must be a positive "
+                       f"dim expression ({why})", arg.span,
+                       hint="pass a dim of this kernel, a dim `let`, an integer literal, or `+ - * / // %` of them",
+                       related=[Related(e.func_span, f"`{e.func}` called here")])
+            return None
+        want = sym(p.name)
+        key = next((k for k in bind if str(k) == p.name), None)
+        if key is None:
+            bind[want] = value
+        else:  # already bound by an axis: the two must agree
+            deferred.append((e, p, -1, key, value, arg.span))
+        return self.materialize(broadcast_scalar(ir.DimRef(value), DType.I64))
 
     def call_arg(self: KernelChecker, e: ast.Call, arg: ast.Expr, p: ir.Param, bind: dict[sympy.Symbol, Dim],
                  deferred: list[tuple[ast.Call, ir.Param, int, Dim, Dim, Span]]) -> str | None:

@@ -80,6 +80,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK3018": (Severity.ERROR, "default value does not fit the parameter"),
     "AK3019": (Severity.ERROR, "bitwise operand is not an integer, or a shift count is out of range"),
     "AK3020": (Severity.ERROR, "scan body is not affine in its carry"),
+    "AK3021": (Severity.ERROR, "a dim parameter's default or argument is not a positive dim"),
+    "AK3022": (Severity.ERROR, "declared shape does not fit the definition"),
     # -- strategies
     "AK4001": (Severity.ERROR, "strategy for an unknown kernel"),
     "AK4002": (Severity.ERROR, "unknown decision"),

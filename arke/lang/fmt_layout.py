@@ -341,7 +341,8 @@ class _Printer:
         if kind == "let_stmt":
             prefix = f"let {kids[0]} = "
         elif kind == "define_stmt":
-            prefix = f"{kids[0]}[{self.flat(kids[1])}] = "
+            declared = [k for k in kids[2:-1] if isinstance(k, Tree)]  # `t[i]: f32[N] = ...` (spec §7.3)
+            prefix = f"{kids[0]}[{self.flat(kids[1])}]" + "".join(f": {self.flat(d)}" for d in declared) + " = "
         elif kind == "assign_stmt":
             prefix = f"{kids[0]} = "
         elif kind == "multi_assign_stmt":

@@ -79,18 +79,30 @@ class IndexBinding:
     # ------------------------------------------------------------ extents
 
     def extents(self: KernelChecker, e: ast.Expr, names: list[str], spans: list[Span],
-                declared: dict[str, Dim] | None = None, role: str = "intermediate") -> tuple[dict[str, Dim], bool]:
+                declared: dict[str, Dim] | None = None, role: str = "intermediate",
+                output: ir.TensorType | None = None) -> tuple[dict[str, Dim], bool]:
         """Infer each index's extent from its direct uses as a subscript in ``e``.
 
         ``role`` says what binds the indices (``"intermediate"``, ``"output"``, ``"return"`` or
         ``"reduction"``): the AK2105 hint differs. Returns the extents and whether they are all
         known; after an error the unknown ones are 1, good enough to look for the expression's
-        own errors, not to define anything.
+        own errors, not to define anything. ``output``: a `return`'s declared output, whose one axis
+        left after the indices with direct uses took theirs goes to the one index without any (§7.2).
         """
         found: dict[str, list[tuple[Dim, Span, str]]] = {n: [] for n in names}
+        label = "the declared output" if role == "output" else "the declared shape"
         for n, d in (declared or {}).items():
-            found[n].append((d, spans[names.index(n)], "the declared output"))
+            found[n].append((d, spans[names.index(n)], label))
         self._collect(e, found, frozenset())
+        bare = [n for n in names if not found[n]]
+        if output is not None and len(bare) == 1 and len(names) == output.rank:
+            left = list(output.shape)
+            for n in names:
+                hit = next((k for k, d in enumerate(left) if found[n] and self.same(found[n][0][0], d)), None)
+                if hit is not None:
+                    left.pop(hit)
+            if len(left) == 1:
+                found[bare[0]].append((left[0], spans[names.index(bare[0])], "the output's axis left"))
         out: dict[str, Dim] = {}
         ok = True
         for name, span in zip(names, spans):
@@ -133,14 +145,15 @@ class IndexBinding:
             why = "it is used only as a value, never as a subscript"
         else:
             why = f"it is used only as a value, in `{self.source_text(use[0].span)}`, never as a subscript"
-        hint = f"an index takes its extent only from a subscript that is the index alone, as in {example}"
+        hint = f"an index takes its extent from a subscript that is the index alone, as in {example}"
         if role == "intermediate":
-            hint += (f"; an intermediate tensor cannot declare its shape: compute the value inline where `{name}` "
-                     "already has an extent, or define a named output (`-> y: f32[...]`), whose declared shape "
-                     "gives its indices their extents")
+            hint += (f", or from a declared shape: write `t[...]: f32[...] = ...` with one dim per index (a dim "
+                     f"parameter `K: dim` gives a dim no tensor has); or compute the value inline where `{name}` "
+                     "already has an extent")
         elif role == "return":
-            hint += ("; the indices of a `return` take no extent from the declared output: name the output "
-                     "(`-> y: f32[...]`) and define it with `y[...] = ...`")
+            hint += ("; a `return` gives the declared output's axis left only to one such index: name the output "
+                     "(`-> y: f32[...]`) and define it with `y[...] = ...`, whose declared shape gives every index "
+                     "its extent")
         return f"the extent of index `{name}` cannot be inferred: {why}", hint
 
     def unreliable_use(self: KernelChecker, e: ast.Expr, name: str) -> bool:

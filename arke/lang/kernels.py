@@ -44,7 +44,7 @@ class KernelChecker(StatementChecks, KernelCalls, IndexBinding, ScanLowering, Ex
         self.dims: dict[str, Dim] = dict(sig.dims)
         self.values: dict[str, Value] = {
             p.name: Value(p.name, p.type, next(q.span for q in sig.node.params if q.name == p.name), is_param=True)
-            for p in sig.params
+            for p in sig.params if p.name not in sig.dim_params  # a dim parameter is a dim in the body
         }
         self.lets: dict[str, Scalar] = {}
         self.let_spans: dict[str, Span] = {}

@@ -142,7 +142,8 @@ class _Build(Transformer[Token, Any]):
 
     def define_stmt(self, span: Span, c: list[Any]) -> ast.Define:
         names, spans = c[1]
-        return ast.Define(span, str(c[0]), self._tok(c[0]), names, spans, c[2])
+        declared = c[2] if len(c) == 4 else None  # `[":" type]`: absent, it may leave no placeholder
+        return ast.Define(span, str(c[0]), self._tok(c[0]), names, spans, c[-1], declared)
 
     def assign_stmt(self, span: Span, c: list[Any]) -> ast.Assign:
         return ast.Assign(span, str(c[0]), self._tok(c[0]), c[1])

@@ -43,6 +43,7 @@ class Signature:
     conds: tuple[tuple[ir.Cond, str], ...] = ()  # every where clause, as written
     guards: tuple[ir.Guard, ...] = ()  # the clauses left for run time
     subst: dict[sympy.Symbol, Dim] = field(default_factory=dict)  # dims the where clauses equate
+    dim_params: frozenset[str] = frozenset()  # the parameters `G: dim` (spec §5.5)
     ok: bool = True
 
     def param(self, name: str) -> ir.Param | None:
@@ -182,7 +183,13 @@ def build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list[
     seen: dict[str, Span] = {}
     bindings: list[ir.DimBinding] = []
     params: list[ir.Param] = []
-    # First pass: bind every dim written alone as a parameter axis.
+    # First pass: bind every dim given as a dim parameter (an axis of that name is then checked
+    # against it), then every dim written alone as a parameter axis.
+    for p in node.params:
+        if is_dim_param(p) and p.name not in sig.dims and p.name not in RESERVED:
+            sig.dims[p.name] = sym(p.name)
+            bindings.append(ir.DimBinding(p.name, p.name, -1))
+            sig.dim_params |= {p.name}
     for p in node.params:
         for axis, d in enumerate(p.type.dims or ()):
             if isinstance(d, ast.Name) and d.id not in sig.dims:
@@ -199,6 +206,10 @@ def build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list[
                           hint=f"add a parameter axis that is exactly `{name}`")
                     sig.dims[name] = sym(name)
     for p in node.params:
+        if is_dim_param(p) and p.name in sig.dim_params and p.name not in seen:
+            seen[p.name] = p.span
+            params.append(_dim_param(p, error))
+            continue
         if p.name in sig.dims:
             error("AK2003", f"parameter `{p.name}` has the name of a dim", p.span,
                   hint="dims and parameters share one namespace: rename one of them")
@@ -236,6 +247,28 @@ def build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list[
     sig.outputs, sig.output_names = tuple(outputs), tuple(names)
     _where(sig, node, error)
     return sig
+
+
+def is_dim_param(p: ast.Param) -> bool:
+    """Whether ``p`` is a dim parameter, ``G: dim`` (spec §5.5)."""
+    return p.type.dtype == "dim"
+
+
+def _dim_param(p: ast.Param, error: ErrorFn) -> ir.Param:
+    """The IR parameter of ``G: dim``: an ``i64`` scalar whose value binds the dim (a ``DimBinding`` of axis -1)."""
+    if p.type.dims is not None:
+        error("AK3021", f"dim parameter `{p.name}` takes no dims of its own", p.type.span,
+              hint=f"write `{p.name}: dim`; a tensor of integers is `i64[...]`")
+    default: int | None = None
+    d = p.default
+    if d is not None:
+        if isinstance(d, ast.Num) and d.is_int and 1 <= int(d.value) < 2**63:
+            default = int(d.value)
+        else:
+            shown = ast.shown(d.text) if isinstance(d, ast.Num) else "this"
+            error("AK3021", f"the default of dim parameter `{p.name}` must be an integer of at least 1, not {shown}",
+                  d.span, hint=f"write a positive integer, as in `{p.name}: dim = 32`")
+    return ir.Param(p.name, ir.TensorType(DType.I64), default)
 
 
 def _where(sig: Signature, node: ast.Kernel, error: ErrorFn) -> None:
@@ -295,6 +328,11 @@ def _type(t: ast.TypeExpr, dims: dict[str, Dim], error: ErrorFn, what: str) -> i
             return None
         shape.append(value)
     return ir.TensorType(dtype, tuple(shape))
+
+
+def declared_shape(t: ast.TypeExpr, dims: dict[str, Dim], error: ErrorFn) -> ir.TensorType | None:
+    """The type of a declared intermediate (spec §7.3), checked like a parameter's type."""
+    return _type(t, dims, error, "declared")
 
 
 def _default(p: ast.Param, t: ir.TensorType, error: ErrorFn) -> float | int | bool | None:

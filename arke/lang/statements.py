@@ -20,7 +20,7 @@ from arke.ir.shapes import Dim, dim_str
 from arke.lang import ast
 from arke.lang.diagnostics import Related
 from arke.lang.exprs import BUILTINS
-from arke.lang.signatures import RESERVED
+from arke.lang.signatures import RESERVED, declared_shape
 from arke.lang.source import Span
 from arke.lang.terms import POISON, Scalar, Tensor, broadcast_scalar, cast
 
@@ -112,6 +112,11 @@ class StatementChecks:
                            f"{len(names)} indices", s.span)
                 return
             declared = dict(zip(names, out[1].shape))
+        own = self.declared_type(s, out is not None)
+        if s.type is not None and own is None:
+            return
+        if own is not None:
+            declared = dict(zip(names, own.shape))
         frame, ok = self.extents(s.value, names, spans, declared, "intermediate" if out is None else "output")
         if not ok:
             self.under(frame, s.value, "an element")  # for its own errors only: the name stays undefined
@@ -127,12 +132,34 @@ class StatementChecks:
             if stored is None:
                 return
             dtype = stored
+        if own is not None:
+            stored = self.store_dtype(t, own.dtype, s.value.span, f"`{s.name}`")
+            if stored is None:
+                return
+            dtype = stored
         axes = tuple(ir.Axis(n, frame[n]) for n in names)
         ssa = self.adopt(t, names, dtype, s.name) or self.fresh()
         if not self.ops or _result(self.ops[-1]) != ssa:
             self.emit(ir.MapOp(ssa, dtype, axes, cast(t.sx, dtype), s.name))
         ttype = ir.TensorType(dtype, tuple(a.extent for a in axes))
         self.bind(s.name, ssa, ttype, s.name_span)
+
+    def declared_type(self: KernelChecker, s: ast.Define, is_output: bool) -> ir.TensorType | None:
+        """The declared type of ``t[i, j]: T[...] = ...`` (spec §7.3), None when absent or wrong (reported)."""
+        if s.type is None:
+            return None
+        if is_output:
+            self.error("AK3022", f"`{s.name}` is an output, whose type the signature declares already", s.type.span,
+                       hint=f"drop the type: `{s.name}[{', '.join(s.indices)}] = ...`")
+            return None
+        ranked = len(s.type.dims or ())
+        if ranked != len(s.indices):
+            count = f"{len(s.indices)} ind{'ices' if len(s.indices) != 1 else 'ex'}"
+            self.error("AK3022", f"`{s.name}` is defined with {count}, but its declared shape has {ranked} "
+                       f"dim{'s' if ranked != 1 else ''}", s.type.span,
+                       hint="declare one dim per index, in order, as in `t[i, j]: f32[M, N] = ...`")
+            return None
+        return declared_shape(s.type, self.dims, self.error)
 
     def adopt(self: KernelChecker, t: Scalar, names: list[str], dtype: DType, name: str) -> str | None:
         """When the element is exactly the reduction just emitted, name that op instead of copying it."""
@@ -241,7 +268,7 @@ class StatementChecks:
 
     def return_value(self: KernelChecker, e: ast.Expr, out: ir.TensorType, what: str) -> str | None:
         names, spans = self.implicit_indices(e)
-        frame, ok = self.extents(e, names, spans, role="return") if names else ({}, True)
+        frame, ok = self.extents(e, names, spans, role="return", output=out) if names else ({}, True)
         if not ok:
             self.under(frame, e, None)  # for its own errors only
             return None

@@ -109,7 +109,9 @@ def _dim_hover(index: DocumentIndex, symbol: Symbol) -> str:
     if sig is None:
         return lines[0]
     binding = next((b for b in sig.bindings if b.dim == symbol.name), None)
-    if binding is not None:
+    if binding is not None and binding.axis < 0:
+        lines.append(f"a dim parameter of `{sig.name}`: the positive integer the caller passes, fixed per call")
+    elif binding is not None:
         lines.append(f"a dim of `{sig.name}`: the size of axis {binding.axis} of `{binding.param}`, "
                      "a positive integer fixed per call")
     for k, v in sig.subst.items():  # dims a `where` equality makes one
@@ -173,6 +175,8 @@ def hover_markdown(index: DocumentIndex, symbol: Symbol, target: str | None = No
         return _code(builtin_signature(symbol.name)) + f"\n\nbuilt-in: {builtin_doc(symbol.name)}"
     if kind == "reduction":
         return _code(f"{symbol.name}(e for i, ...)") + f"\n\nreduction: {reduction_doc(symbol.name)}"
+    if kind == "dtype" and symbol.name == "dim":
+        return _code("dim") + "\n\na dim parameter: the caller passes a positive integer that binds this dim"
     if kind == "dtype":
         return _code(symbol.name) + f"\n\ndtype: {dtype_doc(symbol.name)}" if symbol.name in DTYPES else None
     if kind == "target":

@@ -195,6 +195,9 @@ class DocumentIndex:
         scope = KernelScope(k)
         self.scopes.append(scope)
         for p in k.params:
+            if p.type.dtype == "dim":  # a dim parameter `G: dim` is a dim of the kernel, declared here
+                scope.dims.setdefault(p.name, name_span(self.source, p.span, p.name))
+                continue
             scope.params.setdefault(p.name, name_span(self.source, p.span, p.name))
             for d in p.type.dims or ():  # a dim is bound by the first axis that is exactly its name
                 if isinstance(d, ast.Name):
@@ -221,7 +224,10 @@ class DocumentIndex:
         name = k.name
         self._add(k.name_span, Symbol("kernel", name, name, k.name_span))
         for p in k.params:
-            self._add(name_span(self.source, p.span, p.name), Symbol("param", p.name, name, scope.params[p.name]))
+            if p.name in scope.params:
+                self._add(name_span(self.source, p.span, p.name), Symbol("param", p.name, name, scope.params[p.name]))
+            else:
+                self._add(name_span(self.source, p.span, p.name), Symbol("dim", p.name, name, scope.dims[p.name]))
             self._type(scope, p.type)
             if p.default is not None:
                 self._expr(scope, p.default)
@@ -274,6 +280,8 @@ class DocumentIndex:
             if isinstance(st, ast.Define):
                 for n, s in zip(st.indices, st.index_spans):
                     self._add(s, self.resolve(scope, n, s.start))
+                if st.type is not None:  # a declared shape (spec §7.3)
+                    self._type(scope, st.type)
         elif isinstance(st, ast.MultiAssign):
             for n, s in zip(st.names, st.name_spans):
                 self._add(s, Symbol("tensor", n, kernel, scope.tensors.get(n)))

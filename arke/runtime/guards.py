@@ -145,7 +145,30 @@ def _did_you_mean(name: str, names: Sequence[str]) -> str:
     return f"; did you mean `{close[0]}`?" if close else f" (parameters: {', '.join(names)})"
 
 
-def _bind(fn: S.Function, shapes: Mapping[str, Sequence[int]]) -> tuple[dict[str, int], dict[str, str]]:
+def dim_params(fn: S.Function) -> frozenset[str]:
+    """The parameters of ``fn`` that are dims given as numbers (``G: dim``: a binding of axis -1)."""
+    return frozenset(b.param for b in fn.bindings if b.axis < 0)
+
+
+def dim_value(fn: S.Function, p: S.Param, value: Any) -> int:
+    """The value of dim parameter ``p``: a positive Python, NumPy or 0-d tensor integer (not a bool)."""
+    found = dtype_of(value) if isinstance(value, torch.Tensor | np.ndarray) and value.ndim == 0 else None
+    if found is not None and found.is_int:  # a 0-d integer tensor or array
+        value = int(value.item())
+    elif isinstance(value, np.integer):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        shown = repr(value) if isinstance(value, bool | int | float | str) else type(value).__name__
+        raise GuardError(fn.name, f"`{p.name}` is a dim: it needs a positive integer, but was given {shown}",
+                         rule="dim", param=p.name)
+    if value > 2**63 - 1:
+        raise GuardError(fn.name, f"`{p.name}` = {value} is beyond the 64-bit sizes kernels compute with",
+                         rule="size", param=p.name)
+    return value
+
+
+def _bind(fn: S.Function, shapes: Mapping[str, Sequence[int]], dim_args: Mapping[str, Any] | None = None
+          ) -> tuple[dict[str, int], dict[str, str]]:
     """Dim values and, for messages, where each came from (``"`x` axis 1"``)."""
     dims: dict[str, int] = {}
     origin: dict[str, str] = {}
@@ -153,6 +176,17 @@ def _bind(fn: S.Function, shapes: Mapping[str, Sequence[int]]) -> tuple[dict[str
     for b in fn.bindings:
         if b.param not in params:
             raise InterpError(f"{fn.name}: dim {b.dim} is bound from `{b.param}`, which is not a parameter")
+        if b.axis < 0:  # a dim parameter: its value, or its default
+            p = params[b.param]
+            given = (dim_args or {}).get(b.param, p.default)
+            if given is None:
+                raise GuardError(fn.name, f"missing argument `{b.param}`", rule="missing", param=b.param)
+            value, where = dim_value(fn, p, given), f"`{b.param}`"
+            if b.dim in dims and dims[b.dim] != value:
+                raise GuardError(fn.name, f"{b.dim} = {dims[b.dim]} from {origin[b.dim]}, but {where} is {value}",
+                                 rule="dim", param=b.param)
+            dims[b.dim], origin[b.dim] = value, where
+            continue
         if b.param not in shapes:
             raise GuardError(fn.name, f"missing argument `{b.param}`", rule="missing", param=b.param)
         shape = tuple(shapes[b.param])
@@ -303,13 +337,15 @@ def check_sizes(fn: S.Function, dims: Mapping[str, int], origin: Mapping[str, st
             _sizes_fit(fn, f"the reduction of {label} over `{a.name}`", [a.extent], dims, where)
 
 
-def check_call(fn: S.Function, arg_shapes: ShapeArgs, arg_dtypes: DTypeArgs | None = None) -> dict[str, int]:
+def check_call(fn: S.Function, arg_shapes: ShapeArgs, arg_dtypes: DTypeArgs | None = None,
+               dim_args: Mapping[str, Any] | None = None) -> dict[str, int]:
     """Check a call of ``fn`` from its arguments' shapes and dtypes; return the dim values.
 
     ``arg_shapes`` (and ``arg_dtypes``, when given) map parameter names to shapes (dtypes),
     or list them for every parameter in order. A dtype may be a DType, a torch dtype or a
     NumPy dtype. In a mapping, scalar (rank-0) parameters may be left out: they are not
-    checked. Raises :class:`GuardError` at the first broken rule (see the module doc).
+    checked. ``dim_args`` gives the values of dim parameters (``G: dim``; left out, their
+    defaults). Raises :class:`GuardError` at the first broken rule (see the module doc).
     """
     shapes = {k: tuple(int(n) for n in v) for k, v in _by_name(fn, arg_shapes, "arguments").items()}
     dtypes = _by_name(fn, arg_dtypes, "dtypes") if arg_dtypes is not None else {}
@@ -322,7 +358,7 @@ def check_call(fn: S.Function, arg_shapes: ShapeArgs, arg_dtypes: DTypeArgs | No
             raise _rank_error(fn, p, shapes[p.name])
         if p.name in dtypes and dtype_of(dtypes[p.name]) != p.type.dtype:
             raise _dtype_mismatch(fn, p, dtypes[p.name])
-    dims, origin = _bind(fn, shapes)
+    dims, origin = _bind(fn, shapes, dim_args)
     _check_axes(fn, shapes, dims, origin)
     check_guards(fn, dims)
     check_sizes(fn, dims, origin)
@@ -447,10 +483,15 @@ def prepare_args(fn: S.Function, arrays: Sequence[Any], scalars: Mapping[str, An
         shapes[p.name], dtypes[p.name] = _shape_and_dtype(fn, p, given[p.name])
     # Scalars are converted first (their own errors are clearer), tensors checked together.
     args: dict[str, torch.Tensor] = {}
+    as_dims = dim_params(fn)
+    dim_args: dict[str, int] = {}
     for p in fn.params:
-        if p.type.rank == 0:
+        if p.name in as_dims:
+            dim_args[p.name] = dim_value(fn, p, given.get(p.name, p.default))
+            args[p.name] = torch.tensor(dim_args[p.name], dtype=torch.int64)
+        elif p.type.rank == 0:
             args[p.name] = scalar_tensor(fn, p, given.get(p.name, p.default))
-    dims = check_call(fn, shapes, dtypes)
+    dims = check_call(fn, shapes, dtypes, dim_args)
     if keep_device:
         _check_one_device(fn, {p.name: given[p.name] for p in fn.params if p.type.rank})
     for p in fn.params:

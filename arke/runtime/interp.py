@@ -65,6 +65,7 @@ from arke.runtime.guards import (
     InterpError,
     bind_dims,
     check_call,
+    dim_params,
     eval_dim,
     prepare_args,
     scalar_tensor,
@@ -116,7 +117,7 @@ def run_function(fn: S.Function, module: S.Module, args_by_name: Mapping[str, An
             args[p.name] = scalar_tensor(fn, p, p.default)
     extra = [k for k in args_by_name if k not in args]
     found = check_call(fn, {**{k: tuple(v.shape) for k, v in args.items()}, **{k: () for k in extra}},
-                       {k: v.dtype for k, v in args.items()})
+                       {k: v.dtype for k, v in args.items()}, {k: args[k] for k in dim_params(fn) if k in args})
     for key, value in (dims or {}).items():
         if key in found and found[key] != value:
             raise GuardError(fn.name, f"{key} = {value} at the call, but the arguments give {key} = {found[key]}",

@@ -242,6 +242,13 @@ def functions(draw: st.DrawFn, name: str, callees: Sequence[S.Function] = ()) ->
     symbols = tuple(draw(st.lists(st.sampled_from(SYMBOLS), unique=True, min_size=1, max_size=3)))
     plist = draw(params(symbols))
     bindings = tuple(S.DimBinding(s, plist[0].name, i) for i, s in enumerate(symbols))
+    unused = [s for s in SYMBOLS if s not in symbols]
+    if unused and draw(st.booleans()):  # a dim parameter (`G: dim`): an i64 scalar binding a dim by its value
+        g = draw(st.sampled_from(unused))
+        plist.insert(draw(st.integers(1, len(plist))), S.Param(g, S.TensorType(DType.I64),
+                                                              draw(st.none() | st.integers(1, 64))))
+        bindings += (S.DimBinding(g, g, -1),)
+        symbols += (g,)
     values = [(p.name, p.type) for p in plist]
     body: list[S.Op] = []
     counter = draw(st.integers(0, 20))  # op results are decimal, not necessarily from 0

@@ -273,7 +273,7 @@ def test_import_cycle_between_two_files(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- one mistake, one error
 
-_FLIP = "kernel flip(x: f32[N]) -> f32[N]\n{\n  return x[N - 1 - i]\n}\n"
+_FLIP = "kernel flip(x: f32[N]) -> f32[N]\n{\n  t[i] = x[N - 1 - i]\n  return t\n}\n"
 ONE_MISTAKE = [
     # id, source, and the one error expected as (code, line)
     pytest.param("kernel f(x: f32[N], w: f32[N]) -> f32[N]\n{\n  s[i] = x[i] * w[e]\n"

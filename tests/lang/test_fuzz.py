@@ -59,7 +59,7 @@ SEEDS = [_read(p) for p in _seed_files()]
 VOCAB = [
     "kernel", "import", "from", "let", "return", "where", "if", "else", "for", "in", "and", "or", "not",
     "when", "@strategy", "@", "target", "llvm", "triton", "cuda", "std.nn", "std",
-    "f32", "f16", "bf16", "i64", "i32", "i8", "u8", "u16", "u32", "bool", "true", "false", "inf", "-inf",
+    "f32", "f16", "bf16", "i64", "i32", "i8", "u8", "u16", "u32", "bool", "dim", "true", "false", "inf", "-inf",
     "sum", "max", "min", "mean", "prod", "argmax", "argmin", "exp", "log", "sqrt", "rsqrt", "gelu", "silu",
     "transpose",
     "tile", "parallel", "split", "vectorize", "unroll", "warps", "stages", "algorithm", "flash", "pack",

@@ -22,7 +22,7 @@ from codegen_support import RUNNABLE, assert_matches, build, random_inputs, seed
 
 import arke
 from arke.ir.shapes import evaluate
-from arke.runtime.guards import GuardError, check_call
+from arke.runtime.guards import GuardError, check_call, dim_params
 
 SPEC = Path(__file__).resolve().parents[2] / "spec" / "language.md"
 _FENCE = re.compile(r"^```(\w*)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -72,7 +72,7 @@ def dims_for(fn: Any) -> dict[str, int] | None:
     for dims in tries:
         shapes = {p.name: tuple(evaluate(d, dims) for d in p.type.shape) for p in fn.params if p.type.rank}
         try:
-            check_call(fn, shapes)
+            check_call(fn, shapes, dim_args={k: dims[k] for k in dim_params(fn)})
         except (GuardError, ValueError):
             continue
         return dims
@@ -100,11 +100,13 @@ def _compare(module: Any, library: Any, line: int) -> None:
         assert dims is not None, f"no dims pass the checks of `{name}`"
         ints = {p.name: 3 for p in reference.function.params if p.type.rank and p.type.dtype.is_int}
         args = random_inputs(reference, dims, seeded(line, name), ids=ints)
-        want = outcome(lambda: reference(*args))  # noqa: B023 - called at once
-        got = outcome(lambda: library.kernels[name](*args))  # noqa: B023
+        given = {k: dims[k] for k in dim_params(reference.function)}  # dim parameters (`G: dim`), by name
+        want = outcome(lambda: reference(*args, **given))  # noqa: B023 - called at once
+        got = outcome(lambda: library.kernels[name](*args, **given))  # noqa: B023
         assert got[0] == want[0], f"`{name}`: compiled {got}, interpreter {want}"
         if want[0] == "ok":
-            assert_matches(got[1], want[1], bound=tolerance(reference, args), what=f"spec line {line} `{name}`")
+            assert_matches(got[1], want[1], bound=tolerance(reference, args, given),
+                           what=f"spec line {line} `{name}`")
 
 
 def test_some_examples_are_clean() -> None:

@@ -153,6 +153,8 @@ class _Function:
             return self._let(f"arith.constant {int(e)} : index")
         if e.is_Symbol:
             for b in self.fn.bindings:
+                if b.dim == str(e) and b.axis < 0:  # a dim parameter: the scalar argument's value
+                    return self._let(f"arith.index_cast {self.scalars[b.param]} : i64 to index")
                 if b.dim == str(e):
                     t = self.tensors[b.param]
                     k = self._let(f"arith.constant {b.axis} : index")
