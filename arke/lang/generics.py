@@ -122,9 +122,8 @@ def declare(node: ast.Kernel, diags: list[Diagnostic]) -> tuple[tuple[DtypeVar, 
             diags.append(make("AK3026", f"no tensor parameter has dtype `{name}`, so a call cannot bind it", span,
                               hint=f"give a tensor parameter the type `{name}[...]`, or drop the variable"))
             ok = False
-            continue
-        if members:
-            found.append(DtypeVar(name, tuple(members), c.span, binder[1].name, binder[0]))
+        if members:  # kept after an error too: the header is then checked with the first member written in
+            found.append(DtypeVar(name, tuple(members), c.span, *((binder[1].name, binder[0]) if binder else ("", -1))))
     count = 1
     for v in found:
         count *= len(v.members)
