@@ -301,9 +301,7 @@ def specialised(module: Any, dtypes: dict[str, str]) -> Any:
     if unknown:
         raise _usage(f"--dtypes {', '.join(unknown)}: no generic kernel of the file has "
                      f"{'this dtype variable' if len(unknown) == 1 else 'these dtype variables'}")
-    chosen = {ir for ir in kernel_map.values()}
-    generics = {k: g for k, g in module.generics.items() if k not in chosen}
-    return replace(module, names=tuple(names), kernel_map=kernel_map, generics=generics)
+    return replace(module, names=tuple(names), kernel_map=kernel_map)
 
 
 def parse_dims(text: str) -> dict[str, int]:

@@ -321,7 +321,9 @@ def _type(t: ast.TypeExpr, dims: dict[str, Dim], error: ErrorFn, what: str) -> i
     if dtype is None:
         instead = NOT_YET_DTYPES.get(t.dtype)
         guess = None if instead is not None else did_you_mean(t.dtype, DTYPES)
-        hint = instead or (f"did you mean `{guess}`?" if guess else "dtypes are " + ", ".join(DTYPES))
+        hint = instead or (f"did you mean `{guess}`?" if guess else "dtypes are " + ", ".join(DTYPES)
+                           + f"; for a kernel that serves several, declare `{t.dtype}` a dtype variable: "
+                           f"`where {t.dtype} in {{f32, bf16, f16}}`")
         error("AK3001", f"unknown dtype `{t.dtype}`", t.dtype_span, hint=hint, replacement=guess)
         return None
     shape: list[Dim] = []
