@@ -18,8 +18,8 @@ from arke.lang.diagnostics import CheckError, Diagnostic, make
 
 if TYPE_CHECKING:
     from arke.ir import semantic
-    from arke.lang.generics import Dispatch
     from arke.ir.strategy import StrategySet
+    from arke.lang.generics import Dispatch
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ class CheckResult:
     """What checking a file produced: its diagnostics and, when it is clean, its IR.
 
     ``kernel_map`` maps every kernel name in scope to its function's name in the IR
-    (imported kernels are qualified by their module, as ``std.nn.rmsnorm``).
+    (imported kernels are qualified by their module, as ``std.nn.rmsnorm``); a generic kernel's
+    specialisations are in it too, each by its own name (``linear__W_bf16``, spec §5.6).
     """
 
     diagnostics: tuple[Diagnostic, ...]
@@ -224,8 +225,8 @@ def check_kernel(sig: Signature, scope: dict[str, Signature], import_failed: boo
     """Check one kernel's body: its IR functions (none after errors; a generic kernel has one per
     specialisation, each checked, §5.6), its indices and the kernels it calls."""
     if sig.generic is None:
-        fn, indices, calls = _check_one(sig, scope, import_failed, diags)
-        return (() if fn is None else (fn,)), indices, calls
+        one, bound, called = _check_one(sig, scope, import_failed, diags)
+        return (() if one is None else (one,)), bound, called
     found: dict[tuple[DType, ...], list[Diagnostic]] = {}
     functions: list[semantic.Function | None] = []
     indices: dict[str, IndexInfo] = {}
@@ -281,8 +282,11 @@ def finish(diags: list[Diagnostic], imported: Imported, own: tuple[str, ...], ow
     generics = {s.ir_name: dispatch(s.generic, s.ir_name) for s in scope.values() if s.generic is not None}
     if not errors:
         strat = StrategySet(per_specialisation(imported.strategies + strategies.strategies, generics))
-    return CheckResult(tuple(diags), sem, strat, own, {n: s.ir_name for n, s in scope.items()}, indices,
-                       scope, module, generics)
+    kernel_map = {n: s.ir_name for n, s in scope.items()}
+    for n, s in scope.items():  # each specialisation of a generic kernel by its own name, as `linear__W_bf16`
+        if s.generic is not None:
+            kernel_map.update((n + m.ir_name[len(s.ir_name):], m.ir_name) for m in s.generic.members.values())
+    return CheckResult(tuple(diags), sem, strat, own, kernel_map, indices, scope, module, generics)
 
 
 # Stdlib activation kernels may share a built-in's name: the kernel wraps the built-in.

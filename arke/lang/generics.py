@@ -125,8 +125,8 @@ def declare(node: ast.Kernel, diags: list[Diagnostic]) -> tuple[tuple[DtypeVar, 
         if members:  # kept after an error too: the header is then checked with the first member written in
             found.append(DtypeVar(name, tuple(members), c.span, *((binder[1].name, binder[0]) if binder else ("", -1))))
     count = 1
-    for v in found:
-        count *= len(v.members)
+    for var in found:
+        count *= len(var.members)
     if count > MAX_SPECIALISATIONS:
         diags.append(make("AK3025", f"kernel `{node.name}` has {count} dtype combinations, more than "
                           f"{MAX_SPECIALISATIONS}", node.name_span,
@@ -154,9 +154,8 @@ def _subst(x: Any, mapping: dict[str, str]) -> Any:
         if f.name == "where" and isinstance(x, ast.Kernel):
             continue
         v = getattr(x, f.name)
-        if f.name == "dtype" and isinstance(x, ast.TypeExpr) and v in mapping:
-            changes[f.name] = mapping[v]
-        elif f.name == "func" and isinstance(x, ast.Call) and v in mapping:
+        renamed = (f.name == "dtype" and isinstance(x, ast.TypeExpr)) or (f.name == "func" and isinstance(x, ast.Call))
+        if renamed and v in mapping:
             changes[f.name] = mapping[v]
         elif isinstance(v, tuple) or dataclasses.is_dataclass(v):
             new = _subst(v, mapping)

@@ -193,8 +193,8 @@ def build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list[
         return _build_signature(node, source, ir_name, diags)
     dvars, ok = declared
     if not ok or not dvars:  # the header as if each variable were its first dtype, for its other errors
-        first = {v.name: str(v.members[0]) for v in dvars}
-        sig = _build_signature(gen.specialise(node, first), source, ir_name, diags)
+        firsts = {v.name: str(v.members[0]) for v in dvars}
+        sig = _build_signature(gen.specialise(node, firsts), source, ir_name, diags)
         return replace(sig, node=node, ok=False)
     members: dict[tuple[DType, ...], Signature] = {}
     found: dict[tuple[DType, ...], list[Diagnostic]] = {}

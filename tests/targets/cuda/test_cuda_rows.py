@@ -27,8 +27,10 @@ import numpy as np
 import pytest
 import torch
 from codegen_support import (
+    LAYER_DTYPES,
     STDLIB,
     assert_conforms,
+    kernel_names,
     random_inputs,
     same_bits,
     seeded,
@@ -374,7 +376,7 @@ def test_rows_of_a_multiple_of_the_vector_are_read_sixteen_bytes_at_a_time() -> 
 # ---------------------------------------------------------------- NVRTC and ptxas
 
 
-ROW_KERNELS = [(m, k) for m in STDLIB for k in std_module(m).names if has_rows(m, k)]
+ROW_KERNELS = [(m, k) for m in STDLIB for k in kernel_names(std_module(m), LAYER_DTYPES) if has_rows(m, k)]
 
 
 def _rows_dispatch(module: arke.Module, kernel: str, tuned: Strategy | None = None) -> tuple[Any, Any, str]:
