@@ -5,8 +5,8 @@ A :class:`CompiledLayer` holds
 * the kernels of ``std.decoder`` built for its target, with the attention specialised by
   shape: one new token per sequence (decode) runs ``split_kv``, more (prefill) ``flash``;
 * its weights, packed once at load: q, k and v projections fused into one matrix, gate and up
-  into another (the kernels read them as two views), optionally as bf16 or int8 (one f32 scale
-  per output channel) weight-only copies;
+  into another (the kernels read them as two views), optionally as bf16, f16 or int8 (one f32
+  scale per output channel) weight-only copies;
 * a memory plan per call shape (:mod:`arke.runtime.memory`): the activations between kernels
   and each kernel's temporaries placed in one arena by lifetime, so a decode step allocates
   nothing but its result;
@@ -34,10 +34,11 @@ from arke.runtime.errors import GuardError
 from arke.runtime.memory import MemoryPlan
 from arke.runtime.pool import evict_oldest
 
-WEIGHT_KINDS = ("f32", "bf16", "int8")
+WEIGHT_KINDS = ("f32", "bf16", "f16", "int8")
 #: std.decoder's weight-reading kernels are generic (language spec §5.6): per weight kind, the suffix of
 #: the kernel (``_q``: quantised, with scales) and the dtype its variable is bound to
-KERNELS = {"f32": ("", {"W": "f32"}), "bf16": ("", {"W": "bf16"}), "int8": ("_q", {"Q": "i8"})}
+KERNELS = {"f32": ("", {"W": "f32"}), "bf16": ("", {"W": "bf16"}), "f16": ("", {"W": "f16"}),
+           "int8": ("_q", {"Q": "i8"})}
 
 #: The layer's own module: std.decoder, with the attention specialised by shape.
 LAYER_SOURCE = """import std.decoder
@@ -146,8 +147,8 @@ class CompiledLayer:
     def _weight(self, w: torch.Tensor, into: dict[str, torch.Tensor], name: str) -> None:
         """``into[name]`` (and ``name + "_s"``, the int8 scales) in this layer's weight kind."""
         w = w.detach().float().contiguous()
-        if self.kind == "bf16":
-            into[name] = w.to(torch.bfloat16).to(self.device)
+        if self.kind in ("bf16", "f16"):
+            into[name] = w.to(torch.bfloat16 if self.kind == "bf16" else torch.float16).to(self.device)
         elif self.kind == "int8":
             q, scale = quantize_int8(w)
             into[name], into[name + "_s"] = q.to(self.device), scale.to(self.device)
