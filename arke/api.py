@@ -49,6 +49,15 @@ class Kernel:
 
         return Kernel(by_names(self.module.generics, self.name, dtypes), self.module)
 
+    def bound(self, *arrays: Any, **scalars: Any) -> Kernel:
+        """The kernel these arguments call: a generic kernel's specialisation that their dtypes bind (a
+        GuardError naming the set for a dtype outside it); any other kernel itself."""
+        if self.name not in self.module.generics:
+            return self
+        from arke.runtime.generics import pick
+
+        return Kernel(pick(self.module.generics[self.name], arrays, scalars), self.module)
+
     def __call__(self, *arrays: Any, **scalars: Any) -> Any:
         return interpret(self, *arrays, **scalars)
 
