@@ -241,7 +241,8 @@ def _within(g: torch.Tensor, w: torch.Tensor, bound: torch.Tensor | None, label:
 
 def assert_conforms(got: Any, kernel: arke.Kernel, *args: Any, what: str = "", **scalars: Any) -> Any:
     """``got`` (a compiled ``kernel`` on ``args`` and ``scalars``) equals the interpreter's answer
-    within :func:`tolerance`; returns that answer. A generic ``kernel`` (spec §5.6) is the specialisation ``args`` bind."""
+    within :func:`tolerance`; returns that answer. A generic ``kernel`` (spec §5.6) stands for the
+    specialisation ``args`` bind."""
     kernel = kernel.bound(*args, **scalars)
     want = kernel(*args, **scalars)
     assert_matches(got, want, bound=tolerance(kernel, args, scalars), what=what)
