@@ -19,6 +19,7 @@ from arke.lang.diagnostics import CheckError, Diagnostic, make
 if TYPE_CHECKING:
     from arke.ir import semantic
     from arke.ir.strategy import StrategySet
+    from arke.lang.generics import Dispatch
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,32 @@ class Kernel:
 
     @property
     def function(self) -> semantic.Function:
-        """The kernel's SemanticIR."""
+        """The kernel's SemanticIR (a generic kernel has one per specialisation: see :meth:`specialise`)."""
+        if self.name in self.module.generics:
+            g = self.module.generics[self.name]
+            raise TypeError(f"kernel `{self.name}` is generic ({g.constraint()}): pick a specialisation with "
+                            f".specialise({g.vars[0][0]}=...)")
         return self.module.semantic.get(self.name)
+
+    @property
+    def generic(self) -> Dispatch | None:
+        """How calls of a generic kernel (language spec §5.6) pick their specialisation; None if it is not one."""
+        return self.module.generics.get(self.name)
+
+    def specialise(self, **dtypes: str) -> Kernel:
+        """The specialisation of a generic kernel for these dtypes (``W="bf16"``); a ValueError names the sets."""
+        from arke.lang.generics import by_names
+
+        return Kernel(by_names(self.module.generics, self.name, dtypes), self.module)
+
+    def bound(self, *arrays: Any, **scalars: Any) -> Kernel:
+        """The kernel these arguments call: a generic kernel's specialisation that their dtypes bind (a
+        GuardError naming the set for a dtype outside it); any other kernel itself."""
+        if self.name not in self.module.generics:
+            return self
+        from arke.runtime.generics import pick
+
+        return Kernel(pick(self.module.generics[self.name], arrays, scalars), self.module)
 
     def __call__(self, *arrays: Any, **scalars: Any) -> Any:
         return interpret(self, *arrays, **scalars)
@@ -47,6 +72,7 @@ class Module:
     names: tuple[str, ...]  # the kernels this file defines, in order
     kernel_map: dict[str, str] = field(default_factory=dict)  # name in scope -> IR function name
     warnings: tuple[Diagnostic, ...] = ()
+    generics: dict[str, Dispatch] = field(default_factory=dict)  # generic kernels (§5.6) by IR name
 
     @property
     def kernels(self) -> dict[str, Kernel]:
@@ -119,7 +145,7 @@ def loads(text: str, path: str = "<input>") -> Module:
     if errors or result.semantic is None or result.strategies is None:
         raise CheckError(result.diagnostics)
     return Module(path, result.semantic, result.strategies, result.kernel_names, dict(result.kernel_map),
-                  tuple(d for d in result.diagnostics if not d.is_error))
+                  tuple(d for d in result.diagnostics if not d.is_error), dict(result.generics))
 
 
 def load(path: str | os.PathLike[str]) -> Module:
@@ -139,7 +165,12 @@ def interpret(kernel: Kernel, *arrays: Any, **scalars: Any) -> Any:
     """
     from arke.runtime.interp import run
 
-    return run(kernel.module.semantic, kernel.name, arrays, scalars)
+    name = kernel.name
+    if name in kernel.module.generics:  # bound by the arguments' dtypes, checked before anything runs
+        from arke.runtime.generics import pick
+
+        name = pick(kernel.module.generics[name], arrays, scalars)
+    return run(kernel.module.semantic, name, arrays, scalars)
 
 
 def build(path_or_module: str | os.PathLike[str] | Module, target: str = "llvm", threads: int | None = None,

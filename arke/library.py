@@ -134,6 +134,51 @@ class Kernel:
         return self.variant(-1).artifact.source
 
 
+class GenericKernel:
+    """A generic kernel of a built library (language spec §5.6): each call's dtypes pick a specialisation,
+    a :class:`Kernel` of its own (compiled, cached and memoised per specialisation)."""
+
+    def __init__(self, library: Library, name: str, ir_name: str):
+        self.library, self.name, self.ir_name = library, name, ir_name
+        self.generic = library.module.generics[ir_name]
+        self._members: dict[str, Kernel] = {}
+        self._by_dtypes: dict[tuple[Any, ...], Kernel] = {}  # torch dtypes of the binding arguments -> member
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<arke generic kernel {self.name} where {self.generic.constraint()} ({self.library.target})>"
+
+    def member(self, ir_name: str) -> Kernel:
+        """The specialisation with this IR name, built once."""
+        with self._lock:
+            found = self._members.get(ir_name)
+            if found is None:
+                found = self._members[ir_name] = Kernel(self.library, self.name, ir_name)
+            return found
+
+    def specialise(self, **dtypes: str) -> Kernel:
+        """The specialisation for these dtypes (``W="bf16"``); a ValueError names the sets."""
+        from arke.lang.generics import by_names
+
+        return self.member(by_names(self.library.module.generics, self.ir_name, dtypes))
+
+    def __call__(self, *arrays: Any, threads: int | None = None, out: Any = None, **scalars: Any) -> Any:
+        """Bind the dtype variables from the arguments (a GuardError naming the set for a dtype outside it,
+        before anything runs), then call that specialisation."""
+        key = None
+        if len(arrays) > max(i for _, _, i, _ in self.generic.vars):
+            key = tuple(getattr(arrays[i], "dtype", None) for _, _, i, _ in self.generic.vars)
+            hit = self._by_dtypes.get(key)
+            if hit is not None:
+                return hit(*arrays, threads=threads, out=out, **scalars)
+        from arke.runtime.generics import pick
+
+        kernel = self.member(pick(self.generic, arrays, scalars))
+        if key is not None and all(isinstance(k, torch.dtype) for k in key):
+            self._by_dtypes[key] = kernel
+        return kernel(*arrays, threads=threads, out=out, **scalars)
+
+
 class Library:
     """The kernels of a module built for one target: ``lib.rmsnorm(x, w)`` or ``lib.kernels["rmsnorm"]``.
 
@@ -159,9 +204,11 @@ class Library:
         self.arch, self.backend = arch, found
         #: whether kernels run on this CPU (arguments are moved there; no device is kept)
         self.on_host = found.on_host(device, arch)
-        self.kernels = {name: Kernel(self, name, ir_name) for name, ir_name in module.kernel_map.items()}
+        self.kernels: dict[str, Kernel | GenericKernel] = {
+            name: GenericKernel(self, name, ir_name) if ir_name in module.generics else Kernel(self, name, ir_name)
+            for name, ir_name in module.kernel_map.items()}
 
-    def __getattr__(self, name: str) -> Kernel:
+    def __getattr__(self, name: str) -> Kernel | GenericKernel:
         kernels = self.__dict__.get("kernels", {})
         if name in kernels:
             return kernels[name]

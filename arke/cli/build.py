@@ -59,6 +59,8 @@ def add_commands(sub: Any) -> None:
                        help="build nothing: print each dispatch of each strategy variant, with the decisions "
                             "applied and dropped (and why) and what it takes")
     build.add_argument("--dims", default="", help="with --explain: dim values (M=128,N=4097) for legal values")
+    build.add_argument("--dtypes", default="", help="a generic kernel's dtypes (W=bf16,Q=i8); without them every "
+                       "specialisation is built, each named like linear__W_bf16")
     build.set_defaults(handler=cmd_build)
 
     run = sub.add_parser("run", help="run a kernel on random inputs and compare it with the interpreter",
@@ -66,6 +68,7 @@ def add_commands(sub: Any) -> None:
     run.add_argument("path", metavar="FILE")
     run.add_argument("kernel", metavar="KERNEL")
     run.add_argument("--dims", default="", help="dim values, as M=128,N=4097")
+    run.add_argument("--dtypes", default="", help="a generic kernel's dtypes, as W=bf16")
     run.add_argument("--target", default="llvm")
     run.add_argument("--threads", type=int, default=None)
     run.add_argument("--repeat", type=int, default=5, help="timed runs (the median is shown)")
@@ -84,7 +87,7 @@ def _usage(message: str) -> Exception:
 _BUILDING: list[tuple[str, str | None, str | None]] = []
 
 
-def _library(path: str, target: str) -> Any:
+def _library(path: str, target: str, dtypes: str = "") -> Any:
     from arke.cli.app import load_or_report
     from arke.library import Library
     from arke.targets import base as targets
@@ -92,6 +95,7 @@ def _library(path: str, target: str) -> Any:
     module = load_or_report(path)
     if isinstance(module, int):
         return module
+    module = specialised(module, parse_dtypes(dtypes))
     report_downgrades(module, path)
     try:
         why = targets.get(target).unavailable()
@@ -241,11 +245,63 @@ def _module_and_names(args: argparse.Namespace) -> tuple[Any, list[str]] | int:
     module = load_or_report(args.path)
     if isinstance(module, int):
         return module
+    module = specialised(module, parse_dtypes(getattr(args, "dtypes", "")))
     names = [args.kernel] if args.kernel else list(module.names)
     for n in names:
         if n not in module.kernel_map:
             raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
     return module, names
+
+
+def parse_dtypes(text: str) -> dict[str, str]:
+    """``--dtypes W=bf16,Q=i8`` as a dict (a usage error for anything else)."""
+    from arke.ir.dtypes import DTYPES
+
+    found: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition("=")
+        if not name.strip().isidentifier() or value.strip() not in DTYPES:
+            raise _usage(f"--dtypes takes NAME=DTYPE pairs, as W=bf16 (dtypes: {', '.join(DTYPES)}); not `{part}`")
+        found[name.strip()] = value.strip()
+    return found
+
+
+def specialised(module: Any, dtypes: dict[str, str]) -> Any:
+    """``module`` as the build commands see it (language spec §5.6): each generic kernel the file defines
+    stands for the specialisation ``dtypes`` pick (under its own name), or, where they do not give every
+    variable, for each specialisation that agrees with them (named like ``linear__W_bf16``)."""
+    from dataclasses import replace
+
+    used: set[str] = set()
+    names: list[str] = []
+    kernel_map = dict(module.kernel_map)
+    for n in module.names:
+        g = module.generics.get(module.kernel_map[n])
+        if g is None:
+            names.append(n)
+            continue
+        given = {v: dtypes[v] for v, _, _, _ in g.vars if v in dtypes}
+        used |= set(given)
+        for v, value in given.items():
+            members = next(ds for name, _, _, ds in g.vars if name == v)
+            if value not in {str(d) for d in members}:
+                raise _usage(f"--dtypes {v}={value}: `{v}` of kernel `{n}` is one of "
+                             f"{', '.join(map(str, members))}")
+        picked = [(c, ir) for c, ir in g.members
+                  if all(str(d) == given.get(v, str(d)) for (v, _, _, _), d in zip(g.vars, c))]
+        if len(given) == len(g.vars):
+            kernel_map[n] = picked[0][1]
+            names.append(n)
+            continue
+        for c, ir in picked:
+            label = n + "".join(f"__{v}_{d}" for (v, _, _, _), d in zip(g.vars, c))
+            kernel_map[label] = ir
+            names.append(label)
+    unknown = sorted(set(dtypes) - used)
+    if unknown:
+        raise _usage(f"--dtypes {', '.join(unknown)}: no generic kernel of the file has "
+                     f"{'this dtype variable' if len(unknown) == 1 else 'these dtype variables'}")
+    return replace(module, names=tuple(names), kernel_map=kernel_map)
 
 
 def parse_dims(text: str) -> dict[str, int]:
@@ -302,7 +358,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from arke.runtime.guards import GuardError
 
-    lib = _library(args.path, args.target)
+    lib = _library(args.path, args.target, args.dtypes)
     if isinstance(lib, int):
         return lib
     if args.kernel not in lib.kernels:

@@ -404,6 +404,9 @@ class Function:
     results: tuple[str, ...]
     result_types: tuple[TensorType, ...]
     output_names: tuple[str | None, ...] = ()
+    #: a generic kernel's specialisation (language spec §5.6): each dtype variable and the dtype it
+    #: stands for here, in declaration order; empty for a kernel that is not generic
+    specialisation: tuple[tuple[str, DType], ...] = ()
 
     def value_types(self) -> dict[str, TensorType]:
         """Every SSA value's type: parameters first, then op results in order."""

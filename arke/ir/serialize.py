@@ -225,6 +225,8 @@ FUNCTION = _Record(S.Function, [
     ("results", _tuple(STR)),
     ("result_types", _tuple(TYPE)),
     ("output_names", _tuple(NAME)),
+    ("specialisation", _Codec(lambda v: [[k, d.value] for k, d in v],
+                              lambda x: tuple((_str(k), _dtype(d)) for k, d in x))),
 ])
 
 STRATEGY = _Record(Strategy, [

@@ -40,7 +40,7 @@ STRATEGY_VERSION = 1
 #: such names, and names that are not identifiers, print as JSON strings: ``"inf"``.
 RESERVED = frozenset({"true", "false", "inf", "nan", "dim", "not", "and", "or", "in", "as", "call", "contract",
                       "dims", "kernel", "map", "name", "over", "reduce", "return", "strategy", "target", "when",
-                      "scan", "along", "exclusive",
+                      "scan", "along", "exclusive", "specialise",
                       "where", "_"})  # every word of arke/grammar/ir.lark
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
@@ -206,6 +206,8 @@ def print_function(f: S.Function) -> str:
     if f.bindings:
         lines.append("  dims " + ", ".join(f"{name_text(b.dim)} = {value_text(b.param)}"
                                            + (f".{b.axis}" if b.axis >= 0 else "") for b in f.bindings))
+    if f.specialisation:
+        lines.append("  specialise " + ", ".join(f"{name_text(v)} = {d}" for v, d in f.specialisation))
     for g in f.guards:
         cond = cond_text(g.cond)
         lines.append(f"  where {cond}" + ("" if g.text == cond else f" as {quote(g.text)}"))

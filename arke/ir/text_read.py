@@ -175,7 +175,7 @@ class _Reader:
         return S.Module(tuple(self.function(f) for f in functions), int(version))
 
     def function(self, t: Tree) -> S.Function:
-        name, params_t, outputs_t, bindings_t, *rest = _kids(t)
+        name, params_t, outputs_t, bindings_t, spec_t, *rest = _kids(t)
         params = tuple(self.param(p) for p in _items(params_t))
         outputs = [self.output(o) for o in _items(outputs_t)]
         named = any(label is not _ABSENT for _, label in outputs)
@@ -195,7 +195,12 @@ class _Reader:
             results=tuple(self.sigil_name(v) for v in _items(rest[-1])),
             result_types=tuple(ty for ty, _ in outputs),
             output_names=tuple(None if label is _ABSENT else label for _, label in outputs) if named else (),
+            specialisation=() if spec_t is None else tuple(self.spec_item(s) for s in _kids(spec_t)),
         )
+
+    def spec_item(self, t: Tree) -> tuple[str, DType]:
+        var, dtype = _kids(t)
+        return self.name(var), self.dtype(dtype)
 
     def param(self, t: Tree) -> S.Param:
         name, type_t, default = _kids(t)

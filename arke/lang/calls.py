@@ -20,7 +20,8 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, dim_str, sym
 from arke.lang import ast
 from arke.lang.diagnostics import Related
-from arke.lang.signatures import cond_str, cond_subs, decide_cond, dim_expr, subs_dims
+from arke.lang.generics import arg_binds
+from arke.lang.signatures import Signature, cond_str, cond_subs, decide_cond, dim_expr, subs_dims
 from arke.lang.source import Span
 from arke.lang.terms import POISON, Scalar, Tensor, broadcast_scalar
 
@@ -37,13 +38,19 @@ class KernelCalls:
         """Check a call against the callee's signature and emit a call op."""
         callee = self.callables[e.func]
         self.calls.append((callee.ir_name, e.func_span))
-        if callee.name == self.sig.name and callee.node is self.sig.node:
+        if callee.name == self.sig.name and callee.node in (self.sig.node, self.sig.template):
             self.error("AK2006", f"kernel `{e.func}` calls itself", e.func_span, hint="kernels cannot recurse")
             return POISON
         if not callee.ok:  # its header has errors, reported there: its parameters are not known
             for a in e.args:
                 self.expr(a)  # for the arguments' own errors
             return POISON
+        given: dict[int, Any] = {}  # the arguments a generic callee's dtypes were read from, checked once
+        if callee.generic is not None:
+            picked = self.pick_member(e, callee, given)
+            if picked is None:
+                return POISON
+            callee = picked
         params = callee.params
         required = sum(1 for p in params if p.default is None)
         if not required <= len(e.args) <= len(params):
@@ -64,7 +71,7 @@ class KernelCalls:
             if p.name in callee.dim_params:
                 ssa = self.dim_arg(e, e.args[k], p, bind, deferred)
             else:
-                ssa = self.call_arg(e, e.args[k], p, bind, deferred)
+                ssa = self.call_arg(e, e.args[k], p, bind, deferred, given.get(k))
             if ssa is None:
                 return POISON
             args.append(ssa)
@@ -117,9 +124,32 @@ class KernelCalls:
             deferred.append((e, p, -1, key, value, arg.span))
         return self.materialize(broadcast_scalar(ir.DimRef(value), DType.I64))
 
+    def pick_member(self: KernelChecker, e: ast.Call, callee: Signature, given: dict[int, Any]) -> Signature | None:
+        """The specialisation of a generic callee (§5.6) that the arguments bind; each binding argument
+        is checked here, once (``given``), and an argument outside its variable's set is AK3027."""
+        assert callee.generic is not None
+        combo = []
+        for var in callee.generic.vars:
+            if var.index >= len(e.args):  # too few arguments: the first member reports the count
+                return next(iter(callee.generic.members.values()))
+            t = self.expr(e.args[var.index])
+            given[var.index] = t
+            if t is POISON:
+                return None
+            dtype = getattr(t, "dtype", None)
+            if dtype is None:
+                return next(iter(callee.generic.members.values()))
+            wrong = arg_binds(e.func, var, dtype, e.args[var.index].span, callee.node.name_span)
+            if wrong is not None:
+                self.error(wrong.code, wrong.message, wrong.span, wrong.hint, wrong.related)
+                return None
+            combo.append(dtype)
+        member: Signature = callee.generic.members[tuple(combo)]
+        return member
+
     def call_arg(self: KernelChecker, e: ast.Call, arg: ast.Expr, p: ir.Param, bind: dict[sympy.Symbol, Dim],
-                 deferred: list[tuple[ast.Call, ir.Param, int, Dim, Dim, Span]]) -> str | None:
-        t = self.expr(arg)
+                 deferred: list[tuple[ast.Call, ir.Param, int, Dim, Dim, Span]], t: Any = None) -> str | None:
+        t = self.expr(arg) if t is None else t
         if t is POISON:
             return None
         if p.type.rank == 0:

@@ -21,10 +21,12 @@ from importlib import resources
 from pathlib import Path
 
 from arke.ir import semantic
+from arke.ir.dtypes import DType
 from arke.ir.strategy import Strategy, StrategySet
 from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.exprs import BUILTINS
+from arke.lang.generics import Dispatch, dispatch, merge, per_specialisation
 from arke.lang.indices import IndexInfo
 from arke.lang.kernels import KernelChecker
 from arke.lang.parser import parse
@@ -38,7 +40,8 @@ class CheckResult:
     """What checking a file produced: its diagnostics and, when it is clean, its IR.
 
     ``kernel_map`` maps every kernel name in scope to its function's name in the IR
-    (imported kernels are qualified by their module, as ``std.nn.rmsnorm``).
+    (imported kernels are qualified by their module, as ``std.nn.rmsnorm``); a generic kernel's
+    specialisations are in it too, each by its own name (``linear__W_bf16``, spec §5.6).
     """
 
     diagnostics: tuple[Diagnostic, ...]
@@ -49,6 +52,8 @@ class CheckResult:
     indices: dict[str, dict[str, IndexInfo]] = field(default_factory=dict)
     signatures: dict[str, Signature] = field(default_factory=dict)
     ast: ast.Module | None = None
+    #: the generic kernels in scope (§5.6) by IR name: how a call picks a specialisation
+    generics: dict[str, Dispatch] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -151,9 +156,8 @@ def _check_text(text: str, path: str, _stack: tuple[str, ...], _prefix: str) -> 
     own_functions: list[semantic.Function] = []
     indices = dict(imported.indices)
     for sig in own.values():
-        fn, indices[sig.ir_name], calls[sig.ir_name] = check_kernel(sig, scope, imported.failed, diags)
-        if fn is not None:
-            own_functions.append(fn)
+        fns, indices[sig.ir_name], calls[sig.ir_name] = check_kernel(sig, scope, imported.failed, diags)
+        own_functions.extend(fns)
     strategies = late_checks(calls, module.strategies, scope, indices, diags,
                              functions=(*imported.functions, *own_functions))
     return finish(diags, imported, tuple(own), own_functions, strategies, scope, indices, module)
@@ -217,8 +221,28 @@ def declare_kernel(k: ast.Kernel, own: dict[str, Signature], diags: list[Diagnos
 
 
 def check_kernel(sig: Signature, scope: dict[str, Signature], import_failed: bool, diags: list[Diagnostic]
-                 ) -> tuple[semantic.Function | None, dict[str, IndexInfo], list[tuple[str, Span]]]:
-    """Check one kernel's body: its IR function (None after errors), its indices and the kernels it calls."""
+                 ) -> tuple[tuple[semantic.Function, ...], dict[str, IndexInfo], list[tuple[str, Span]]]:
+    """Check one kernel's body: its IR functions (none after errors; a generic kernel has one per
+    specialisation, each checked, §5.6), its indices and the kernels it calls."""
+    if sig.generic is None:
+        one, bound, called = _check_one(sig, scope, import_failed, diags)
+        return (() if one is None else (one,)), bound, called
+    found: dict[tuple[DType, ...], list[Diagnostic]] = {}
+    functions: list[semantic.Function | None] = []
+    indices: dict[str, IndexInfo] = {}
+    calls: list[tuple[str, Span]] = []
+    for combo, member in sig.generic.members.items():
+        found[combo] = []
+        fn, bound, called = _check_one(member, scope, import_failed, found[combo])
+        functions.append(fn)
+        indices = indices or bound
+        calls.extend(c for c in called if c not in calls)
+    diags.extend(merge(sig.generic.vars, found))
+    return (() if None in functions else tuple(f for f in functions if f is not None)), indices, calls
+
+
+def _check_one(sig: Signature, scope: dict[str, Signature], import_failed: bool, diags: list[Diagnostic]
+               ) -> tuple[semantic.Function | None, dict[str, IndexInfo], list[tuple[str, Span]]]:
     kc = KernelChecker(sig, scope, diags)
     kc.import_failed = import_failed
     try:
@@ -255,9 +279,14 @@ def finish(diags: list[Diagnostic], imported: Imported, own: tuple[str, ...], ow
                 seen.add(f.name)
                 merged.append(f)
         sem = semantic.Module(tuple(merged))
-        strat = StrategySet(imported.strategies + strategies.strategies)
-    return CheckResult(tuple(diags), sem, strat, own, {n: s.ir_name for n, s in scope.items()}, indices,
-                       scope, module)
+    generics = {s.ir_name: dispatch(s.generic, s.ir_name) for s in scope.values() if s.generic is not None}
+    if not errors:
+        strat = StrategySet(per_specialisation(imported.strategies + strategies.strategies, generics))
+    kernel_map = {n: s.ir_name for n, s in scope.items()}
+    for n, s in scope.items():  # each specialisation of a generic kernel by its own name, as `linear__W_bf16`
+        if s.generic is not None:
+            kernel_map.update((n + m.ir_name[len(s.ir_name):], m.ir_name) for m in s.generic.members.values())
+    return CheckResult(tuple(diags), sem, strat, own, kernel_map, indices, scope, module, generics)
 
 
 # Stdlib activation kernels may share a built-in's name: the kernel wraps the built-in.

@@ -55,6 +55,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK2106": (Severity.ERROR, "free indices in a whole-tensor expression"),
     "AK2107": (Severity.ERROR, "a tensor used without indices among indexed terms"),
     "AK2110": (Severity.ERROR, "malformed scan"),
+    "AK2113": (Severity.ERROR, "dtype variable named like a dtype, dim or parameter, or declared twice"),
     "AK2201": (Severity.ERROR, "kernel has no return"),
     "AK2202": (Severity.ERROR, "return does not match the declared outputs"),
     "AK2203": (Severity.ERROR, "statement after return"),
@@ -82,6 +83,9 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK3020": (Severity.ERROR, "scan body is not affine in its carry"),
     "AK3021": (Severity.ERROR, "a dim parameter's default or argument is not a positive dim"),
     "AK3022": (Severity.ERROR, "declared shape does not fit the definition"),
+    "AK3025": (Severity.ERROR, "a dtype variable's set holds something that is not a dtype"),
+    "AK3026": (Severity.ERROR, "a dtype variable no tensor parameter binds"),
+    "AK3027": (Severity.ERROR, "a call binds a dtype variable outside its set"),
     # -- strategies
     "AK4001": (Severity.ERROR, "strategy for an unknown kernel"),
     "AK4002": (Severity.ERROR, "unknown decision"),

@@ -156,7 +156,7 @@ class KernelChecker(StatementChecks, KernelCalls, IndexBinding, ScanLowering, Ex
             return None
         return ir.Function(self.sig.ir_name, self.sig.params, self.sig.bindings, tuple(self.guards),
                            tuple(self.ops), tuple(r for r in self.results if r is not None), self.sig.outputs,
-                           self.sig.output_names)
+                           self.sig.output_names, self.sig.specialisation)
 
     # ------------------------------------------------------------ warnings
 

@@ -9,7 +9,8 @@ runtime guards.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import sympy
 
@@ -17,9 +18,13 @@ from arke.ir import semantic as ir
 from arke.ir.dtypes import DTYPES, FLOAT_MAX, DType, fits, float_fits
 from arke.ir.shapes import Dim, const, decide, decide_in, dim_str, floordiv, mod, sym, text_form
 from arke.lang import ast
+from arke.lang import generics as gen
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.hints import NOT_YET_DTYPES
 from arke.lang.source import Source, Span
+
+if TYPE_CHECKING:
+    from arke.lang.generics import Generic
 
 ErrorFn = Callable[..., None]
 
@@ -45,6 +50,11 @@ class Signature:
     subst: dict[sympy.Symbol, Dim] = field(default_factory=dict)  # dims the where clauses equate
     dim_params: frozenset[str] = frozenset()  # the parameters `G: dim` (spec §5.5)
     ok: bool = True
+    #: a generic kernel (§5.6): its dtype variables and one signature per combination of dtypes
+    generic: Generic | None = None
+    #: a specialisation of a generic kernel: the kernel as written, and each variable's dtype here
+    template: ast.Kernel | None = None
+    specialisation: tuple[tuple[str, DType], ...] = ()
 
     def param(self, name: str) -> ir.Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -173,7 +183,36 @@ def cond_subs(c: ir.Cond, mapping: dict[sympy.Symbol, Dim]) -> ir.Cond:
 
 
 def build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list[Diagnostic]) -> Signature:
-    """Check a kernel's header and return its signature (``ok`` False when it had errors)."""
+    """Check a kernel's header and return its signature (``ok`` False when it had errors).
+
+    A generic kernel (§5.6) gets one signature per combination of its dtype variables, each built
+    from the kernel with the dtypes written in (:mod:`arke.lang.generics`); the one returned stands
+    for them all (its ``generic`` holds them) and otherwise reads as the first.
+    """
+    declared = gen.declare(node, diags)
+    if declared is None:
+        return _build_signature(node, source, ir_name, diags)
+    dvars, ok = declared
+    if not ok or not dvars:  # the header as if each variable were its first dtype, for its other errors
+        firsts = {v.name: str(v.members[0]) for v in dvars}
+        sig = _build_signature(gen.specialise(node, firsts), source, ir_name, diags)
+        return replace(sig, node=node, ok=False)
+    members: dict[tuple[DType, ...], Signature] = {}
+    found: dict[tuple[DType, ...], list[Diagnostic]] = {}
+    for combo in gen.combinations(dvars):
+        names = tuple(v.name for v in dvars)
+        found[combo] = []
+        spec = gen.specialise(node, {n: str(d) for n, d in zip(names, combo)})
+        member = _build_signature(spec, source, gen.mangle(ir_name, names, combo), found[combo])
+        member.template, member.specialisation = node, tuple(zip(names, combo))
+        members[combo] = member
+    diags.extend(gen.merge(dvars, found))
+    first = next(iter(members.values()))
+    return replace(first, ir_name=ir_name, node=node, ok=all(m.ok for m in members.values()),
+                   generic=gen.Generic(dvars, members), template=None, specialisation=())
+
+
+def _build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list[Diagnostic]) -> Signature:
     sig = Signature(node.name, ir_name, node, source)
 
     def error(code: str, message: str, span: Span, **kw: object) -> None:
@@ -315,7 +354,9 @@ def _type(t: ast.TypeExpr, dims: dict[str, Dim], error: ErrorFn, what: str) -> i
     if dtype is None:
         instead = NOT_YET_DTYPES.get(t.dtype)
         guess = None if instead is not None else did_you_mean(t.dtype, DTYPES)
-        hint = instead or (f"did you mean `{guess}`?" if guess else "dtypes are " + ", ".join(DTYPES))
+        hint = instead or (f"did you mean `{guess}`?" if guess else "dtypes are " + ", ".join(DTYPES)
+                           + f"; for a kernel that serves several, declare `{t.dtype}` a dtype variable: "
+                           f"`where {t.dtype} in {{f32, bf16, f16}}`")
         error("AK3001", f"unknown dtype `{t.dtype}`", t.dtype_span, hint=hint, replacement=guess)
         return None
     shape: list[Dim] = []

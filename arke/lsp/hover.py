@@ -85,7 +85,17 @@ def kernel_hover(sig: Signature, index: DocumentIndex) -> str:
         parts.append(f"from `{module}`" + (" (the standard library)" if module.startswith("std.") else ""))
     if sig.guards:
         parts.append("checked when called: " + ", ".join(f"`{g.text}`" for g in sig.guards))
+    if sig.generic is not None:
+        parts.append(generic_text(sig))
     return "\n\n".join(parts)
+
+
+def generic_text(sig: Signature) -> str:
+    """What a generic kernel's dtype variables are (language spec §5.6): each set and what binds it."""
+    assert sig.generic is not None
+    said = "; ".join(f"`{v.name}` in {{{', '.join(map(str, v.members))}}}, bound by `{v.param}`'s dtype"
+                     for v in sig.generic.vars)
+    return f"generic: {said} ({len(sig.generic.members)} specialisations, each checked and compiled)"
 
 
 def _range(name: str, extent: Dim) -> str:
@@ -136,6 +146,14 @@ def _value_hover(index: DocumentIndex, symbol: Symbol) -> str | None:
     t = facts.types[symbol.name]
     head = f"{symbol.name}: {type_text(t)}"
     node = next((p for p in sig.node.params if p.name == symbol.name), None) if sig is not None else None
+    if sig is not None and sig.generic is not None:  # a generic kernel: the type as written, with the variables
+        written = node.type if node is not None else next((o.type for o in sig.node.outputs
+                                                           if o.name == symbol.name), None)
+        names = {v.name for v in sig.generic.vars}
+        if written is not None and written.dtype in names:
+            return _code(f"{symbol.name}: {_text(sig, written)}") + f"\n\n{what} of `{kernel}`\n\n" + generic_text(sig)
+        if symbol.kind == "tensor":
+            head += f"  (when {', '.join(f'{v.name} = {v.members[0]}' for v in sig.generic.vars)})"
     if sig is not None and node is not None and node.default is not None and symbol.kind == "param":
         head += f" = {_text(sig, node.default)}"  # as written: `1e-6`, not `1e-06`
     kind = "scalar" if not t.shape else f"rank-{len(t.shape)} tensor"

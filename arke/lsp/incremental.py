@@ -93,8 +93,8 @@ class _Kernel:
     sig: Signature | None = None
     sig_diags: tuple[Diagnostic, ...] = ()
     deps: tuple[Any, ...] | None = None
-    body: tuple[semantic.Function | None, dict[str, IndexInfo], list[tuple[str, Span]], tuple[Diagnostic, ...]] \
-        | None = None
+    body: tuple[tuple[semantic.Function, ...], dict[str, IndexInfo], list[tuple[str, Span]],
+                tuple[Diagnostic, ...]] | None = None
 
     def signature(self, source: Source) -> Signature:
         """Its signature, built on first use (``source``: its chunk's), the diagnostics kept in ``sig_diags``."""
@@ -422,13 +422,12 @@ class IncrementalChecker:
             deps = kern.deps_in(scope, imported.failed)
             if kern.body is None or not _same(kern.deps, deps):
                 body: list[Diagnostic] = []
-                fn, bound, called = check_kernel(sig, scope, imported.failed, body)
-                kern.body, kern.deps = (fn, bound, called, tuple(body)), deps
+                fns, bound, called = check_kernel(sig, scope, imported.failed, body)
+                kern.body, kern.deps = (fns, bound, called, tuple(body)), deps
                 checked += 1
-            fn, indices[sig.ir_name], calls[sig.ir_name], body_diags = kern.body
+            fns, indices[sig.ir_name], calls[sig.ir_name], body_diags = kern.body
             diags.extend(body_diags)
-            if fn is not None:
-                own_functions.append(fn)
+            own_functions.extend(fns)
         strategies = late_checks(calls, module.strategies, scope, indices, diags,
                                  functions=(*imported.functions, *own_functions))
         placed = [move.diagnostic(d) for d in diags]

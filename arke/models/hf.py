@@ -105,7 +105,7 @@ def from_transformers(layer: Any, config: Any, target: str = "llvm", max_seq: in
                       weights: str = "f32", threads: int | None = None) -> CompiledLayer:
     """Compile a transformers decoder layer (Llama, Qwen2, Mistral, Mixtral) for ``target``.
 
-    ``weights``: ``"f32"``, ``"bf16"`` or ``"int8"`` (weight-only, one scale per output channel).
+    ``weights``: ``"f32"``, ``"bf16"``, ``"f16"`` or ``"int8"`` (weight-only, one scale per output channel).
     The layer's own module is only read. Returns a :class:`~arke.models.layer.CompiledLayer`::
 
         cache = compiled.new_cache(batch=1)

@@ -5,8 +5,8 @@ A :class:`CompiledLayer` holds
 * the kernels of ``std.decoder`` built for its target, with the attention specialised by
   shape: one new token per sequence (decode) runs ``split_kv``, more (prefill) ``flash``;
 * its weights, packed once at load: q, k and v projections fused into one matrix, gate and up
-  into another (the kernels read them as two views), optionally as bf16 or int8 (one f32 scale
-  per output channel) weight-only copies;
+  into another (the kernels read them as two views), optionally as bf16, f16 or int8 (one f32
+  scale per output channel) weight-only copies;
 * a memory plan per call shape (:mod:`arke.runtime.memory`): the activations between kernels
   and each kernel's temporaries placed in one arena by lifetime, so a decode step allocates
   nothing but its result;
@@ -34,8 +34,11 @@ from arke.runtime.errors import GuardError
 from arke.runtime.memory import MemoryPlan
 from arke.runtime.pool import evict_oldest
 
-WEIGHT_KINDS = ("f32", "bf16", "int8")
-SUFFIX = {"f32": "", "bf16": "_bf16", "int8": "_int8"}
+WEIGHT_KINDS = ("f32", "bf16", "f16", "int8")
+#: std.decoder's weight-reading kernels are generic (language spec §5.6): per weight kind, the suffix of
+#: the kernel (``_q``: quantised, with scales) and the dtype its variable is bound to
+KERNELS = {"f32": ("", {"W": "f32"}), "bf16": ("", {"W": "bf16"}), "f16": ("", {"W": "f16"}),
+           "int8": ("_q", {"Q": "i8"})}
 
 #: The layer's own module: std.decoder, with the attention specialised by shape.
 LAYER_SOURCE = """import std.decoder
@@ -106,28 +109,30 @@ class CompiledLayer:
         if self.backend is None:
             kernels = module.kernels
 
-            def call(name: str) -> KernelCall | ReferenceCall:
-                return ReferenceCall(kernels[name])
+            def call(name: str, **dtypes: str) -> KernelCall | ReferenceCall:
+                k = kernels[name]
+                return ReferenceCall(k.specialise(**dtypes) if dtypes else k)
         else:
             built = arke.build(module, target=target, threads=threads)
-            kernels = built.kernels
+            compiled = built.kernels
             on_device = not built.on_host
 
-            def call(name: str) -> KernelCall | ReferenceCall:
-                return KernelCall(kernels[name], on_device)
+            def call(name: str, **dtypes: str) -> KernelCall | ReferenceCall:
+                k = compiled[name]
+                return KernelCall(k.specialise(**dtypes) if dtypes else k, on_device)
         # weights are packed once into the panels the target's contraction kernels read (0: not packed)
         self.nr = 0 if self.backend is None else self.backend.panel_width(weights_dtype)
         self.weights = self._pack(weights)
-        s = SUFFIX[weights_dtype]
-        self._attn_in = call("attn_in" + s)
+        s, dtypes = KERNELS[weights_dtype]
+        self._attn_in = call("attn_in" + s, **dtypes)
         self._attn = call("attn_window" if config.window else "attn_cached")
-        self._attn_out = call("attn_out" + s)
+        self._attn_out = call("attn_out" + s, **dtypes)
         if config.experts:
             self._route = call("moe_route")
-            self._expert = call("expert" + s)
+            self._expert = call("expert" + s, **dtypes)
             self._combine = call("moe_combine")
         else:
-            self._mlp = call("mlp" + s)
+            self._mlp = call("mlp" + s, **dtypes)
         self._shapes: dict[tuple[int, int], _Shape] = {}
         self._lock = threading.Lock()
         self._calling = threading.Lock()
@@ -142,8 +147,8 @@ class CompiledLayer:
     def _weight(self, w: torch.Tensor, into: dict[str, torch.Tensor], name: str) -> None:
         """``into[name]`` (and ``name + "_s"``, the int8 scales) in this layer's weight kind."""
         w = w.detach().float().contiguous()
-        if self.kind == "bf16":
-            into[name] = w.to(torch.bfloat16).to(self.device)
+        if self.kind in ("bf16", "f16"):
+            into[name] = w.to(torch.bfloat16 if self.kind == "bf16" else torch.float16).to(self.device)
         elif self.kind == "int8":
             q, scale = quantize_int8(w)
             into[name], into[name + "_s"] = q.to(self.device), scale.to(self.device)

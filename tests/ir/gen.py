@@ -270,8 +270,11 @@ def functions(draw: st.DrawFn, name: str, callees: Sequence[S.Function] = ()) ->
     # A guard's text is usually the condition as printed (the text form then leaves it out).
     guards = draw(st.lists(st.builds(lambda c, t: S.Guard(c, cond_text(c) if t is None else t),
                                      conds(symbols), st.none() | texts), max_size=2))
+    # a generic kernel's specialisation (spec/language.md §5.6): dtype variables, any names, any dtypes
+    specialisation = draw(st.lists(st.tuples(st.sampled_from(["W", "Q", "A_b", "specialise", "in"]),
+                                             st.sampled_from(list(DType))), max_size=2, unique_by=lambda p: p[0]))
     return S.Function(name, tuple(plist), bindings, tuple(guards), tuple(body), tuple(chosen),
-                      tuple(types[v] for v in chosen), tuple(names))
+                      tuple(types[v] for v in chosen), tuple(names), tuple(specialisation))
 
 
 @st.composite

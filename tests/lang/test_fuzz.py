@@ -63,7 +63,7 @@ VOCAB = [
     "sum", "max", "min", "mean", "prod", "argmax", "argmin", "exp", "log", "sqrt", "rsqrt", "gelu", "silu",
     "transpose",
     "tile", "parallel", "split", "vectorize", "unroll", "warps", "stages", "algorithm", "flash", "pack",
-    "x", "y", "w", "m", "n", "k", "i", "j", "M", "N", "K", "D", "H", "G", "R",
+    "x", "y", "w", "m", "n", "k", "i", "j", "M", "N", "K", "D", "H", "G", "R", "W", "Q",  # W, Q: dtype variables
     "+", "-", "*", "/", "//", "%", "**", "@", "&", "|", "^", "~", "<<", ">>", "==", "!=", "<", "<=", ">", ">=", "=",
     "->", ":", ",", ";", ".",
     "(", ")", "[", "]", "{", "}", "#", "\n", " ",

@@ -202,7 +202,7 @@ def test_moe_dispatches_and_repr() -> None:
     """A Mixtral layer runs the router, the experts and the combination; its repr says so."""
     _, _, c = compiled("mixtral", weights="int8")
     names = [line.split(":")[0] for line in c.dispatches(2, 1)]
-    assert names == ["attn_in_int8", "attn_cached", "attn_out_int8", "moe_route", "expert_int8", "moe_combine"]
+    assert names == ["attn_in_q", "attn_cached", "attn_out_q", "moe_route", "expert_q", "moe_combine"]
     assert "8 experts (top 2)" in repr(c) and "int8 weights" in repr(c) and f"max_seq {MAX_SEQ}" in repr(c)
 
 

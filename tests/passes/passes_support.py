@@ -54,7 +54,12 @@ def program_paths() -> list[str]:
 def own_kernels(path: str) -> list[tuple[str, str]]:
     """(path, IR name) of each kernel a file defines (imported ones are tested in their own file)."""
     mod = load(path)
-    return [(path, mod.kernel_map[n]) for n in mod.names]
+    out = []
+    for n in mod.names:
+        ir_name = mod.kernel_map[n]
+        generic = mod.generics.get(ir_name)  # a generic kernel (spec §5.6): each specialisation
+        out += [(path, ir_name)] if generic is None else [(path, name) for _, name in generic.members]
+    return out
 
 
 def random_args(fn: S.Function, dims: Mapping[str, int], gen: torch.Generator) -> dict[str, torch.Tensor]:

@@ -29,7 +29,7 @@ DIMS: dict[str, list[dict[str, int]]] = {
 DIMS["causal_attention"] = DIMS["attention"]
 DIMS["rope_interleaved"] = DIMS["rope"]
 # std.decoder: the fused QKV matrix has (H + 2 G) E rows, E = 2 R
-for _name in ("attn_in", "attn_in_bf16", "attn_in_int8", "heads"):
+for _name in ("attn_in__W_f32", "attn_in__W_bf16", "attn_in__W_f16", "attn_in_q__Q_i8", "attn_in_q__Q_u8", "heads"):
     DIMS[_name] = [dict(N=1, D=1, H=1, G=1, E=2, R=1, C=6), dict(N=3, D=17, H=4, G=2, E=8, R=4, C=64)]
 for _name in ("attn_cached", "attn_window"):
     DIMS[_name] = [dict(B=1, T=1, H=1, G=1, M=1, E=1), dict(B=2, T=3, H=4, G=2, M=17, E=5)]
@@ -43,10 +43,16 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
     "linear_bias": (2, 2), "linear_int8": (2, 2), "linear_bf16": (2, 2), "swiglu": (3, 3), "geglu": (3, 3),
     "cross_entropy": (4, 3), "greedy": (1, 2),
     "cross_entropy_mean": (6, 4), "attention": (7, 6), "causal_attention": (8, 6), "topk_routing": (6, 5),
-    "attn_in": (12, 10), "attn_in_bf16": (12, 7), "attn_in_int8": (13, 8), "heads": (8, 5), "attn_cached": (8, 6),
-    "attn_window": (8, 6), "attn_out": (2, 2), "attn_out_bf16": (2, 2), "attn_out_int8": (2, 2), "mlp": (8, 7),
-    "mlp_bf16": (8, 6), "mlp_int8": (10, 6), "moe_route": (10, 8), "expert": (5, 5), "expert_bf16": (4, 3),
-    "expert_int8": (7, 4), "moe_combine": (2, 2),
+    "heads": (8, 5), "attn_cached": (8, 6), "attn_window": (8, 6), "moe_route": (10, 8), "moe_combine": (2, 2),
+    # std.decoder's generic kernels (spec §5.6), per specialisation: f32 weights stay contractions (packed
+    # panels); bf16 and f16 read and widen; the quantised ones scale each output channel
+    "attn_in__W_f32": (12, 10), "attn_in__W_bf16": (12, 7), "attn_in__W_f16": (12, 7),
+    "attn_in_q__Q_i8": (13, 8), "attn_in_q__Q_u8": (13, 8),
+    "attn_out__W_f32": (2, 2), "attn_out__W_bf16": (2, 2), "attn_out__W_f16": (2, 2),
+    "attn_out_q__Q_i8": (2, 2), "attn_out_q__Q_u8": (2, 2),
+    "mlp__W_f32": (8, 7), "mlp__W_bf16": (8, 6), "mlp__W_f16": (8, 6), "mlp_q__Q_i8": (10, 6), "mlp_q__Q_u8": (10, 6),
+    "expert__W_f32": (5, 5), "expert__W_bf16": (5, 4), "expert__W_f16": (5, 4),
+    "expert_q__Q_i8": (7, 4), "expert_q__Q_u8": (7, 4),
 }
 #: Where an example kernel differs from the std one of the same name (examples/attention.ak is causal).
 EXAMPLE_OP_COUNTS: dict[str, tuple[int, int]] = {"attention": (8, 6)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -36,6 +36,23 @@ STDLIB = tuple(stdlib_modules())
 def std_module(name: str) -> arke.Module:
     """The standard-library module ``name`` (``"std.nn"``), loaded once per process."""
     return arke.load(stdlib_path(name))
+
+
+#: The weight dtypes decoder layers use: the slow per-kernel GPU compiles of every stdlib kernel take only the
+#: specialisations of these (the f16 and u8 ones are compiled in tests/targets/test_generics_targets.py).
+LAYER_DTYPES = ("f32", "bf16", "i8")
+
+
+def kernel_names(module: arke.Module, dtypes: Collection[str] | None = None) -> list[str]:
+    """The kernels ``module`` defines, each generic one (spec §5.6) as its specialisations (``attn_in__W_bf16``:
+    names in ``kernel_map`` that plans and renderers take like any other); with ``dtypes``, only those
+    whose every variable is one of them."""
+    out: list[str] = []
+    for n in module.names:
+        generic = module.generics.get(module.kernel_map[n])
+        out += [n] if generic is None else [n + ir[len(generic.name):] for combo, ir in generic.members
+                                            if dtypes is None or all(str(d) in dtypes for d in combo)]
+    return out
 
 
 @cache
@@ -224,7 +241,9 @@ def _within(g: torch.Tensor, w: torch.Tensor, bound: torch.Tensor | None, label:
 
 def assert_conforms(got: Any, kernel: arke.Kernel, *args: Any, what: str = "", **scalars: Any) -> Any:
     """``got`` (a compiled ``kernel`` on ``args`` and ``scalars``) equals the interpreter's answer
-    within :func:`tolerance`; returns that answer."""
+    within :func:`tolerance`; returns that answer. A generic ``kernel`` (spec §5.6) stands for the
+    specialisation ``args`` bind."""
+    kernel = kernel.bound(*args, **scalars)
     want = kernel(*args, **scalars)
     assert_matches(got, want, bound=tolerance(kernel, args, scalars), what=what)
     return want

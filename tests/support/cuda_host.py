@@ -296,7 +296,7 @@ def host_kernel(module: arke.Module, kernel: str, renderer: CudaRenderer = RENDE
     and compiled for the host (once)."""
     key = (id(module), kernel, renderer.families, strategy)
     if key not in _KERNELS:
-        plan = make_plan(module.semantic, module.kernel_map[kernel], strategy, families=renderer.families)
+        plan = make_plan(module.semantic, module.kernel_map.get(kernel, kernel), strategy, families=renderer.families)
         artifact = renderer.render(plan)
         source = str(artifact.source)
         # the module is kept alive with its kernel: its id stays unique
@@ -365,7 +365,7 @@ def check_host_case(case: Any, renderer: CudaRenderer = RENDERER, what: str = "c
     from test_conformance import check_case
 
     def call(module: arke.Module, *args: Any, **scalars: Any) -> Any:
-        got, err = run(module, case.kernel, *args, renderer=renderer, **scalars)
+        got, err = run(module, case.member, *args, renderer=renderer, **scalars)
         assert err == 0, f"{what} {case.id}: the error word was raised on in-range inputs"
         return got
 

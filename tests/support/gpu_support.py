@@ -7,7 +7,7 @@ from functools import cache
 from typing import Any
 
 import pytest
-from codegen_support import STDLIB, std_module
+from codegen_support import LAYER_DTYPES, STDLIB, kernel_names, std_module
 
 from arke.cli import app as cli
 from arke.plan.dispatch import make_plan
@@ -15,7 +15,7 @@ from arke.plan.dispatch import make_plan
 #: the architectures every GPU artifact is built for
 ARCHS = ("sm_80", "sm_90")
 #: (module, kernel) of every stdlib kernel
-KERNELS = [(m, k) for m in STDLIB for k in std_module(m).names]
+KERNELS = [(m, k) for m in STDLIB for k in kernel_names(std_module(m), LAYER_DTYPES)]
 
 
 @cache

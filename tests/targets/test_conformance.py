@@ -43,15 +43,28 @@ class Case:
     scalars: dict[str, Any] = field(default_factory=dict)
     ids: dict[str, str | int] = field(default_factory=dict)  # int tensor -> exclusive bound (dim name or number)
     ties: bool = False
+    dtypes: dict[str, str] = field(default_factory=dict)  # a generic kernel's dtype variables (spec §5.6)
+
+    @property
+    def member(self) -> str:
+        """The kernel's name, or for a generic kernel its specialisation's IR name (``attn_in__W_bf16``; a std
+        module loaded from its file has unqualified IR names)."""
+        return self.kernel + "".join(f"__{k}_{v}" for k, v in self.dtypes.items())
 
     @property
     def id(self) -> str:
         extra = [f"{k}={v}" for k, v in self.scalars.items()] + (["ties"] if self.ties else [])
-        return "-".join([self.kernel, dims_id(self.dims), *extra])
+        return "-".join([self.kernel, *(f"{k}={v}" for k, v in self.dtypes.items()), dims_id(self.dims), *extra])
 
 
 def cases(module: str, kernels: str, shapes: list[dict[str, int]], **options: Any) -> list[Case]:
     return [Case(module, k, dict(s), **options) for k in kernels.split() for s in shapes]
+
+
+def generic_cases(module: str, kernels: str, var: str, dtypes: str, shapes: list[dict[str, int]],
+                  **options: Any) -> list[Case]:
+    """:func:`cases` for generic kernels, once per dtype of ``var`` (the call binds it from the arguments)."""
+    return [c for d in dtypes.split() for c in cases(module, kernels, shapes, dtypes={var: d}, **options)]
 
 
 NN, ATTN, MOE, DEC = "std.nn", "std.attention", "std.moe", "std.decoder"
@@ -106,20 +119,21 @@ CASES: list[Case] = [
     Case(MOE, "topk_routing", {"T": 5, "E": 8}, scalars={"k": 8}),
     Case(MOE, "topk_routing", {"T": 17, "E": 8}, ties=True),  # ties go to the lower expert
     # decoder layers: QKV heads with GQA (H / G = 2), a ragged hidden size, one-token decode
-    *cases(DEC, "attn_in attn_in_bf16 heads", HEADS, ids={"pos": 300}),
-    *cases(DEC, "attn_in_int8", HEADS, ids={"pos": 300}),
+    *cases(DEC, "heads", HEADS, ids={"pos": 300}),
+    *generic_cases(DEC, "attn_in", "W", "f32 bf16 f16", HEADS, ids={"pos": 300}),
+    *generic_cases(DEC, "attn_in_q", "Q", "i8 u8", HEADS, ids={"pos": 300}),
     *cases(DEC, "attn_cached", [{"B": 1, "T": 1, "H": 1, "G": 1, "M": 1, "E": 1}], scalars={"n": 1}),
     *cases(DEC, "attn_cached", [{"B": 2, "T": 5, "H": 8, "G": 2, "M": 33, "E": 16}], scalars={"n": 20}),
     *cases(DEC, "attn_cached", [{"B": 1, "T": 1, "H": 4, "G": 1, "M": 70, "E": 8}], scalars={"n": 70}),  # decode
     *cases(DEC, "attn_window", [{"B": 1, "T": 6, "H": 4, "G": 2, "M": 40, "E": 8}],
            scalars={"n": 30, "window": 7}),
-    *cases(DEC, "attn_out attn_out_bf16", [{"N": 1, "C": 1, "D": 1}, {"N": 3, "C": 33, "D": 17}]),
-    *cases(DEC, "attn_out_int8", [{"N": 1, "C": 1, "D": 1}, {"N": 3, "C": 33, "D": 17}]),
-    *cases(DEC, "mlp mlp_bf16", [{"N": 1, "D": 1, "F": 1}, {"N": 3, "D": 17, "F": 33}]),
-    *cases(DEC, "mlp_int8", [{"N": 1, "D": 1, "F": 1}, {"N": 3, "D": 17, "F": 33}]),
+    *generic_cases(DEC, "attn_out", "W", "f32 bf16 f16", [{"N": 1, "C": 1, "D": 1}, {"N": 3, "C": 33, "D": 17}]),
+    *generic_cases(DEC, "attn_out_q", "Q", "i8 u8", [{"N": 1, "C": 1, "D": 1}, {"N": 3, "C": 33, "D": 17}]),
+    *generic_cases(DEC, "mlp", "W", "f32 bf16 f16", [{"N": 1, "D": 1, "F": 1}, {"N": 3, "D": 17, "F": 33}]),
+    *generic_cases(DEC, "mlp_q", "Q", "i8 u8", [{"N": 1, "D": 1, "F": 1}, {"N": 3, "D": 17, "F": 33}]),
     *cases(DEC, "moe_route", [{"N": 1, "D": 1, "E": 1}, {"N": 5, "D": 17, "E": 8}]),
-    *cases(DEC, "expert expert_bf16", [{"N": 7, "D": 17, "M": 5, "F": 33}], ids={"rows": "N"}),
-    *cases(DEC, "expert_int8", [{"N": 7, "D": 17, "M": 5, "F": 33}], ids={"rows": "N"}),
+    *generic_cases(DEC, "expert", "W", "f32 bf16 f16", [{"N": 7, "D": 17, "M": 5, "F": 33}], ids={"rows": "N"}),
+    *generic_cases(DEC, "expert_q", "Q", "i8 u8", [{"N": 7, "D": 17, "M": 5, "F": 33}], ids={"rows": "N"}),
     *cases(DEC, "moe_combine", [{"N": 5, "M": 10, "D": 17, "K": 2}], ids={"slot": "M"}),
 ]
 
@@ -147,6 +161,8 @@ def check_case(case: Case, run: Callable[..., Any], what: str, reassociates: boo
     rule allows every order; it stays for the callers that say so."""
     module = std_module(case.module)
     reference = module.kernels[case.kernel]
+    if case.dtypes:  # the reference is the specialisation; the compiled kernel is called generic (it binds them)
+        reference = reference.specialise(**case.dtypes)
     args = random_inputs(reference, case.dims, seeded(case.id), ids=case.ids, ties=case.ties)
     assert_conforms(run(module, *args, **case.scalars), reference, *args, what=f"{what} {case.id}", **case.scalars)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from codegen_support import RUNNABLE, assert_matches, build, random_inputs, seeded, tolerance
+from codegen_support import RUNNABLE, assert_matches, build, kernel_names, random_inputs, seeded, tolerance
 
 import arke
 from arke.ir.shapes import evaluate
@@ -94,7 +94,7 @@ def test_spec_example_kernels_match_the_interpreter(folder: Path, line: int, cod
 
 
 def _compare(module: Any, library: Any, line: int) -> None:
-    for name in module.names:
+    for name in kernel_names(module):
         reference = module.kernels[name]
         dims = dims_for(reference.function)
         assert dims is not None, f"no dims pass the checks of `{name}`"

@@ -19,7 +19,7 @@ def cmd_build_llvm(args: argparse.Namespace) -> int:
             raise UsageError(f"--emit {args.emit} is for --target triton or cuda; the llvm target emits it for its "
                              "GPU flavour only: add --arch sm_90 (or sm_80)")
         return cmd_build_nvptx(args)
-    lib = _library(args.path, "llvm")
+    lib = _library(args.path, "llvm", getattr(args, "dtypes", ""))
     if isinstance(lib, int):
         return lib
     names = [args.kernel] if args.kernel else list(lib.module.names)

@@ -27,8 +27,10 @@ import numpy as np
 import pytest
 import torch
 from codegen_support import (
+    LAYER_DTYPES,
     STDLIB,
     assert_conforms,
+    kernel_names,
     random_inputs,
     same_bits,
     seeded,
@@ -170,7 +172,7 @@ kernel heads(x: f32[B, H, N], g: f32[H, N]) -> f32[B, H, N] {
 
 
 def rows_plan(module: arke.Module, kernel: str, strategy: Strategy | None = None) -> KernelPlan:
-    return make_plan(module.semantic, module.kernel_map[kernel], strategy, families=ROWS.families)
+    return make_plan(module.semantic, module.kernel_map.get(kernel, kernel), strategy, families=ROWS.families)
 
 
 @cache
@@ -189,7 +191,7 @@ def warps_module() -> arke.Module:
 
 
 def strategy(module: arke.Module, kernel: str) -> Strategy:
-    found = module.strategies.for_kernel(module.kernel_map[kernel], "cuda")
+    found = module.strategies.for_kernel(module.kernel_map.get(kernel, kernel), "cuda")
     assert len(found) == 1
     return found[0]
 
@@ -213,7 +215,7 @@ def check(module: arke.Module, kernel: str, dims: dict[str, int], *, strategy: S
 # ---------------------------------------------------------------- conformance
 
 
-ROW_CASES = [c for c in CASES if has_rows(c.module, c.kernel)]
+ROW_CASES = [c for c in CASES if has_rows(c.module, c.member)]
 
 
 def test_rows_cases_cover_the_row_kernels() -> None:
@@ -374,7 +376,7 @@ def test_rows_of_a_multiple_of_the_vector_are_read_sixteen_bytes_at_a_time() -> 
 # ---------------------------------------------------------------- NVRTC and ptxas
 
 
-ROW_KERNELS = [(m, k) for m in STDLIB for k in std_module(m).names if has_rows(m, k)]
+ROW_KERNELS = [(m, k) for m in STDLIB for k in kernel_names(std_module(m), LAYER_DTYPES) if has_rows(m, k)]
 
 
 def _rows_dispatch(module: arke.Module, kernel: str, tuned: Strategy | None = None) -> tuple[Any, Any, str]:

@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from codegen_support import STDLIB, std_module, text_module
+from codegen_support import LAYER_DTYPES, STDLIB, kernel_names, std_module, text_module
 
 from arke.ir import semantic as ir
 from arke.ir import strategy as sir
@@ -24,7 +24,7 @@ from arke.targets.mlir.render import RENDERER, fixed_dims
 IREE_OPT = Path(sys.executable).parent / "iree-opt"
 pytestmark = pytest.mark.skipif(not IREE_OPT.exists(), reason="IREE is not installed (pip install 'arke[mlir]')")
 
-KERNELS = [(m, k) for m in STDLIB for k in std_module(m).names]
+KERNELS = [(m, k) for m in STDLIB for k in kernel_names(std_module(m), LAYER_DTYPES)]
 
 
 def plan_of(module: str, kernel: str, strategy: sir.Strategy | None = None) -> KernelPlan:

@@ -14,6 +14,8 @@ import pytest
 
 pytest.importorskip("triton")
 
+from codegen_support import LAYER_DTYPES, kernel_names
+
 import arke
 from arke.plan.dispatch import KernelPlan, make_plan
 from arke.targets.artifact import Artifact, LaunchSpec
@@ -136,7 +138,7 @@ def _stdlib_kernels() -> list[Any]:
     params = []
     for path in sorted(STDLIB.glob("*.ak")):
         mod = arke.load(path)
-        params += [pytest.param(path.name, name, id=f"{path.stem}.{name}") for name in mod.names]
+        params += [pytest.param(path.name, name, id=f"{path.stem}.{name}") for name in kernel_names(mod, LAYER_DTYPES)]
     return params
 
 
