@@ -55,6 +55,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK2106": (Severity.ERROR, "free indices in a whole-tensor expression"),
     "AK2107": (Severity.ERROR, "a tensor used without indices among indexed terms"),
     "AK2110": (Severity.ERROR, "malformed scan"),
+    "AK2112": (Severity.ERROR, "malformed top-k"),
     "AK2201": (Severity.ERROR, "kernel has no return"),
     "AK2202": (Severity.ERROR, "return does not match the declared outputs"),
     "AK2203": (Severity.ERROR, "statement after return"),
@@ -80,6 +81,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK3018": (Severity.ERROR, "default value does not fit the parameter"),
     "AK3019": (Severity.ERROR, "bitwise operand is not an integer, or a shift count is out of range"),
     "AK3020": (Severity.ERROR, "scan body is not affine in its carry"),
+    "AK3023": (Severity.ERROR, "top-k keeps more values than its row has"),
     # -- strategies
     "AK4001": (Severity.ERROR, "strategy for an unknown kernel"),
     "AK4002": (Severity.ERROR, "unknown decision"),
