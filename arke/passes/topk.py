@@ -135,10 +135,10 @@ def _positions(op: S.ReduceOp, largest: bool, fresh: Callable[[], str], ops: lis
     xm = _at(x, axis.name, S.Idx(other))
     before = _before(largest, dt.is_float, xm, S.Idx(other), x, n)
     ranks = fresh()
-    ops.append(S.ReduceOp(ranks, _I, "sum", keep + (axis,), (S.Axis(other, axis.extent),),
+    ops.append(S.ReduceOp(ranks, _I, "sum", (*keep, axis), (S.Axis(other, axis.extent),),
                           S.Select(before, S.Const(1, _I), S.Const(0, _I), _I)))
     here = tuple(S.Idx(a.name) for a in keep)
-    hit = _bin("eq", S.Load(ranks, here + (n,), _I), S.Idx(rank.name))
+    hit = _bin("eq", S.Load(ranks, (*here, n), _I), S.Idx(rank.name))
     out = fresh()
     ops.append(S.ReduceOp(out, _I, "min", op.axes, (axis,), S.Select(hit, n, S.DimRef(axis.extent), _I)))
     return out
@@ -155,7 +155,7 @@ def _rounds(op: S.ReduceOp, k: int, largest: bool, x: S.SExpr, fresh: Callable[[
         low, high = INT_RANGE[dt]
         sentinel = S.Const(low if largest else high, dt)
     picks: list[str] = []
-    for r in range(k):
+    for _ in range(k):
         after: S.SExpr | None = None
         if picks:
             pp = S.Load(picks[-1], here, _I)
