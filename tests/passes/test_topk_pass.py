@@ -44,7 +44,7 @@ def _args(name: str, x: object, n: int) -> tuple[object, ...]:
 
 @pytest.mark.parametrize(("dtype", "kind"), [(d, k) for d in DTYPES for k in kinds(d)])
 def test_lowered_rows_equal_the_selection(dtype: str, kind: str) -> None:
-    module = text_module(rows_source(dtype))
+    module = text_module(rows_source(dtype, more=True))
     for shape in ((4, 4), (6, 33), (7, 5)):
         x = values(kind, dtype, shape, seeded("topk-pass", dtype, kind, shape))
         for name in ("top4", "bot4", "topk", "bottomk", "top1", "ctop2"):
@@ -73,7 +73,7 @@ def test_lowered_composed_kernels_equal_the_selections() -> None:
 
 
 def test_values_and_positions_share_one_selection() -> None:
-    module = text_module(rows_source("f32"))
+    module = text_module(rows_source("f32", more=True))
     fn = lowered(module.semantic, module.kernel_map["top4_f32"]).functions[0]
     rounds = [op for op in fn.ops if isinstance(op, S.ReduceOp) and op.kind == "max"]
     assert len(rounds) == 4  # one per rank, not one per output

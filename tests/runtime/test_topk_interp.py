@@ -31,7 +31,7 @@ def assert_values(got: torch.Tensor, want: torch.Tensor) -> None:
 
 @pytest.fixture(scope="module")
 def modules() -> dict[str, object]:
-    return {d: text_module(rows_source(d)) for d in DTYPES}
+    return {d: text_module(rows_source(d, more=True)) for d in DTYPES}
 
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
@@ -79,7 +79,7 @@ def test_positions_equal_torch_topk_without_ties(dtype: str, modules: dict[str, 
 
 def test_nan_order_is_torch_topk() -> None:
     """NaN is the largest value: first in topk, last in bottomk; NaNs and ties by position."""
-    module = text_module(rows_source("f32"))
+    module = text_module(rows_source("f32", more=True))
     nan = float("nan")
     rows = [[1.0, nan, 3.0, nan, -1.0, 3.0], [nan] * 6, [-float("inf")] * 6, [0.0, -0.0, 0.0, -0.0, 1.0, -1.0]]
     x = torch.tensor(rows,
@@ -93,7 +93,7 @@ def test_nan_order_is_torch_topk() -> None:
 
 
 def test_k_above_n_is_a_guard_error() -> None:
-    module = text_module(rows_source("f32"))
+    module = text_module(rows_source("f32", more=True))
     with pytest.raises(GuardError, match=r"K <= N .*`topk` keeps K values from rows of N"):
         module.kernels["topk_f32"](np.zeros((2, 3), dtype=np.float32), np.zeros(4, dtype=np.int64))
     with pytest.raises(GuardError, match=r"4 <= N"):

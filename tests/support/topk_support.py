@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-#: Per dtype ``{t}``: four largest and smallest (values and positions), K from a parameter, K = 1,
-#: and a selection down the columns.
+#: Per dtype ``{t}``: the four largest and smallest (values and positions).
 ROWS = """
 kernel top4_{t}(x: {t}[M, N]) -> (v: {t}[M, 4], i: i64[M, 4]) {{
   v[m, j] = topk(x[m, n] for n, j)
@@ -27,6 +26,10 @@ kernel bot4_{t}(x: {t}[M, N]) -> (v: {t}[M, 4], i: i64[M, 4]) {{
   i[m, j] = argbottomk(x[m, n] for n, j)
 }}
 
+"""
+
+#: The other forms, on f32 and i32 only (each kernel is one more for a target to compile).
+MORE = """
 kernel topk_{t}(x: {t}[M, N], slots: i64[K]) -> (v: {t}[M, K], i: i64[M, K]) {{
   v[m, j] = topk(x[m, n] for n, j)
   i[m, j] = argtopk(x[m, n] for n, j)
@@ -74,8 +77,13 @@ kernel vec3(x: f16[N]) -> i: i64[3] {
 """
 
 
-def rows_source(dtype: str) -> str:
-    return ROWS.format(t=dtype)
+#: The dtypes that get :data:`MORE`.
+MORE_DTYPES = ("f32", "i32")
+
+
+def rows_source(dtype: str, more: bool | None = None) -> str:
+    """The kernels for ``dtype``; :data:`MORE` too with ``more`` (by default, on :data:`MORE_DTYPES`)."""
+    return ROWS.format(t=dtype) + (MORE.format(t=dtype) if (dtype in MORE_DTYPES if more is None else more) else "")
 
 
 def torch_of(x: Any) -> torch.Tensor:
