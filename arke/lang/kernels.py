@@ -30,8 +30,8 @@ from arke.lang.scans import ScanLowering
 from arke.lang.signatures import Signature, subs_dims
 from arke.lang.source import Span
 from arke.lang.statements import StatementChecks, Value
-from arke.lang.topk import TopKLowering
 from arke.lang.terms import Scalar, Tensor, Term, cast
+from arke.lang.topk import TopKLowering
 from arke.lang.walk import children
 
 

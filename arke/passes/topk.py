@@ -7,7 +7,7 @@ values (and NaNs) by lower position. Values are compared in the body's compute d
 16-bit floats, ``i64`` for booleans), exactly as computed.
 
 **Rounds** (a literal ``K`` up to :data:`MAX_ROUNDS`): round ``r`` finds the first element after
-round ``r - 1``'s pick ``(vp, pp)`` in that order — each round two reductions over the row, linear
+round ``r - 1``'s pick ``(vp, pp)`` in that order (``vp`` a map: the body read at ``pp`` once a row) — each round two reductions over the row, linear
 in ``N``; only the previous pick is needed, since every earlier pick comes before it::
 
     %m_r = reduce.max C [..] over [n < N] { select(after(n) and x == x, x, -inf) }     # the best number left
@@ -157,10 +157,11 @@ def _rounds(op: S.ReduceOp, k: int, largest: bool, x: S.SExpr, fresh: Callable[[
     picks: list[str] = []
     for _ in range(k):
         after: S.SExpr | None = None
-        if picks:
+        if picks:  # the previous pick's value, read once per row (not once per element)
             pp = S.Load(picks[-1], here, _I)
-            vp = _at(x, axis.name, pp)
-            after = _before(largest, is_float, vp, pp, x, n)
+            value = fresh()
+            ops.append(S.MapOp(value, dt, keep, _at(x, axis.name, pp)))
+            after = _before(largest, is_float, S.Load(value, here, dt), pp, x, n)
         if is_float:  # the best number left (NaNs are picked by position below)
             best: S.SExpr = S.Select(_and(after, _num(x)), x, sentinel, dt)
         else:

@@ -59,7 +59,6 @@ import torch.nn.functional as F
 from arke.ir import semantic as S
 from arke.ir.dtypes import DType, promote
 from arke.ir.shapes import dim_str
-from arke.runtime.interp_topk import select_topk
 from arke.runtime.guards import (
     TORCH_DTYPES,
     GuardError,
@@ -71,6 +70,7 @@ from arke.runtime.guards import (
     scalar_tensor,
     to_cpu_tensor,
 )
+from arke.runtime.interp_topk import select_topk
 from arke.runtime.source_form import op_description, source_form
 
 __all__ = ["GuardError", "InterpError", "bind_dims", "check_call", "run", "run_function"]

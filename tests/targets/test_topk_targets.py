@@ -26,6 +26,10 @@ CASES = ([(d, k, s) for d in DTYPES for k in kinds(d) if k in ("ties", "nan", "e
          + [("f32", "random", s) for s in SHAPES])
 
 
+#: Triton's CPU interpreter runs each round's launches slowly (a minute a module): a sample there
+TRITON_CASES = {("f32", "nan", (6, 33)), ("bf16", "ties", (3, 4097)), ("i64", "extreme", (6, 33))}
+
+
 def _id(case: tuple[str, str, tuple[int, int]]) -> str:
     dtype, kind, (m, n) = case
     return f"{dtype}-{kind}-{m}x{n}"
@@ -45,13 +49,16 @@ def _calls(dtype: str, n: int) -> list[tuple[str, tuple[Any, ...]]]:
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_selections_equal_the_interpreter(target: str, case: tuple[str, str, tuple[int, int]]) -> None:
     dtype, kind, shape = case
+    if target == "triton" and case not in TRITON_CASES:
+        pytest.skip("a sample of the cases on Triton's CPU interpreter (TRITON_CASES)")
     module = text_module(rows_source(dtype))
     x = values(kind, dtype, shape, seeded("topk-targets", *case))
     lib = build(module, target)
     for kernel, extra in _calls(dtype, shape[1]):
         for threads in (1, 2) if kernel.startswith("top4") else (1,):
             got = lib.kernels[kernel](x, *extra, threads=threads)
-            assert_conforms(got, module.kernels[kernel], x, *extra, what=f"{target} {kernel} {kind} threads={threads}")
+            what = f"{target} {kernel} {kind} threads={threads}"
+            assert_conforms(got, module.kernels[kernel], x, *extra, what=what)
 
 
 def composed_inputs(rng: np.random.Generator) -> dict[str, tuple[Any, ...]]:
