@@ -7,8 +7,9 @@ values (and NaNs) by lower position. Values are compared in the body's compute d
 16-bit floats, ``i64`` for booleans), exactly as computed.
 
 **Rounds** (a literal ``K`` up to :data:`MAX_ROUNDS`): round ``r`` finds the first element after
-round ``r - 1``'s pick ``(vp, pp)`` in that order (``vp`` a map: the body read at ``pp`` once a row) — each round two reductions over the row, linear
-in ``N``; only the previous pick is needed, since every earlier pick comes before it::
+round ``r - 1``'s pick ``(vp, pp)`` in that order (``vp`` a map: the body read at ``pp`` once a
+row) — each round two reductions over the row, linear in ``N``; only the previous pick is
+needed, since every earlier pick comes before it::
 
     %m_r = reduce.max C [..] over [n < N] { select(after(n) and x == x, x, -inf) }     # the best number left
     %p_r = reduce.min i64 [..] over [n < N] {                                          # topk: NaN first
