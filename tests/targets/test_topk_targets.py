@@ -27,7 +27,7 @@ CASES = ([(d, k, s) for d in DTYPES for k in kinds(d) if k in ("ties", "nan", "e
 
 
 #: Triton's CPU interpreter runs each round's launches slowly (a minute a module): a sample there
-TRITON_CASES = {("f32", "nan", (6, 33)), ("bf16", "ties", (3, 4097)), ("i64", "extreme", (6, 33))}
+TRITON_CASES = {("bf16", "nan", (6, 33)), ("i32", "extreme", (6, 33))}
 
 
 def _id(case: tuple[str, str, tuple[int, int]]) -> str:
@@ -61,10 +61,10 @@ def test_selections_equal_the_interpreter(target: str, case: tuple[str, str, tup
             assert_conforms(got, module.kernels[kernel], x, *extra, what=what)
 
 
-def composed_inputs(rng: np.random.Generator) -> dict[str, tuple[Any, ...]]:
+def composed_inputs(rng: np.random.Generator, long: int = 4097) -> dict[str, tuple[Any, ...]]:
     return {
         "route_top2": (values("ties", "f32", (64, 8), rng),),
-        "shifted": (values("nan", "f32", (3, 4097), rng),),
+        "shifted": (values("nan", "f32", (3, long), rng),),
         "picked": (values("random", "f32", (3, 40), rng), values("random", "f32", (40, 5), rng)),
         "sort5": (values("zeros", "bf16", (6, 5), rng),),
         "vec3": (values("ties", "f16", (1, 33), rng)[0],),
@@ -75,7 +75,8 @@ def composed_inputs(rng: np.random.Generator) -> dict[str, tuple[Any, ...]]:
 def test_composed_kernels_equal_the_interpreter(target: str) -> None:
     module = text_module(COMPOSED)
     lib = build(module, target)
-    for name, args in composed_inputs(seeded("topk-composed-targets")).items():
+    long = 65 if target == "triton" else 4097  # a launch per op in Triton's CPU interpreter: a short row there
+    for name, args in composed_inputs(seeded("topk-composed-targets"), long).items():
         assert_conforms(lib.kernels[name](*args), module.kernels[name], *args, what=f"{target} {name}")
 
 
