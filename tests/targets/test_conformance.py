@@ -92,7 +92,6 @@ CASES: list[Case] = [
     *cases(NN, "greedy", [{"M": 5, "V": 33}, {"M": 3, "V": 4097}], ties=True),  # tied maxima: the first wins
     *cases(NN, "route_top2", [{"T": 3, "E": 2}, {"T": 17, "E": 8}]),
     *cases(NN, "route_top2", [{"T": 17, "E": 8}], ties=True),  # tied logits: the lower expert first
-    *cases(NN, "topk50", [{"M": 2, "V": 50}, {"M": 2, "V": 67}]),  # 50 rounds: short rows (Triton's interpreter)
     # (B, H, G, S, T, D)
     *cases(ATTN, "attention causal_attention", [
         {"B": 1, "H": 1, "G": 1, "S": 1, "T": 1, "D": 1},
