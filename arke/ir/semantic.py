@@ -224,8 +224,13 @@ REDUCE_KINDS = ("sum", "max", "min", "prod")
 #: The arg-reductions: an ``i64`` position along the one reduce axis (the first largest /
 #: smallest value; a NaN beats every number, the first NaN wins; 0 over an empty axis).
 ARG_KINDS = ("argmax", "argmin")
+#: The top-k selections (spec/language.md §8.3): the op's *last* axis is the rank ``j < K``, which
+#: the body does not use; ``topk``/``bottomk`` give the ``j``-th largest / smallest value (the
+#: body's dtype), ``argtopk``/``argbottomk`` its ``i64`` position along the one reduce axis. NaN
+#: is larger than every number; ties go to the lower position.
+TOPK_KINDS = ("topk", "bottomk", "argtopk", "argbottomk")
 #: Every kind a :class:`ReduceOp` may have.
-ALL_REDUCE_KINDS = REDUCE_KINDS + ARG_KINDS
+ALL_REDUCE_KINDS = REDUCE_KINDS + ARG_KINDS + TOPK_KINDS
 
 
 @dataclass(frozen=True)

@@ -141,8 +141,11 @@ class _FunctionCheck:
             if isinstance(op, S.ContractOp):
                 self.contract(op, axes)
             else:
-                self.expr(op.body, axes)
-                if isinstance(op, S.ReduceOp) and op.kind in S.ARG_KINDS:
+                topk = isinstance(op, S.ReduceOp) and op.kind in S.TOPK_KINDS
+                self.expr(op.body, axes - {op.axes[-1].name} if topk and op.axes else axes)
+                if isinstance(op, S.ReduceOp) and op.kind in S.TOPK_KINDS:
+                    self.topk(op)
+                elif isinstance(op, S.ReduceOp) and op.kind in S.ARG_KINDS:
                     if op.dtype is not S.DType.I64 or len(op.reduce_axes) != 1:
                         self.problem(f"reduce.{op.kind} gives i64 over exactly one reduce axis, not "
                                      f"{op.dtype} over {len(op.reduce_axes)}")
@@ -159,6 +162,16 @@ class _FunctionCheck:
             elif not r.isdigit():
                 self.problem(f"op result {value_text(r)} is not a decimal name like %0")
             self.types[r] = t
+
+    def topk(self, op: S.ReduceOp) -> None:
+        """A top-k: one reduce axis, a last (rank) axis the body does not use, i64 positions or the body's values."""
+        if len(op.reduce_axes) != 1 or not op.axes:
+            self.problem(f"reduce.{op.kind} selects along exactly one reduce axis into a last (rank) axis, not "
+                         f"{len(op.reduce_axes)} reduce axes and {len(op.axes)} axes")
+        elif op.kind.startswith("arg") and op.dtype is not S.DType.I64:
+            self.problem(f"reduce.{op.kind} gives i64 positions, not {op.dtype}")
+        elif not op.kind.startswith("arg") and not can_store(op.body.dtype, op.dtype):
+            self.problem(f"the body is {op.body.dtype}, which is not stored into {op.dtype} without a cast")
 
     def domain(self, axes: tuple[S.Axis, ...]) -> None:
         seen: set[str] = set()

@@ -40,7 +40,7 @@ MATH_UNARY: dict[str, tuple[str, bool]] = {
 }
 MATH_BINARY = {"max": "max", "min": "min", "pow": "pow"}
 BUILTINS = frozenset(MATH_UNARY) | frozenset(MATH_BINARY) | frozenset(DTYPES) | {"transpose"}
-REDUCTIONS = ("sum", "max", "min", "mean", "prod", "argmax", "argmin")
+REDUCTIONS = ("sum", "max", "min", "mean", "prod", "argmax", "argmin", "topk", "argtopk", "bottomk", "argbottomk")
 
 _ARITH = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "**": "pow"}
 _COMPARE = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
@@ -482,7 +482,7 @@ class ExprLowering:
                     else "the reductions are " + ", ".join(REDUCTIONS))
             self.error("AK2002", f"`{e.op}` is not a reduction", e.op_span, hint=hint, replacement=guess)
             return POISON
-        if e.options:
+        if e.options and e.op not in ir.TOPK_KINDS:  # a top-k's options: AK2112
             self.error("AK2110", f"a reduction takes no option `{e.options[0].name}`", e.options[0].name_span,
                        hint="only scans (`cumsum`, `scan` ...) take options after their index")
             return POISON

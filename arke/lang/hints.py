@@ -1,11 +1,11 @@
 """What to write instead of the reductions, functions and dtypes other tensor languages have and
-Arke does not (yet): the hints of AK2002 for `topk`, and of AK3001 for
+Arke does not (yet): the hints of AK2002 for reductions and functions, and of AK3001 for
 the unsigned dtypes it lacks or spells otherwise (`u64`, `uint8`).
 
 Two tables, :data:`NOT_YET` (reductions and functions) and :data:`NOT_YET_DTYPES`: each entry
 says what is missing and what to write today; a function's entry shows a whole kernel. The
 examples are real: tests/lang/test_parse_messages.py checks each one, run by the interpreter,
-against torch. When the language gains one of these (top-k is on its way), drop its
+against torch. When the language gains one of these, drop its
 entry (and its case in the error corpus); nothing else refers to it.
 """
 
@@ -30,20 +30,9 @@ class Instead:
         return f"{self.why}: {self.how}"
 
 
-_TOPK = """kernel topk_mask(x: f32[T, E], k: i64 = 2) -> bool[T, E] {
-  rank[t, e] = sum(i64(x[t, f] > x[t, e] or (x[t, f] == x[t, e] and f < e)) for f)
-  return rank[t, e] < k
-}"""
-
-
-#: name -> what to write instead; consulted for `name(... for i)` and for `name(...)`
-NOT_YET: dict[str, Instead] = {
-    "topk": Instead("Arke has no top-k yet",
-                    "rank each value by counting those before it, "
-                    "`rank[t, e] = sum(i64(x[t, f] > x[t, e] or (x[t, f] == x[t, e] and f < e)) for f)`, and keep "
-                    "`return rank[t, e] < k` (as `std.moe.topk_routing` does)", _TOPK),
-}
-NOT_YET["top_k"] = NOT_YET["topk"]
+#: name -> what to write instead; consulted for `name(... for i)` and for `name(...)` (none today:
+#: top-k, the last entry, is in the language since issue 17)
+NOT_YET: dict[str, Instead] = {}
 
 
 #: dtype name -> what to write instead (AK3001's hint; no quick fix: a signed dtype reads differently)

@@ -192,6 +192,8 @@ class IndexBinding:
 
     def reduction(self: KernelChecker, e: ast.Reduce) -> Term:
         """``sum(body for i, j)`` becomes its own op over the indices the body keeps."""
+        if e.op in ir.TOPK_KINDS:
+            return self.topk_reduction(e)
         names, spans = list(e.indices), list(e.index_spans)
         for n, s in zip(names, spans):
             if self.lookup_index(n) is not None:

@@ -31,10 +31,11 @@ from arke.lang.signatures import Signature, subs_dims
 from arke.lang.source import Span
 from arke.lang.statements import StatementChecks, Value
 from arke.lang.terms import Scalar, Tensor, Term, cast
+from arke.lang.topk import TopKLowering
 from arke.lang.walk import children
 
 
-class KernelChecker(StatementChecks, KernelCalls, IndexBinding, ScanLowering, ExprLowering, BitOps):
+class KernelChecker(StatementChecks, KernelCalls, IndexBinding, ScanLowering, ExprLowering, BitOps, TopKLowering):
     """Checks one kernel body against its signature and lowers it to an IR function."""
 
     def __init__(self, sig: Signature, callables: dict[str, Signature], diags: list[Diagnostic]):

@@ -59,6 +59,11 @@ def reduction_doc(name: str) -> str:
         which = "largest" if name == "argmax" else "smallest"
         return (f"the first position of `e`'s {which} value over the listed indices (exactly one; a NaN beats "
                 "every number: the first NaN wins), as torch's `" + name + "`; gives `i64`")
+    if name in ("topk", "bottomk", "argtopk", "argbottomk"):
+        which = "largest" if "top" in name else "smallest"
+        what = "position along `n` (`i64`)" if name.startswith("arg") else "value (`e`'s dtype)"
+        return (f"`{name}(e for n, j)`: the `j`-th {which} {what} of `e` over `n`, sorted as torch.topk (NaN "
+                "largest; ties by lower position); `j` is bound around it and runs over the values kept")
     what = {"sum": "the sum", "max": "the maximum", "min": "the minimum", "mean": "the mean",
             "prod": "the product"}[name]
     extra = {"mean": "; `f32` for integers and booleans", "sum": "; `i64` for booleans",

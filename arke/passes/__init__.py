@@ -9,6 +9,7 @@ inline     every kernel call replaced by the callee's body (:mod:`.inline`)
 unroll     reductions over a few literal-extent terms written out as maps (:mod:`.unroll`)
 fuse       elementwise producers folded into their readers (:mod:`.fuse`)
 argreduce  ``argmax``/``argmin`` lowered to a ``max``/``min`` and a ``min`` of positions (:mod:`.argreduce`)
+topk       top-k selections lowered to rounds of a ``max``/``min`` and a ``min`` of positions (:mod:`.topk`)
 dce        unread ops removed, values renumbered ``%0, %1, …`` (:mod:`.dce`)
 =========  ===================================================================
 
@@ -30,6 +31,7 @@ from arke.passes.argreduce import lower_arg_reductions
 from arke.passes.dce import dead_code
 from arke.passes.fuse import fuse_elementwise
 from arke.passes.inline import inline_all, inline_calls
+from arke.passes.topk import lower_topk
 from arke.passes.unroll import unroll_small_reductions
 
 #: A step of the pipeline: the kernel so far and the module it came from (for its callees) -> the new kernel.
@@ -57,6 +59,10 @@ def _argreduce(fn: S.Function, module: S.Module) -> S.Function:
     return lower_arg_reductions(fn)
 
 
+def _topk(fn: S.Function, module: S.Module) -> S.Function:
+    return lower_topk(fn)
+
+
 def _dce(fn: S.Function, module: S.Module) -> S.Function:
     return dead_code(fn)
 
@@ -66,6 +72,7 @@ PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("unroll", _unroll),
     ("fuse", _fuse),
     ("argreduce", _argreduce),
+    ("topk", _topk),
     ("dce", _dce),
 )
 
@@ -111,4 +118,4 @@ def _verify_step(step: str, fn: S.Function, module: S.Module) -> None:
 
 
 __all__ = ["DEBUG_ENV", "PIPELINE", "Pass", "Trace", "dead_code", "fuse_elementwise", "inline_all", "inline_calls",
-           "lower_arg_reductions", "print_trace", "run_passes", "unroll_small_reductions"]
+           "lower_arg_reductions", "lower_topk", "print_trace", "run_passes", "unroll_small_reductions"]

@@ -24,7 +24,7 @@ How it computes (the language spec quotes this list):
   give unspecified results. Anything → ``bool`` is ``x != 0``; ``bool`` → number is 0 or 1.
 * **Arg-reductions** (``argmax argmin``) give the first position along their one reduce axis of the largest /
   smallest value, a NaN beating every number (the first NaN wins; torch's ``argmax``/``argmin`` exactly); 0 over
-  an empty axis.
+  an empty axis. **Top-k** (``topk bottomk argtopk argbottomk``): a stable sort of each row (``interp_topk``).
 * **Reductions** (``sum max min prod`` and :class:`~arke.ir.semantic.ContractOp`) run in a fixed order (torch's,
   deterministic on the CPU). Floats accumulate in ``f32`` and are rounded to the op's dtype at the end; integers
   accumulate in ``i64``, which wraps to the same answer as accumulating in the op's dtype. An empty range gives
@@ -71,6 +71,7 @@ from arke.runtime.guards import (
     scalar_tensor,
     to_cpu_tensor,
 )
+from arke.runtime.interp_topk import select_topk
 from arke.runtime.source_form import op_description, source_form
 
 __all__ = ["GuardError", "InterpError", "bind_dims", "check_call", "run", "run_function"]
@@ -258,8 +259,8 @@ class _Frame:
         out = torch.empty(dom.sizes[:keep], dtype=TORCH_DTYPES[op.dtype])
         if isinstance(op, S.MapOp):
             value = self.expr(op.body, dom)
-        elif isinstance(op, S.ReduceOp) and op.kind in S.ARG_KINDS:
-            value = self.arg_reduce(op, dom, keep)
+        elif isinstance(op, S.ReduceOp) and op.kind in S.ARG_KINDS + S.TOPK_KINDS:
+            value = self.arg_reduce(op, dom, keep) if op.kind in S.ARG_KINDS else select_topk(self, op)
         elif 0 in dom.sizes:
             value = torch.tensor(_identity("sum" if isinstance(op, S.ContractOp) else op.kind, op.dtype))
         elif isinstance(op, S.ContractOp):

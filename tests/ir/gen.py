@@ -191,7 +191,14 @@ def ops(draw: st.DrawFn, ctx: Ctx, result: str) -> S.Op:
         dtype = draw(st.sampled_from([d for d in NUMERIC if can_store(lhs.dtype, d)]))
         return S.ContractOp(result, dtype, axes, raxes, lhs, rhs, name)
     if kind == "reduce":
-        reduction = draw(st.sampled_from(S.ALL_REDUCE_KINDS if len(raxes) == 1 else S.REDUCE_KINDS))
+        one = S.REDUCE_KINDS + S.ARG_KINDS + (S.TOPK_KINDS if axes else ())
+        reduction = draw(st.sampled_from(one if len(raxes) == 1 else S.REDUCE_KINDS))
+        if reduction in S.TOPK_KINDS:  # the last axis is the rank, which the body does not use
+            body_dtype = draw(st.sampled_from(ALL_DTYPES))
+            ranked = replace(ctx, axes=tuple(a.name for a in axes[:-1] + raxes))
+            body = draw(sexprs(ranked, body_dtype, depth))
+            dtype = DType.I64 if reduction.startswith("arg") else body_dtype
+            return S.ReduceOp(result, dtype, reduction, axes, raxes, body, name)
         if reduction in S.ARG_KINDS:  # a position (i64) of a body of any dtype
             body_dtype = draw(st.sampled_from(ALL_DTYPES))
             return S.ReduceOp(result, DType.I64, reduction, axes, raxes, draw(sexprs(inner, body_dtype, depth)), name)

@@ -60,7 +60,8 @@ VOCAB = [
     "kernel", "import", "from", "let", "return", "where", "if", "else", "for", "in", "and", "or", "not",
     "when", "@strategy", "@", "target", "llvm", "triton", "cuda", "std.nn", "std",
     "f32", "f16", "bf16", "i64", "i32", "i8", "u8", "u16", "u32", "bool", "dim", "true", "false", "inf", "-inf",
-    "sum", "max", "min", "mean", "prod", "argmax", "argmin", "exp", "log", "sqrt", "rsqrt", "gelu", "silu",
+    "sum", "max", "min", "mean", "prod", "argmax", "argmin", "topk", "argtopk", "bottomk",
+    "argbottomk", "exp", "log", "sqrt", "rsqrt", "gelu", "silu",
     "transpose",
     "tile", "parallel", "split", "vectorize", "unroll", "warps", "stages", "algorithm", "flash", "pack",
     "x", "y", "w", "m", "n", "k", "i", "j", "M", "N", "K", "D", "H", "G", "R", "W", "Q",  # W, Q: dtype variables

@@ -103,6 +103,8 @@ CASES: list[Case] = [
     *cases(NN, "cross_entropy cross_entropy_mean", [{"M": 3, "V": 4097}], ids={"target": "V"}),
     *cases(NN, "greedy", [{"M": 1, "V": 1}, {"M": 17, "V": 33}, {"M": 3, "V": 4097}]),
     *cases(NN, "greedy", [{"M": 5, "V": 33}, {"M": 3, "V": 4097}], ties=True),  # tied maxima: the first wins
+    *cases(NN, "route_top2", [{"T": 3, "E": 2}, {"T": 17, "E": 8}]),
+    *cases(NN, "route_top2", [{"T": 17, "E": 8}], ties=True),  # tied logits: the lower expert first
     # (B, H, G, S, T, D)
     *cases(ATTN, "attention causal_attention", [
         {"B": 1, "H": 1, "G": 1, "S": 1, "T": 1, "D": 1},
