@@ -149,12 +149,25 @@ class _FunctionCheck:
                     self.problem(f"unknown reduction {op.kind!r}: expected one of {', '.join(S.ALL_REDUCE_KINDS)}")
                 elif op.body.dtype.is_bool and op.kind in ("sum", "prod"):
                     self.problem(f"reduce.{op.kind} of a bool body: cast it to a number first")
+                self.limits(op)
         for r, t in S.op_results(op):
             if r in self.types:
                 self.problem(f"{value_text(r)} is defined twice")
             elif not r.isdigit():
                 self.problem(f"op result {value_text(r)} is not a decimal name like %0")
             self.types[r] = t
+
+    def limits(self, op: S.ReduceOp) -> None:
+        """Each length bounds one reduce axis, once, with an integer over the op's (kept) axes."""
+        reduced = [a.name for a in op.reduce_axes]
+        seen: set[str] = set()
+        for name, e in op.limits:
+            if name not in reduced or name in seen:
+                self.problem(f"a length bounds `{name}`, which is not a reduce axis (or is bounded twice)")
+            seen.add(name)
+            self.expr(e, {a.name for a in op.axes})
+            if e.dtype.is_float or e.dtype.is_bool:
+                self.problem(f"the length of `{name}` is {e.dtype}, not an integer")
 
     def domain(self, axes: tuple[S.Axis, ...]) -> None:
         seen: set[str] = set()

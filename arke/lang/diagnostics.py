@@ -55,6 +55,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK2106": (Severity.ERROR, "free indices in a whole-tensor expression"),
     "AK2107": (Severity.ERROR, "a tensor used without indices among indexed terms"),
     "AK2110": (Severity.ERROR, "malformed scan"),
+    "AK2114": (Severity.ERROR, "malformed length"),
     "AK2201": (Severity.ERROR, "kernel has no return"),
     "AK2202": (Severity.ERROR, "return does not match the declared outputs"),
     "AK2203": (Severity.ERROR, "statement after return"),
@@ -80,6 +81,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK3018": (Severity.ERROR, "default value does not fit the parameter"),
     "AK3019": (Severity.ERROR, "bitwise operand is not an integer, or a shift count is out of range"),
     "AK3020": (Severity.ERROR, "scan body is not affine in its carry"),
+    "AK3028": (Severity.ERROR, "length is not an integer"),
+    "AK3029": (Severity.ERROR, "length uses an index its reduction binds"),
     # -- strategies
     "AK4001": (Severity.ERROR, "strategy for an unknown kernel"),
     "AK4002": (Severity.ERROR, "unknown decision"),

@@ -115,12 +115,17 @@ def matchers(families: frozenset[str] | None = None) -> tuple[Matcher, ...]:
 
 
 def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None,
-              families: frozenset[str] | None = None) -> KernelPlan:
+              families: frozenset[str] | None = None, bounded: bool = False) -> KernelPlan:
     """The plan of kernel ``name`` (calls inlined, elementwise producers fused, ops grouped into
-    the fused ``families`` a target renders: by default all of them)."""
+    the fused ``families`` a target renders: by default all of them). ``bounded``: the target's
+    loops stop at a reduction's length (spec/language.md §8.11); otherwise bounded reductions are
+    planned as masked ones (:mod:`arke.passes.limits`)."""
     from arke.passes import run_passes
+    from arke.passes.limits import mask_limits
 
     fn = run_passes(module, name)
+    if not bounded:
+        fn = mask_limits(fn)
     ops: list[PlanOp] = []
     for op in fn.ops:
         if isinstance(op, ir.CallOp):  # run_passes inlines every call
