@@ -53,14 +53,16 @@ def masked(op: S.ReduceOp) -> S.ReduceOp:
 
 
 def identity(kind: str, dtype: DType) -> S.Const:
-    """The element that leaves a ``kind`` reduction of ``dtype`` terms unchanged."""
+    """The element that leaves a ``kind`` reduction of ``dtype`` terms unchanged (for ``argmax``/``argmin``:
+    the one no term loses to)."""
     if kind == "sum":
         return S.Const(False if dtype.is_bool else 0.0 if dtype.is_float else 0, dtype)
     if kind == "prod":
         return S.Const(True if dtype.is_bool else 1.0 if dtype.is_float else 1, dtype)
+    larger = kind in ("max", "argmax")  # an arg-reduction's masked terms never beat a real one (ties: the first)
     if dtype.is_bool:
-        return S.Const(kind == "min", dtype)
+        return S.Const(not larger, dtype)
     if dtype.is_float:
-        return S.Const(-math.inf if kind == "max" else math.inf, dtype)
+        return S.Const(-math.inf if larger else math.inf, dtype)
     low, high = INT_RANGE[dtype]
-    return S.Const(low if kind == "max" else high, dtype)
+    return S.Const(low if larger else high, dtype)
