@@ -268,5 +268,6 @@ OPERATORS: tuple[Operator, ...] = (
     # Llama-3-8B decode over a paged cache: 32 query heads on 8 KV heads of 128, blocks of 16,
     # 8 sequences of ragged lengths up to 2048
     Operator("paged decode attention", "paged_decode", paged_make, paged_ref,
-             {"B": 8, "H": 32, "G": 8, "E": 128, "P": 16, "MB": 128}, {"B": 3, "H": 4, "G": 2, "E": 8, "P": 4, "MB": 5}),
+             {"B": 8, "H": 32, "G": 8, "E": 128, "P": 16, "MB": 128},
+             {"B": 3, "H": 4, "G": 2, "E": 8, "P": 4, "MB": 5}),
 )
