@@ -70,6 +70,7 @@ from arke.runtime.guards import (
     scalar_tensor,
     to_cpu_tensor,
 )
+from arke.runtime.interp_lengths import bounded, checked, positions
 from arke.runtime.source_form import op_description, source_form
 
 __all__ = ["GuardError", "InterpError", "bind_dims", "check_call", "run", "run_function"]
@@ -202,9 +203,7 @@ class _Frame:
         self.names: dict[str, str] = {name: name for name in args}  # values with a source name
         self.where = ""  # the op being run, in the user's terms (source_form.op_description), for messages
         self._dim_cache: dict[Any, int] = {}
-        #: while a reduction bounded by lengths runs: the points of its domain below them (elsewhere the
-        #: body is not evaluated: its loads and divisions there are not checked, their values unused)
-        self.valid: torch.Tensor | None = None
+        self.valid: torch.Tensor | None = None  # the points below a bounded reduction's lengths
 
     def dim(self, d: Any) -> int:
         if d not in self._dim_cache:
@@ -260,8 +259,8 @@ class _Frame:
         out = torch.empty(dom.sizes[:keep], dtype=TORCH_DTYPES[op.dtype])
         if isinstance(op, S.MapOp):
             value = self.expr(op.body, dom)
-        elif isinstance(op, S.ReduceOp) and op.limits:
-            value = self.bounded(op, dom, keep)
+        elif isinstance(op, S.ReduceOp) and op.limits:  # spec §8.11
+            value = bounded(self, op, dom, keep, _identity(op.kind, op.dtype) if op.kind in S.REDUCE_KINDS else 0)
         elif isinstance(op, S.ReduceOp) and op.kind in S.ARG_KINDS:
             value = self.arg_reduce(op, dom, keep)
         elif 0 in dom.sizes:
@@ -321,49 +320,6 @@ class _Frame:
                 res = np.concatenate([np.full_like(res[:1], _identity(op.kind, op.dtype)), res[:-1]])
         return res
 
-    def bounded(self, op: S.ReduceOp, dom: _Domain, keep: int) -> torch.Tensor:
-        """A reduction whose axes are bounded by lengths (spec §8.11): the terms at ``j < min(max(n, 0),
-        extent)`` only; the body is evaluated under the mask of those points (nothing past them is
-        checked), the others hold the identity (for an arg-reduction: they are never a candidate)."""
-        valid = torch.ones(dom.ones, dtype=torch.bool)
-        for name, length in op.limits:
-            n = self.expr(length, dom).to(torch.int64)
-            valid = valid & (torch.arange(dom.sizes[dom.pos[name]]).view(dom.axis_shape(name)) < n)
-        valid = valid.expand(dom.sizes)
-        if 0 in dom.sizes:
-            if op.kind in S.ARG_KINDS:
-                return torch.zeros(dom.sizes[:keep], dtype=torch.int64)
-            return torch.tensor(_identity(op.kind, op.dtype))
-        self.valid = valid
-        try:
-            body = self.expr(op.body, dom).expand(dom.sizes)
-        finally:
-            self.valid = None
-        if op.kind in S.ARG_KINDS:
-            if body.dtype == torch.bool:
-                body = body.to(torch.int64)
-            worst = -math.inf if body.is_floating_point() else torch.iinfo(body.dtype).min
-            if op.kind == "argmin":
-                worst = -worst if body.is_floating_point() else torch.iinfo(body.dtype).max
-            body = torch.where(valid, body, torch.tensor(worst, dtype=body.dtype))
-            best = body.amax(dim=-1, keepdim=True) if op.kind == "argmax" else body.amin(dim=-1, keepdim=True)
-            hits = ((body == best) | (body != body)) & valid
-            return hits.to(torch.int8).argmax(dim=-1)  # 0 where a row has no valid position
-        acc = torch.float32 if op.dtype.is_float else torch.int64
-        body = torch.where(valid, body.to(acc), torch.tensor(_identity(op.kind, op.dtype), dtype=acc))
-        if keep == len(dom.sizes):
-            return body
-        flat = body.reshape((*dom.sizes[:keep], -1))
-        if op.kind == "sum":
-            return flat.sum(dim=-1, dtype=acc)
-        if op.kind == "prod":
-            return flat.prod(dim=-1, dtype=acc)
-        return flat.amax(dim=-1) if op.kind == "max" else flat.amin(dim=-1)
-
-    def checked(self, bad: torch.Tensor) -> torch.Tensor:
-        """``bad`` where the body is evaluated (everywhere but past a bounded reduction's lengths)."""
-        return bad if self.valid is None else bad & self.valid
-
     def reduce(self, op: S.ReduceOp, dom: _Domain, keep: int) -> torch.Tensor:
         if op.kind not in S.REDUCE_KINDS:
             raise InterpError(f"{self.fn.name}: unknown reduction {op.kind!r}")
@@ -385,14 +341,7 @@ class _Frame:
             raise InterpError(f"{self.fn.name}: reduce.{op.kind} over {len(op.reduce_axes)} axes")
         if dom.sizes[keep] == 0:
             return torch.zeros(dom.sizes[:keep], dtype=torch.int64)
-        body = self.expr(op.body, dom).expand(dom.sizes)
-        if body.dtype == torch.bool:
-            body = body.to(torch.int64)
-        best = body.amax(dim=-1, keepdim=True) if op.kind == "argmax" else body.amin(dim=-1, keepdim=True)
-        # amax/amin propagate NaN: where the best is NaN the positions wanted are the NaNs
-        hits = (body == best) | (body != body)
-        # the first True of each row: argmax of a 0/1 row is its first 1 (a row has one at least)
-        return hits.to(torch.int8).argmax(dim=-1)
+        return positions(self.expr(op.body, dom).expand(dom.sizes), op.kind, None)
 
     @staticmethod
     def sum_of_products(a: torch.Tensor, b: torch.Tensor, dom: _Domain, keep: int) -> torch.Tensor:
@@ -494,23 +443,21 @@ class _Frame:
         ct = _compute(e.dtype)
         if e.op in S.SHIFTS:
             bits = e.dtype.bits
-            bad = self.checked((b < 0) | (b >= bits))
+            bad = checked(self, (b < 0) | (b >= bits))
             if bool(bad.any()):
                 count = int(b[bad].flatten()[0])
                 raise self.error(f"shift count {count} is out of range for {e.dtype} (0 to {bits - 1})", "arith")
-            if self.valid is not None:  # past a length: any count in range (the value is not used)
-                b = torch.where((b < 0) | (b >= bits), torch.zeros_like(b), b)
+            b = b if self.valid is None else torch.where((b < 0) | (b >= bits), 0, b)  # past a length: unused
         a, b = a.to(ct), b.to(ct)
         if e.op in _BITWISE:
             return _BITWISE[e.op](a, b)
         if e.op in _PLAIN:
             return _PLAIN[e.op](a, b)
         floating = a.is_floating_point()
-        if e.op in ("div", "floordiv", "mod") and not floating:
-            if bool(self.checked(b == 0).any()):
-                raise self.error(f"integer {e.op} by zero", "arith")
-            if self.valid is not None:
-                b = torch.where(b == 0, torch.ones_like(b), b)
+        if e.op in ("div", "floordiv", "mod") and not floating and bool(checked(self, b == 0).any()):
+            raise self.error(f"integer {e.op} by zero", "arith")
+        if e.op in ("div", "floordiv", "mod") and not floating and self.valid is not None:
+            b = torch.where(b == 0, 1, b)  # past a length: unused
         if e.op == "div":
             return a / b if floating else torch.div(a, b, rounding_mode="floor")
         if e.op == "floordiv":
@@ -518,7 +465,7 @@ class _Frame:
         if e.op == "mod":
             return torch.remainder(a, b)
         if e.op == "pow":
-            if not floating and bool(self.checked(b < 0).any()):
+            if not floating and bool(checked(self, b < 0).any()):
                 raise self.error("integer raised to a negative power", "arith")
             return torch.pow(a, b)
         raise InterpError(f"{self.fn.name}: unknown binary op {e.op!r}")
@@ -539,11 +486,8 @@ class _Frame:
                 raise InterpError(f"{self.fn.name}: subscript {k} of {self.labels[e.src]} is not an integer")
             index = index.to(torch.int64)
             self.check_range(e, k, index, src.shape[k])
-            if self.valid is not None:  # past a length the subscript may be anything: read any element
-                if src.shape[k] == 0:
-                    return torch.zeros(torch.broadcast_shapes(*(s.shape for s in subs), index.shape),
-                                       dtype=src.dtype)
-                index = torch.where((index < 0) | (index >= src.shape[k]), torch.zeros_like(index), index)
+            if self.valid is not None:  # past a length the subscript may be anything (unused): read element 0
+                index = torch.where((index < 0) | (index >= src.shape[k]), 0, index)
             subs.append(index)
         if not subs:
             return src.reshape(dom.ones)
@@ -567,9 +511,7 @@ class _Frame:
     def check_range(self, e: S.Load, k: int, index: torch.Tensor, size: int) -> None:
         """Every value of subscript ``k`` of the access ``e`` lies on its axis of ``size``; the error
         quotes the access as written (``table[ids[t] + 1, d]``)."""
-        bad = (index < 0) | (index >= size)
-        if self.valid is not None:
-            bad = bad & self.valid
+        bad = checked(self, (index < 0) | (index >= size))
         if bool(bad.any()):
             value = int(index[bad].flatten()[0])
             tensor = f"`{self.names[e.src]}`" if e.src in self.names else "an intermediate value"
