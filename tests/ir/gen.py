@@ -192,11 +192,15 @@ def ops(draw: st.DrawFn, ctx: Ctx, result: str) -> S.Op:
         return S.ContractOp(result, dtype, axes, raxes, lhs, rhs, name)
     if kind == "reduce":
         reduction = draw(st.sampled_from(S.ALL_REDUCE_KINDS if len(raxes) == 1 else S.REDUCE_KINDS))
+        limits: tuple[tuple[str, S.SExpr], ...] = ()
+        if raxes and draw(st.booleans()):  # a length (language §8.11): i64 over the kept axes only
+            limits = ((raxes[-1].name, draw(sexprs(replace(ctx, axes=tuple(a.name for a in axes)), DType.I64, 1))),)
         if reduction in S.ARG_KINDS:  # a position (i64) of a body of any dtype
             body_dtype = draw(st.sampled_from(ALL_DTYPES))
-            return S.ReduceOp(result, DType.I64, reduction, axes, raxes, draw(sexprs(inner, body_dtype, depth)), name)
+            return S.ReduceOp(result, DType.I64, reduction, axes, raxes, draw(sexprs(inner, body_dtype, depth)), name,
+                              limits)
         dtype = draw(st.sampled_from(NUMERIC if reduction in ("sum", "prod") else ALL_DTYPES))
-        return S.ReduceOp(result, dtype, reduction, axes, raxes, draw(sexprs(inner, dtype, depth)), name)
+        return S.ReduceOp(result, dtype, reduction, axes, raxes, draw(sexprs(inner, dtype, depth)), name, limits)
     dtype = draw(st.sampled_from(ALL_DTYPES))
     body_dtype = draw(st.sampled_from(FLOATS)) if dtype.is_float else dtype  # floats round when stored
     return S.MapOp(result, dtype, axes, draw(sexprs(inner, body_dtype, depth)), name)
