@@ -227,6 +227,33 @@ def cumsum_ref(x: torch.Tensor) -> torch.Tensor:
     return torch.cumsum(x, 1)
 
 
+def paged_make(g: torch.Generator, B: int, H: int, G: int, E: int, P: int, MB: int) -> Args:
+    """Ragged lengths (the first one fills its MB blocks), blocks scattered over the cache in a random order."""
+    lens = torch.randint(1, MB * P + 1, (B,), generator=g)
+    lens[0] = MB * P
+    blocks = B * MB
+    blk = torch.randperm(blocks, generator=g).to(torch.int32).view(B, MB)
+    kc, vc = randn(g, blocks, G, P, E), randn(g, blocks, G, P, E)
+    return (randn(g, B, H, E), kc, vc, blk, lens), {}
+
+
+def paged_ref(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, blk: torch.Tensor,
+              lens: torch.Tensor) -> torch.Tensor:
+    """A loop over the sequences: gather each one's blocks, then the grouped heads' softmax by matmuls
+    (on this CPU 2× faster than ``F.scaled_dot_product_attention(..., enable_gqa=True)`` per sequence)."""
+    P, G, E = kc.shape[2], kc.shape[1], kc.shape[3]
+    R = q.shape[1] // G
+    out = torch.empty_like(q)
+    for b in range(q.shape[0]):
+        n = int(lens[b])
+        used = blk[b, : (n + P - 1) // P].long()
+        k = kc[used].permute(1, 0, 2, 3).reshape(G, -1, E)[:, :n]
+        v = vc[used].permute(1, 0, 2, 3).reshape(G, -1, E)[:, :n]
+        s = q[b].view(G, R, E) @ k.transpose(1, 2) / math.sqrt(E)
+        out[b] = (torch.softmax(s, -1) @ v).reshape(-1, E)
+    return out
+
+
 OPERATORS: tuple[Operator, ...] = (
     # GPT-2 small: C = 768, a 256-token prompt
     Operator("gpt2 mlp", "gpt2_mlp", gpt2_make, gpt2_ref, {"T": 256, "C": 768}, {"T": 3, "C": 17}),
@@ -267,4 +294,9 @@ OPERATORS: tuple[Operator, ...] = (
     # cumulative sums over 64 rows of 4097 and a 32k vocabulary row (top-p's cumulative probabilities)
     Operator("cumsum", "cumsum_rows", cumsum_make, cumsum_ref, {"M": 64, "N": 32000}, {"M": 3, "N": 4097},
              tol=1e-3),
+    # Llama-3-8B decode over a paged cache: 32 query heads on 8 KV heads of 128, blocks of 16,
+    # 8 sequences of ragged lengths up to 2048
+    Operator("paged decode attention", "paged_decode", paged_make, paged_ref,
+             {"B": 8, "H": 32, "G": 8, "E": 128, "P": 16, "MB": 128},
+             {"B": 3, "H": 4, "G": 2, "E": 8, "P": 4, "MB": 5}),
 )

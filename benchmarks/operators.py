@@ -5,10 +5,11 @@ The operators are issue 17's, written in `.ak` as a user writes them from the sp
 attention with a tanh softcap, an int4 weight-only linear with group scales, partial NeoX
 rotary, group norm, cross-entropy with label smoothing and an ignore index, a causal depthwise
 conv1d, QK-norm → RoPE → causal GQA attention, a mixture of experts with top-k routing and a
-shared expert, greedy argmax, DeepSeek-V2's MLA decode with the up-projections absorbed, and a
-cumulative sum. Each torch version is what a user would write in eager torch
-(``F.scaled_dot_product_attention``, ``F.group_norm``, ``F.cross_entropy``, ``F.conv1d``, a loop
-over the routed experts ...).
+shared expert, greedy argmax, DeepSeek-V2's MLA decode with the up-projections absorbed, a
+cumulative sum, and paged-attention decode through a block table. Each torch version is what a
+user would write in eager torch (``F.scaled_dot_product_attention``, ``F.group_norm``,
+``F.cross_entropy``, ``F.conv1d``, a loop over the routed experts, a loop over the sequences'
+gathered KV blocks ...).
 
 A report, not a test: every operator is first checked against torch (max |arke - torch| /
 max |torch| under its tolerance; exact for argmax) and then timed with the shared helper

@@ -235,7 +235,12 @@ ALL_REDUCE_KINDS = REDUCE_KINDS + ARG_KINDS + TOPK_KINDS
 
 @dataclass(frozen=True)
 class ReduceOp:
-    """``result[axes] = kind(body for reduce_axes)``, in a fixed order; empty ranges give the identity."""
+    """``result[axes] = kind(body for reduce_axes)``, in a fixed order; empty ranges give the identity.
+
+    ``limits`` bound some reduce axes by a length (spec/language.md §8.11): ``(axis, n)``, an
+    integer expression over ``axes`` only, says the axis runs over ``0 <= axis < min(max(n, 0),
+    extent)``; the body is not evaluated past it.
+    """
 
     result: str
     dtype: DType
@@ -244,6 +249,11 @@ class ReduceOp:
     reduce_axes: tuple[Axis, ...]
     body: SExpr
     name: str | None = None
+    limits: tuple[tuple[str, SExpr], ...] = ()
+
+    def limit(self, axis: str) -> SExpr | None:
+        """The length bounding reduce axis ``axis``, if it has one."""
+        return dict(self.limits).get(axis)
 
     @property
     def type(self) -> TensorType:

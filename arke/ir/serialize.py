@@ -133,8 +133,10 @@ DECISION_VALUE = _Codec(lambda v: v, lambda x: x if x is None or isinstance(x, s
 class _Record(_Codec):
     """A dataclass as a JSON object of its fields; ``tag`` is set for union members."""
 
-    def __init__(self, cls: type, fields: list[tuple[str, _Codec]], tag: str | None = None):
-        self.cls, self.fields, self.tag = cls, fields, tag
+    def __init__(self, cls: type, fields: list[tuple[str, _Codec]], tag: str | None = None,
+                 optional: frozenset[str] = frozenset()):
+        # ``optional``: fields added after version 1 that an older document may leave out (their default)
+        self.cls, self.fields, self.tag, self.optional = cls, fields, tag, optional
         super().__init__(self._encode, self._decode)
 
     def _encode(self, v: Any) -> dict[str, Any]:
@@ -147,11 +149,11 @@ class _Record(_Codec):
         if not isinstance(x, dict):
             raise ValueError(f"expected an object for {self.cls.__name__}, got {x!r}")
         expected = {name for name, _ in self.fields} | ({"node"} if self.tag else set())
-        if set(x) != expected:
+        if not set(x) <= expected or expected - set(x) - self.optional:
             missing, extra = sorted(expected - set(x)), sorted(set(x) - expected)
             problems = [f"missing keys {missing}"] * bool(missing) + [f"unknown keys {extra}"] * bool(extra)
             raise ValueError(f"{self.cls.__name__} object: {', '.join(problems)}")
-        return self.cls(**{name: _inside(name, codec.decode, x[name]) for name, codec in self.fields})
+        return self.cls(**{name: _inside(name, codec.decode, x[name]) for name, codec in self.fields if name in x})
 
 
 class _Union(_Codec):
@@ -204,10 +206,14 @@ AXES = _tuple(_Record(S.Axis, [("name", STR), ("extent", DIM)]))
 NAME = _optional(STR)
 CALL_DIMS = _Codec(lambda v: [[k, dim_str(d)] for k, d in v], lambda x: tuple((_str(k), _dim(d)) for k, d in x))
 
+LIMITS = _Codec(lambda v: [[k, SEXPR.encode(e)] for k, e in v],
+                lambda x: tuple((_str(k), SEXPR.decode(e)) for k, e in x))
+
 OP = _Union("an op")
 OP.add(_Record(S.MapOp, [("result", STR), ("dtype", DTYPE), ("axes", AXES), ("body", SEXPR), ("name", NAME)], "map"))
 OP.add(_Record(S.ReduceOp, [("result", STR), ("dtype", DTYPE), ("kind", STR), ("axes", AXES),
-                            ("reduce_axes", AXES), ("body", SEXPR), ("name", NAME)], "reduce"))
+                            ("reduce_axes", AXES), ("body", SEXPR), ("name", NAME),
+                            ("limits", LIMITS)], "reduce", optional=frozenset({"limits"})))
 OP.add(_Record(S.ContractOp, [("result", STR), ("dtype", DTYPE), ("axes", AXES), ("reduce_axes", AXES),
                               ("lhs", LOAD), ("rhs", LOAD), ("name", NAME)], "contract"))
 OP.add(_Record(S.ScanOp, [("result", STR), ("dtype", DTYPE), ("kind", STR), ("axes", AXES), ("axis", STR),

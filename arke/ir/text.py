@@ -40,7 +40,7 @@ STRATEGY_VERSION = 1
 #: such names, and names that are not identifiers, print as JSON strings: ``"inf"``.
 RESERVED = frozenset({"true", "false", "inf", "nan", "dim", "not", "and", "or", "in", "as", "call", "contract",
                       "dims", "kernel", "map", "name", "over", "reduce", "return", "strategy", "target", "when",
-                      "scan", "along", "exclusive", "specialise",
+                      "scan", "along", "exclusive", "specialise", "limits",
                       "where", "_"})  # every word of arke/grammar/ir.lark
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
@@ -172,6 +172,13 @@ def sexpr_text(e: S.SExpr, known: Mapping[str, DType] | None = None) -> str:
 # ---------------------------------------------------------------- ops and functions
 
 
+def limits_text(op: S.ReduceOp, known: Mapping[str, DType]) -> str:
+    """`` limits {j = %lens[b]}`` for a reduction bounded by lengths (empty without)."""
+    if not op.limits:
+        return ""
+    return " limits {" + ", ".join(f"{name_text(k)} = {sexpr_text(e, known)}" for k, e in op.limits) + "}"
+
+
 def op_text(op: S.Op, known: Mapping[str, DType] | None = None) -> str:
     """One op on one line, e.g. ``%0 = reduce.sum f32 [m < M] over [n < N] { … } name "ss"``."""
     known = known or {}
@@ -179,7 +186,7 @@ def op_text(op: S.Op, known: Mapping[str, DType] | None = None) -> str:
         text = f"{value_text(op.result)} = map {op.dtype} {axes_text(op.axes)} {{ {sexpr_text(op.body, known)} }}"
     elif isinstance(op, S.ReduceOp):
         text = (f"{value_text(op.result)} = reduce.{name_text(op.kind)} {op.dtype} {axes_text(op.axes)}"
-                f" over {axes_text(op.reduce_axes)} {{ {sexpr_text(op.body, known)} }}")
+                f" over {axes_text(op.reduce_axes)}{limits_text(op, known)} {{ {sexpr_text(op.body, known)} }}")
     elif isinstance(op, S.ContractOp):
         text = (f"{value_text(op.result)} = contract {op.dtype} {axes_text(op.axes)} over {axes_text(op.reduce_axes)}"
                 f" {{ {sexpr_text(op.lhs, known)}, {sexpr_text(op.rhs, known)} }}")

@@ -241,9 +241,11 @@ class _Reader:
             dtype, axes, body = _kids(rhs)
             return S.MapOp(results[0], self.dtype(dtype), self.axes(axes), self.sexpr(body, known), name)
         if rhs.data == "reduce":
-            kind, dtype, axes, raxes, body = _kids(rhs)
+            kind, dtype, axes, raxes, limits_t, body = _kids(rhs)
+            limits = () if limits_t is None else tuple(
+                (self.name(_kids(x)[0]), self.sexpr(_kids(x)[1], known)) for x in _kids(limits_t))
             return S.ReduceOp(results[0], self.dtype(dtype), self.name(kind), self.axes(axes), self.axes(raxes),
-                              self.sexpr(body, known), name)
+                              self.sexpr(body, known), name, limits)
         if rhs.data == "scan":
             return self.scan(results[0], rhs, name, known)
         dtype, axes, raxes, lhs_t, rhs_t = _kids(rhs)

@@ -156,6 +156,7 @@ class _FunctionCheck:
                     self.problem(f"unknown reduction {op.kind!r}: expected one of {', '.join(S.ALL_REDUCE_KINDS)}")
                 elif op.body.dtype.is_bool and op.kind in ("sum", "prod"):
                     self.problem(f"reduce.{op.kind} of a bool body: cast it to a number first")
+                self.limits(op)
         for r, t in S.op_results(op):
             if r in self.types:
                 self.problem(f"{value_text(r)} is defined twice")
@@ -172,6 +173,18 @@ class _FunctionCheck:
             self.problem(f"reduce.{op.kind} gives i64 positions, not {op.dtype}")
         elif not op.kind.startswith("arg") and not can_store(op.body.dtype, op.dtype):
             self.problem(f"the body is {op.body.dtype}, which is not stored into {op.dtype} without a cast")
+
+    def limits(self, op: S.ReduceOp) -> None:
+        """Each length bounds one reduce axis, once, with an integer over the op's (kept) axes."""
+        reduced = [a.name for a in op.reduce_axes]
+        seen: set[str] = set()
+        for name, e in op.limits:
+            if name not in reduced or name in seen:
+                self.problem(f"a length bounds `{name}`, which is not a reduce axis (or is bounded twice)")
+            seen.add(name)
+            self.expr(e, {a.name for a in op.axes})
+            if e.dtype.is_float or e.dtype.is_bool:
+                self.problem(f"the length of `{name}` is {e.dtype}, not an integer")
 
     def domain(self, axes: tuple[S.Axis, ...]) -> None:
         seen: set[str] = set()

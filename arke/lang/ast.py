@@ -90,6 +90,17 @@ class Option(Expr):
     value: Expr
 
 
+@dataclass(frozen=True)
+class Bound(Expr):
+    """``j < n`` after ``for``: a length bounding the reduction index ``j`` (spec §8.11); ``op``
+    is the comparison written (only ``<`` is valid, the checker says so)."""
+
+    name: str
+    name_span: Span
+    op: str
+    value: Expr
+
+
 #: The names that make ``name(body for i, ...)`` a :class:`Scan` rather than a :class:`Reduce`.
 SCANS = ("cumsum", "cumprod", "cummax", "cummin", "scan")
 
@@ -107,6 +118,7 @@ class Reduce(Expr):
     indices: tuple[str, ...]
     index_spans: tuple[Span, ...]
     options: tuple[Option, ...] = ()
+    bounds: tuple[Bound, ...] = ()  # lengths of some of the indices (spec §8.11)
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,7 @@ class Scan(Expr):
     indices: tuple[str, ...]
     index_spans: tuple[Span, ...]
     options: tuple[Option, ...] = ()
+    bounds: tuple[Bound, ...] = ()  # scans take none (AK2114); kept to say so
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK2110": (Severity.ERROR, "malformed scan"),
     "AK2112": (Severity.ERROR, "malformed top-k"),
     "AK2113": (Severity.ERROR, "dtype variable named like a dtype, dim or parameter, or declared twice"),
+    "AK2114": (Severity.ERROR, "malformed length"),
     "AK2201": (Severity.ERROR, "kernel has no return"),
     "AK2202": (Severity.ERROR, "return does not match the declared outputs"),
     "AK2203": (Severity.ERROR, "statement after return"),
@@ -88,6 +89,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK3025": (Severity.ERROR, "a dtype variable's set holds something that is not a dtype"),
     "AK3026": (Severity.ERROR, "a dtype variable no tensor parameter binds"),
     "AK3027": (Severity.ERROR, "a call binds a dtype variable outside its set"),
+    "AK3028": (Severity.ERROR, "length is not an integer"),
+    "AK3029": (Severity.ERROR, "length uses an index its reduction binds"),
     # -- strategies
     "AK4001": (Severity.ERROR, "strategy for an unknown kernel"),
     "AK4002": (Severity.ERROR, "unknown decision"),

@@ -32,6 +32,7 @@ _FORMS = {
                     "{0}"),
     "atom": "({0})", "not_op": "not {0}", "in_set": "{0} in {{{1}}}", "index": "{0}[{1}]", "tensor_type": "{0}[{1}]",
     "call/1": "{0}()", "call/2": "{0}({1})", "reduce": "{0}({1} for {2})", "for_option": "{0} = {1}",
+    "for_bound": "{0} {1} {2}",
     "param/2": "{0}: {1}", "param/3": "{0}: {1} = {2}", "named_out": "{0}: {1}",
     "single_output": "-> {0}", "named_output": "-> {0}: {1}",
     "ditem/1": "{0}", "ditem/2": "{0} = {1}", "decision_value": "{0} = {1}", "opt_target": "{0} = {1}",

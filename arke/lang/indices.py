@@ -22,6 +22,7 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, dim_str
 from arke.lang import ast
 from arke.lang.diagnostics import Related, did_you_mean
+from arke.lang.lengths import blocked_extents
 from arke.lang.source import Span
 from arke.lang.terms import POISON, Scalar, Term, cast
 from arke.lang.walk import children, subscript_names
@@ -106,7 +107,7 @@ class IndexBinding:
         out: dict[str, Dim] = {}
         ok = True
         for name, span in zip(names, spans):
-            uses = found[name]
+            uses = found[name] or blocked_extents(self, e, name)  # `x[j / P]`: a block table (spec §8.11)
             if not uses:
                 ok = False
                 out[name] = sympy.Integer(1)
@@ -208,6 +209,9 @@ class IndexBinding:
                        hint=f"a position along several axes has no single meaning: write `{e.op}(... for "
                             f"{names[-1]})` and reduce the other indices separately")
             return POISON
+        limits = self.lengths(e)
+        if limits is None:
+            return POISON
         frame, ok = self.extents(e.body, names, spans, role="reduction")
         if not ok:
             self.under(frame, e.body, "a value to reduce")  # for its own errors only
@@ -218,14 +222,15 @@ class IndexBinding:
         if not isinstance(body, Scalar):
             return POISON
         order = [n for f in self.frames for n in f]
-        keep = [n for n in order if n in body.free]
+        keep = [n for n in order if n in body.free or any(n in length.free for _, length in limits)]
         axes = tuple(ir.Axis(n, self.lookup_index(n) or sympy.Integer(1)) for n in keep)
         raxes = tuple(ir.Axis(n, frame[n]) for n in names)
         kind, dtype = e.op, body.dtype
         sx = body.sx
+        bounds = tuple((n, length.sx) for n, length in limits)
         if kind in ir.ARG_KINDS:  # a position: i64 whatever the body's dtype (spec §8.3)
             ssa = self.fresh()
-            self.emit(ir.ReduceOp(ssa, DType.I64, kind, axes, raxes, sx))
+            self.emit(ir.ReduceOp(ssa, DType.I64, kind, axes, raxes, sx, limits=bounds))
             return Scalar(ir.Load(ssa, tuple(ir.Idx(n) for n in keep), DType.I64), DType.I64, frozenset(keep))
         if kind == "mean" or (kind in ("sum", "prod") and dtype.is_bool):
             dtype = DType.F32 if kind == "mean" and not dtype.is_float else (DType.I64 if dtype.is_bool else dtype)
@@ -234,14 +239,18 @@ class IndexBinding:
             dtype = DType.F32
         ssa = self.fresh()
         op_kind = "sum" if kind == "mean" else kind
-        if (op_kind == "sum" and isinstance(sx, ir.Binary) and sx.op == "mul" and isinstance(sx.a, ir.Load)
-                and isinstance(sx.b, ir.Load) and sx.a != sx.b and _plain(sx.a) and _plain(sx.b)
+        if (op_kind == "sum" and not bounds and isinstance(sx, ir.Binary) and sx.op == "mul"
+                and isinstance(sx.a, ir.Load) and isinstance(sx.b, ir.Load) and sx.a != sx.b
+                and _plain(sx.a) and _plain(sx.b)
                 and sx.a.dtype == sx.b.dtype == dtype):
             self.emit(ir.ContractOp(ssa, dtype, axes, raxes, sx.a, sx.b))
         else:
-            self.emit(ir.ReduceOp(ssa, dtype, op_kind, axes, raxes, sx))
+            self.emit(ir.ReduceOp(ssa, dtype, op_kind, axes, raxes, sx, limits=bounds))
         result = Scalar(ir.Load(ssa, tuple(ir.Idx(n) for n in keep), dtype), dtype, frozenset(keep))
-        if kind == "mean":
+        if kind == "mean" and bounds:  # divided by the terms there are (spec §8.11)
+            terms = ir.Cast(self.length_count(raxes, limits), dtype)
+            result = Scalar(ir.Binary("div", result.sx, terms, dtype), dtype, result.free)
+        elif kind == "mean":
             count: Dim = sympy.Integer(1)
             for ax in raxes:
                 count = count * ax.extent

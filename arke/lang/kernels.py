@@ -26,6 +26,7 @@ from arke.lang.calls import KernelCalls
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.exprs import ExprLowering
 from arke.lang.indices import IndexBinding, IndexInfo
+from arke.lang.lengths import LengthChecks
 from arke.lang.scans import ScanLowering
 from arke.lang.signatures import Signature, subs_dims
 from arke.lang.source import Span
@@ -35,7 +36,8 @@ from arke.lang.topk import TopKLowering
 from arke.lang.walk import children
 
 
-class KernelChecker(StatementChecks, KernelCalls, IndexBinding, ScanLowering, ExprLowering, BitOps, TopKLowering):
+class KernelChecker(StatementChecks, KernelCalls, IndexBinding, LengthChecks, ScanLowering, ExprLowering, BitOps,
+                    TopKLowering):
     """Checks one kernel body against its signature and lowers it to an IR function."""
 
     def __init__(self, sig: Signature, callables: dict[str, Signature], diags: list[Diagnostic]):

@@ -211,14 +211,21 @@ class _Build(Transformer[Token, Any]):
         return ast.Call(span, name, name_span, tuple(args or ()))
 
     def reduce(self, span: Span, c: list[Any]) -> ast.Expr:
-        (name, name_span), body, (names, spans, options) = c
-        node = ast.Scan if name in ast.SCANS else ast.Reduce
-        return node(span, name, name_span, body, names, spans, options)
+        (name, name_span), body, (names, spans, options, bounds) = c
+        if name in ast.SCANS:
+            return ast.Scan(span, name, name_span, body, names, spans, options, bounds)
+        return ast.Reduce(span, name, name_span, body, names, spans, options, bounds)
 
-    def for_items(self, span: Span, c: list[Any]) -> tuple[tuple[str, ...], tuple[Span, ...], tuple[ast.Option, ...]]:
-        names = [t for t in c if isinstance(t, Token)]
+    def for_items(self, span: Span, c: list[Any]
+                  ) -> tuple[tuple[str, ...], tuple[Span, ...], tuple[ast.Option, ...], tuple[ast.Bound, ...]]:
+        names = [(str(t), self._tok(t)) if isinstance(t, Token) else (t.name, t.name_span)
+                 for t in c if isinstance(t, Token | ast.Bound)]  # a bounded index is listed too
         options = tuple(o for o in c if isinstance(o, ast.Option))
-        return tuple(str(t) for t in names), tuple(self._tok(t) for t in names), options
+        bounds = tuple(b for b in c if isinstance(b, ast.Bound))
+        return tuple(n for n, _ in names), tuple(s for _, s in names), options, bounds
+
+    def for_bound(self, span: Span, c: list[Any]) -> ast.Bound:
+        return ast.Bound(span, str(c[0]), self._tok(c[0]), str(c[1]), c[2])
 
     def for_option(self, span: Span, c: list[Any]) -> ast.Option:
         return ast.Option(span, str(c[0]), self._tok(c[0]), c[1])

@@ -103,6 +103,8 @@ class ScanLowering:
                        hint=f"write `{e.op}(... for n)`; scan several indices one after another")
             return POISON
         n, n_span = e.indices[0], e.index_spans[0]
+        if self.lengths(e) is None:  # a scan takes no length (AK2114)
+            return POISON
         options = self.scan_options(e)
         if options is None:
             return POISON

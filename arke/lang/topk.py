@@ -46,6 +46,12 @@ class TopKLowering:
     def topk_reduction(self: KernelChecker, e: ast.Reduce) -> Term:
         """``topk(body for n, j)``: one ``reduce.topk`` op over the kept indices and the rank ``j``."""
         form = f"`{e.op}(... for n, j)`"
+        if e.bounds:  # a length (§8.11) would leave fewer than K values to select
+            b = e.bounds[0]
+            self.error("AK2114", f"`{e.op}` takes no length: `{self.source_text(b.span)}`", b.span,
+                       hint=f"select from the whole row; mask what lies past the length: "
+                            f"`{e.op}((x if {b.name} < n else -inf) for {b.name}, j)`")
+            return POISON
         if e.options:
             opt = e.options[0]
             hint = ("for the smallest values write `bottomk` (`argbottomk` for their positions)"

@@ -57,16 +57,17 @@ def _lowered(op: S.ReduceOp, fresh: Callable[[], str]) -> list[S.Op]:
     best = fresh()
     here = tuple(S.Idx(a.name) for a in op.axes)
     kind = "max" if op.kind == "argmax" else "min"
-    first = S.ReduceOp(best, dt, kind, op.axes, op.reduce_axes, value)
+    first = S.ReduceOp(best, dt, kind, op.axes, op.reduce_axes, value, limits=op.limits)
     hit: S.SExpr = S.Binary("eq", value, S.Load(best, here, dt), DType.BOOL)
     if dt.is_float:
         hit = S.Binary("or", hit, S.Binary("ne", value, value, DType.BOOL), DType.BOOL)
     extent = sympy.sympify(axis.extent)
-    empty_possible = not (extent.is_Symbol or (extent.is_Integer and int(extent) >= 1))
+    # a length (spec §8.11) may leave the range empty at run time
+    empty_possible = bool(op.limits) or not (extent.is_Symbol or (extent.is_Integer and int(extent) >= 1))
     where = fresh() if empty_possible else op.result
     positions = S.Select(hit, S.Idx(axis.name), S.DimRef(axis.extent), DType.I64)
     second = S.ReduceOp(where, DType.I64, "min", op.axes, op.reduce_axes, positions,
-                        None if empty_possible else op.name)
+                        None if empty_possible else op.name, op.limits)
     if not empty_possible:
         return [first, second]
     found = S.Load(where, here, DType.I64)

@@ -53,6 +53,8 @@ def op_exprs(op: S.Op) -> tuple[S.SExpr, ...]:
         return ()
     if isinstance(op, S.ScanOp):
         return op.exprs
+    if isinstance(op, S.ReduceOp) and op.limits:
+        return (op.body, *(e for _, e in op.limits))
     return (op.body,)
 
 
@@ -83,6 +85,8 @@ def map_op_exprs(op: OpT, fn: Callable[[S.SExpr], S.SExpr]) -> OpT:
     if isinstance(op, S.ScanOp):
         return replace(op, body=map_expr(op.body, fn), coeff=None if op.coeff is None else map_expr(op.coeff, fn),
                        init=None if op.init is None else map_expr(op.init, fn))
+    if isinstance(op, S.ReduceOp) and op.limits:
+        return replace(op, body=map_expr(op.body, fn), limits=tuple((k, map_expr(e, fn)) for k, e in op.limits))
     return replace(op, body=map_expr(op.body, fn))
 
 

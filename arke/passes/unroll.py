@@ -53,8 +53,8 @@ def literal_terms(op: S.ReduceOp) -> int | None:
 
 def unrollable(op: S.Op) -> bool:
     """Whether :func:`unroll_small_reductions` replaces ``op`` (see the module doc)."""
-    if not isinstance(op, S.ReduceOp) or op.kind not in _COMBINE or not op.reduce_axes:
-        return False
+    if not isinstance(op, S.ReduceOp) or op.kind not in _COMBINE or not op.reduce_axes or op.limits:
+        return False  # a length (spec §8.11) stops the terms at run time: not written out
     if op.dtype.is_bool or op.body.dtype.is_bool:
         return False
     terms = literal_terms(op)

@@ -45,6 +45,7 @@ from arke.ir.shapes import Dim, equal, floordiv
 from arke.passes.fuse import fold
 from arke.passes.rewrite import map_expr
 from arke.plan.dispatch import Dispatch, PlanOp, parallel_axis
+from arke.plan.paged import masked_score, row_addressed, shared_limit
 
 QUERY, KEY, FEATURE, VALUE = "I", "J", "D", "E"
 F32 = DType.F32
@@ -96,6 +97,8 @@ class Attention:
     out_dtype: DType = F32  # the result's storage: f32, or bf16/f16 (rounded from the f32 ``o / l``)
     q_half: ir.Load | None = None  # q is ``f32(q_half)``, a directly addressed 16-bit load
     k_half: ir.Load | None = None  # k likewise (D innermost)
+    k_rows: bool = False  # k is row-addressed (through a block table: :mod:`arke.plan.paged`), read in place
+    v_rows: bool = False  # v likewise
 
     @property
     def v_dtype(self) -> DType:
@@ -119,15 +122,17 @@ def _need(cond: bool) -> None:
         raise _NoMatch
 
 
-def match_attention(fn: ir.Function, ops: list[PlanOp], start: int, strategy: sir.Strategy | None) -> Dispatch | None:
-    """The attention core that starts at ``ops[start]``, or None (the generic path then runs it)."""
+def match_attention(fn: ir.Function, ops: list[PlanOp], start: int, strategy: sir.Strategy | None,
+                    paged: bool = False) -> Dispatch | None:
+    """The attention core that starts at ``ops[start]``, or None (the generic path then runs it).
+    ``paged``: the renderer reads k/v through a block table and honours lengths (:mod:`.paged`)."""
     if _score_parts(ops[start]) is None:
         return None
     for end in range(start + 4, min(len(ops), start + MAX_OPS) + 1):
         if not isinstance(ops[end - 1], ir.MapOp):
             continue
         try:
-            pattern = _match_window(fn, ops, start, end)
+            pattern = _match_window(fn, ops, start, end, paged)
         except _NoMatch:
             continue
         window = tuple(ops[start:end])
@@ -148,7 +153,7 @@ def _score_parts(op: PlanOp) -> tuple[ir.SExpr, ir.SExpr] | None:
     return op.body.a, op.body.b
 
 
-def _match_window(fn: ir.Function, ops: list[PlanOp], start: int, end: int) -> Attention:
+def _match_window(fn: ir.Function, ops: list[PlanOp], start: int, end: int, paged: bool = False) -> Attention:
     window = ops[start:end]
     inside = {op.result for op in window[:-1]}
     _need(not inside & set(fn.results))
@@ -158,6 +163,7 @@ def _match_window(fn: ir.Function, ops: list[PlanOp], start: int, end: int) -> A
     parts = _score_parts(score_op)
     _need(parts is not None)
     assert parts is not None and not isinstance(score_op, ir.MapOp)
+    _need(not isinstance(score_op, ir.ReduceOp) or not score_op.limits)
     # Inline the window's maps into their readers (last first: a fold moves loads of earlier maps).
     rest: list[PlanOp] = [_as_reduce(op) for op in window[1:]]  # o may come as a contraction of p and v
     gone: set[int] = set()
@@ -184,23 +190,26 @@ def _match_window(fn: ir.Function, ops: list[PlanOp], start: int, end: int) -> A
     j_name = _key_axis(mx, score_op.result, names)
     used = [{x.name for x in ir.walk(load) if isinstance(x, ir.Idx)} for load in parts]
     only = {n for n in names if (n in used[0]) != (n in used[1])}
-    _need(len(only) == 2 and j_name in only)
-    i_name = (only - {j_name}).pop()
+    # decode without a query axis (q[b, h, e]): on paged targets the query role has extent 1
+    _need((len(only) == 2 or (paged and len(only) == 1)) and j_name in only)
+    i_name = (only - {j_name}).pop() if len(only) == 2 else ""
     batch_names = [n for n in names if n not in (i_name, j_name)]
     batch = tuple(f"A{n}" for n in range(len(batch_names)))
     smap = dict(zip(batch_names, batch)) | {i_name: QUERY, j_name: KEY, score_op.reduce_axes[0].name: FEATURE}
     roles = tuple(smap[n] for n in names)
     extents: dict[str, Dim] = {smap[a.name]: a.extent for a in score_op.axes}
     extents[FEATURE] = score_op.reduce_axes[0].extent
+    extents.setdefault(QUERY, sympy.Integer(1))
+    q_plain = {QUERY, FEATURE} if i_name else {FEATURE}
     q, k = (_rename(x, smap) for x in parts)
     if _uses(q, KEY) or _uses(k, QUERY):
         q, k = k, q
     _need(not _uses(q, KEY) and not _uses(k, QUERY))
     _factor(q, inside)
     _factor(k, inside)
-    q_direct = _direct(fn, q, {QUERY, FEATURE}, extents)
+    q_direct = _direct(fn, q, q_plain, extents)
     k_direct = _direct(fn, k, {KEY, FEATURE}, extents, last=FEATURE)
-    q_half = _widened(q) if _direct(fn, _widened(q), {QUERY, FEATURE}, extents) else None
+    q_half = _widened(q) if _direct(fn, _widened(q), q_plain, extents) else None
     k_half = _widened(k) if _direct(fn, _widened(k), {KEY, FEATURE}, extents, last=FEATURE) else None
 
     mmap = _map_from(mx, score_op.result, [*roles])
@@ -217,6 +226,7 @@ def _match_window(fn: ir.Function, ops: list[PlanOp], start: int, end: int) -> A
     mx_roles = [mmap[a.name] for a in mx.axes]
     canon_m = ir.Load(mx.result, tuple(ir.Idx(r) for r in mx_roles), F32)
     p = ir.Unary("exp", ir.Binary("sub", score, canon_m, F32), F32)
+    limits = [_rename(lim, mmap) if (lim := mx.limit(mx.reduce_axes[0].name)) is not None else None]
 
     o_op = l_op = v = None
     for op in sums:
@@ -230,6 +240,7 @@ def _match_window(fn: ir.Function, ops: list[PlanOp], start: int, end: int) -> A
             extents[VALUE] = free[0].extent
         _need(sorted(xmap.values()) == sorted([*roles, VALUE] if free else roles))
         _same_extents(op, xmap, extents)
+        limits.append(_rename(lim, xmap) if (lim := op.limit(op.reduce_axes[0].name)) is not None else None)
         body = _rename(op.body, xmap)
         if not free and body == p:
             l_op = (op, xmap)
@@ -241,14 +252,22 @@ def _match_window(fn: ir.Function, ops: list[PlanOp], start: int, end: int) -> A
             o_op = (op, xmap)
     _need(o_op is not None and l_op is not None and v is not None)
     assert o_op is not None and l_op is not None and isinstance(v, ir.Load)
-    _need(v.src not in inside and _direct(fn, v, {KEY, VALUE}, extents, last=VALUE))
+    limit = shared_limit(limits)
+    _need(limit != () and (limit is None or paged))
+    v_rows = paged and not _direct(fn, v, {KEY, VALUE}, extents, last=VALUE) and row_addressed(
+        fn, v, VALUE, extents, (QUERY, FEATURE))
+    k_rows = paged and not k_direct and row_addressed(fn, k, FEATURE, extents, (QUERY, VALUE)) and k.dtype == F32
+    _need(v.src not in inside and (v_rows or _direct(fn, v, {KEY, VALUE}, extents, last=VALUE)))
     out_axes, recip, out_dtype = _result(out_op, o_op, l_op)
     _need(out_axes[-1] == VALUE and out_op.result not in inside)
     _same_extents(out_op, {a.name: r for a, r in zip(out_op.axes, out_axes)}, extents)
     group, size = _group(fn, batch, k, v, extents)
     bounds = _bounds(score, score_op.result) if _skippable(fn, k, extents) else ()
+    if limit is not None and not isinstance(limit, tuple):  # keys past the length: masked, tiles skipped
+        score, bounds = masked_score(score, limit, KEY), (*bounds, KeyBound(True, limit))
     return Attention(batch, roles, tuple(extents.items()), q, k, v, q_direct, k_direct, score_op.result, score,
-                     group, size, bounds, out_op.result, out_axes, recip, j_name, out_dtype, q_half, k_half)
+                     group, size, bounds, out_op.result, out_axes, recip, j_name, out_dtype, q_half, k_half,
+                     k_rows, v_rows)
 
 
 # ---------------------------------------------------------------- pieces

@@ -107,7 +107,7 @@ def contraction_of(op: PlanOp) -> Contraction | None:
         if op.lhs.dtype is not DType.F32 and op.lhs.dtype not in OPERAND_DTYPES:
             return None
         factors: list[ir.SExpr] = [_f32(op.lhs), _f32(op.rhs)]
-    elif isinstance(op, ir.ReduceOp) and op.kind == "sum" and op.body.dtype is DType.F32:
+    elif isinstance(op, ir.ReduceOp) and op.kind == "sum" and op.body.dtype is DType.F32 and not op.limits:
         factors = _factors(op.body)
     else:
         return None

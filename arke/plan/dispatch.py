@@ -104,23 +104,32 @@ class KernelPlan:
 Matcher = Callable[[ir.Function, list[PlanOp], int, "sir.Strategy | None"], "Dispatch | None"]
 
 
-def matchers(families: frozenset[str] | None = None) -> tuple[Matcher, ...]:
-    """The family matchers (of ``families``, default all), in the order they are tried."""
+def matchers(families: frozenset[str] | None = None, paged: bool = False) -> tuple[Matcher, ...]:
+    """The family matchers (of ``families``, default all), in the order they are tried; ``paged``:
+    attention may read k/v through a block table and be bounded by a length (:mod:`arke.plan.paged`)."""
+    from functools import partial
+
     from arke.plan.attention import match_attention
     from arke.plan.contraction import match_contraction
     from arke.plan.rows import match_rows
 
-    found = (("attention", match_attention), ("contraction", match_contraction), ("rows", match_rows))
+    attention: Matcher = partial(match_attention, paged=True) if paged else match_attention
+    found = (("attention", attention), ("contraction", match_contraction), ("rows", match_rows))
     return tuple(m for f, m in found if families is None or f in families)
 
 
 def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None,
-              families: frozenset[str] | None = None) -> KernelPlan:
+              families: frozenset[str] | None = None, bounded: bool = False) -> KernelPlan:
     """The plan of kernel ``name`` (calls inlined, elementwise producers fused, ops grouped into
-    the fused ``families`` a target renders: by default all of them)."""
+    the fused ``families`` a target renders: by default all of them). ``bounded``: the target's
+    loops stop at a reduction's length (spec/language.md §8.11); otherwise bounded reductions are
+    planned as masked ones (:mod:`arke.passes.limits`)."""
     from arke.passes import run_passes
+    from arke.passes.limits import mask_limits
 
     fn = run_passes(module, name)
+    if not bounded:
+        fn = mask_limits(fn)
     ops: list[PlanOp] = []
     for op in fn.ops:
         if isinstance(op, ir.CallOp):  # run_passes inlines every call
@@ -132,7 +141,7 @@ def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None
         fn, ops = hoist_key_prologues(fn, ops, strategy)
     dispatches: list[Dispatch] = []
     k = 0
-    found = matchers(families)
+    found = matchers(families, paged=bounded)
     while k < len(ops):
         d = None if isinstance(ops[k], ir.ScanOp) else next(  # a scan is always a dispatch of its own
             (m for m in (match(fn, ops, k, strategy) for match in found) if m is not None), None)

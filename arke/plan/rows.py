@@ -78,6 +78,8 @@ def row_run(ops: list[PlanOp], start: int, r: int, strategy: sir.Strategy | None
     run: list[PlanOp] = []
     for k in range(start, len(ops)):
         op = ops[k]
+        if isinstance(op, ir.ReduceOp) and op.limits:
+            break  # a reduction bounded by a length runs its own loop (spec/language.md §8.11)
         if not _fits(op, rows, strategy) or not _reads_own_rows(op, {m.result for m in run}, r):
             break
         if k > start and claimed(k):

@@ -35,15 +35,14 @@ How it computes (the language spec quotes this list):
   identity (or ``init``).
 * **Loads.** A subscript outside its axis is a :class:`GuardError` naming the tensor, the subscript position and
   the value; it never wraps or clamps.
+* **Lengths** (``limits``, spec §8.11): nothing past a reduce axis's length is evaluated (``interp_lengths``).
 * **Extents.** An op axis whose extent evaluates below zero is a :class:`GuardError` (the checker should have
   turned it into a guard).
 
-Each body is evaluated over its op's domain (its axes, then its reduce axes) by
-broadcasting: every sub-expression is a tensor with one dimension per domain axis, of
-size 1 where it does not depend on that axis. Loads with plain index subscripts are
-views of the source; computed subscripts (offsets, gathers) use advanced indexing.
-A sum of a product (``ContractOp``, or a ``sum`` reduction whose body is ``a * b`` on
-floats) runs as one ``torch.einsum`` over those broadcast operands.
+Each body is evaluated over its op's domain (its axes, then its reduce axes) by broadcasting: every sub-expression is
+a tensor with one dimension per domain axis, of size 1 where it does not depend on that axis. Loads with plain index
+subscripts are views of the source; computed subscripts (offsets, gathers) use advanced indexing. A sum of a product
+(``ContractOp``, or a ``sum`` reduction whose body is ``a * b`` on floats) runs as one ``torch.einsum``.
 """
 
 from __future__ import annotations
@@ -71,6 +70,7 @@ from arke.runtime.guards import (
     scalar_tensor,
     to_cpu_tensor,
 )
+from arke.runtime.interp_lengths import bounded, checked, positions
 from arke.runtime.interp_topk import select_topk
 from arke.runtime.source_form import op_description, source_form
 
@@ -204,6 +204,7 @@ class _Frame:
         self.names: dict[str, str] = {name: name for name in args}  # values with a source name
         self.where = ""  # the op being run, in the user's terms (source_form.op_description), for messages
         self._dim_cache: dict[Any, int] = {}
+        self.valid: torch.Tensor | None = None  # the points below a bounded reduction's lengths
 
     def dim(self, d: Any) -> int:
         if d not in self._dim_cache:
@@ -259,6 +260,8 @@ class _Frame:
         out = torch.empty(dom.sizes[:keep], dtype=TORCH_DTYPES[op.dtype])
         if isinstance(op, S.MapOp):
             value = self.expr(op.body, dom)
+        elif isinstance(op, S.ReduceOp) and op.limits:  # spec §8.11
+            value = bounded(self, op, dom, keep, _identity(op.kind, op.dtype) if op.kind in S.REDUCE_KINDS else 0)
         elif isinstance(op, S.ReduceOp) and op.kind in S.ARG_KINDS + S.TOPK_KINDS:
             value = self.arg_reduce(op, dom, keep) if op.kind in S.ARG_KINDS else select_topk(self, op)
         elif 0 in dom.sizes:
@@ -339,14 +342,7 @@ class _Frame:
             raise InterpError(f"{self.fn.name}: reduce.{op.kind} over {len(op.reduce_axes)} axes")
         if dom.sizes[keep] == 0:
             return torch.zeros(dom.sizes[:keep], dtype=torch.int64)
-        body = self.expr(op.body, dom).expand(dom.sizes)
-        if body.dtype == torch.bool:
-            body = body.to(torch.int64)
-        best = body.amax(dim=-1, keepdim=True) if op.kind == "argmax" else body.amin(dim=-1, keepdim=True)
-        # amax/amin propagate NaN: where the best is NaN the positions wanted are the NaNs
-        hits = (body == best) | (body != body)
-        # the first True of each row: argmax of a 0/1 row is its first 1 (a row has one at least)
-        return hits.to(torch.int8).argmax(dim=-1)
+        return positions(self.expr(op.body, dom).expand(dom.sizes), op.kind, None)
 
     @staticmethod
     def sum_of_products(a: torch.Tensor, b: torch.Tensor, dom: _Domain, keep: int) -> torch.Tensor:
@@ -448,18 +444,21 @@ class _Frame:
         ct = _compute(e.dtype)
         if e.op in S.SHIFTS:
             bits = e.dtype.bits
-            bad = (b < 0) | (b >= bits)
+            bad = checked(self, (b < 0) | (b >= bits))
             if bool(bad.any()):
                 count = int(b[bad].flatten()[0])
                 raise self.error(f"shift count {count} is out of range for {e.dtype} (0 to {bits - 1})", "arith")
+            b = b if self.valid is None else torch.where((b < 0) | (b >= bits), 0, b)  # past a length: unused
         a, b = a.to(ct), b.to(ct)
         if e.op in _BITWISE:
             return _BITWISE[e.op](a, b)
         if e.op in _PLAIN:
             return _PLAIN[e.op](a, b)
         floating = a.is_floating_point()
-        if e.op in ("div", "floordiv", "mod") and not floating and bool((b == 0).any()):
+        if e.op in ("div", "floordiv", "mod") and not floating and bool(checked(self, b == 0).any()):
             raise self.error(f"integer {e.op} by zero", "arith")
+        if e.op in ("div", "floordiv", "mod") and not floating and self.valid is not None:
+            b = torch.where(b == 0, 1, b)  # past a length: unused
         if e.op == "div":
             return a / b if floating else torch.div(a, b, rounding_mode="floor")
         if e.op == "floordiv":
@@ -467,7 +466,7 @@ class _Frame:
         if e.op == "mod":
             return torch.remainder(a, b)
         if e.op == "pow":
-            if not floating and bool((b < 0).any()):
+            if not floating and bool(checked(self, b < 0).any()):
                 raise self.error("integer raised to a negative power", "arith")
             return torch.pow(a, b)
         raise InterpError(f"{self.fn.name}: unknown binary op {e.op!r}")
@@ -481,13 +480,15 @@ class _Frame:
         names = [i.name for i in e.indices if isinstance(i, S.Idx) and i.name in dom.pos]
         if len(names) == len(e.indices) and len(set(names)) == len(names):
             return self.view_load(e, src, names, dom)
-        subs = []
+        subs: list[torch.Tensor] = []
         for k, sub in enumerate(e.indices):
             index = self.expr(sub, dom)
             if index.is_floating_point() or index.dtype == torch.bool:
                 raise InterpError(f"{self.fn.name}: subscript {k} of {self.labels[e.src]} is not an integer")
             index = index.to(torch.int64)
             self.check_range(e, k, index, src.shape[k])
+            if self.valid is not None:  # past a length the subscript may be anything (unused): read element 0
+                index = torch.where((index < 0) | (index >= src.shape[k]), 0, index)
             subs.append(index)
         if not subs:
             return src.reshape(dom.ones)
@@ -511,7 +512,7 @@ class _Frame:
     def check_range(self, e: S.Load, k: int, index: torch.Tensor, size: int) -> None:
         """Every value of subscript ``k`` of the access ``e`` lies on its axis of ``size``; the error
         quotes the access as written (``table[ids[t] + 1, d]``)."""
-        bad = (index < 0) | (index >= size)
+        bad = checked(self, (index < 0) | (index >= size))
         if bool(bad.any()):
             value = int(index[bad].flatten()[0])
             tensor = f"`{self.names[e.src]}`" if e.src in self.names else "an intermediate value"

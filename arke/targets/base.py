@@ -158,6 +158,10 @@ class Target:
 
     # ------------------------------------------------------------ rendering and compiling
 
+    #: whether this target's loops stop at a reduction's length (spec/language.md §8.11); if not,
+    #: its plans run bounded reductions as masked ones over the whole extent
+    bounded_reductions: ClassVar[bool] = False
+
     def renderer(self, arch: str | None = None) -> Renderer:
         """The renderer that turns plans into this target's text (for ``arch`` where it matters)."""
         raise NotImplementedError(f"the {self.name} target has no renderer")
@@ -171,7 +175,7 @@ class Target:
         """The plan of one kernel grouped into the families this target's renderer (for ``arch``) renders."""
         from arke.plan.dispatch import make_plan
 
-        return make_plan(module, ir_name, strategy, self.fused_families(arch))
+        return make_plan(module, ir_name, strategy, self.fused_families(arch), self.bounded_reductions and arch is None)
 
     def cache_key(self, artifact: Artifact, arch: str | None = None) -> str:
         """The on-disk cache key of the compiled form of ``artifact`` (everything that could change it)."""

@@ -199,11 +199,15 @@ def ops(draw: st.DrawFn, ctx: Ctx, result: str) -> S.Op:
             body = draw(sexprs(ranked, body_dtype, depth))
             dtype = DType.I64 if reduction.startswith("arg") else body_dtype
             return S.ReduceOp(result, dtype, reduction, axes, raxes, body, name)
+        limits: tuple[tuple[str, S.SExpr], ...] = ()
+        if raxes and draw(st.booleans()):  # a length (language §8.11): i64 over the kept axes only
+            limits = ((raxes[-1].name, draw(sexprs(replace(ctx, axes=tuple(a.name for a in axes)), DType.I64, 1))),)
         if reduction in S.ARG_KINDS:  # a position (i64) of a body of any dtype
             body_dtype = draw(st.sampled_from(ALL_DTYPES))
-            return S.ReduceOp(result, DType.I64, reduction, axes, raxes, draw(sexprs(inner, body_dtype, depth)), name)
+            return S.ReduceOp(result, DType.I64, reduction, axes, raxes, draw(sexprs(inner, body_dtype, depth)), name,
+                              limits)
         dtype = draw(st.sampled_from(NUMERIC if reduction in ("sum", "prod") else ALL_DTYPES))
-        return S.ReduceOp(result, dtype, reduction, axes, raxes, draw(sexprs(inner, dtype, depth)), name)
+        return S.ReduceOp(result, dtype, reduction, axes, raxes, draw(sexprs(inner, dtype, depth)), name, limits)
     dtype = draw(st.sampled_from(ALL_DTYPES))
     body_dtype = draw(st.sampled_from(FLOATS)) if dtype.is_float else dtype  # floats round when stored
     return S.MapOp(result, dtype, axes, draw(sexprs(inner, body_dtype, depth)), name)

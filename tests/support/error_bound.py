@@ -332,7 +332,8 @@ class _Kernel:
 
         def reduce(what: str, e: S.SExpr, how: str = "sum") -> S.SExpr:
             name = self.fresh(f"{op.result}{what}")
-            self.ops.append(S.ReduceOp(name, F32, how, op.axes, op.reduce_axes, e))
+            limits = op.limits if isinstance(op, S.ReduceOp) else ()  # the same terms (spec §8.11)
+            self.ops.append(S.ReduceOp(name, F32, how, op.axes, op.reduce_axes, e, limits=limits))
             return S.Load(name, here, F32)
 
         extent = sympy.Mul(*(a.extent for a in op.reduce_axes))

@@ -117,6 +117,7 @@ class LLVMTarget(Target):
     runs_layers = True
 
     lends_temporaries = True
+    bounded_reductions = True  # a reduction's loop stops at its length (on the CPU; the GPU flavour masks)
 
     def panel_width(self, weights_dtype: str) -> int:
         if weights_dtype != "f32":

@@ -89,7 +89,10 @@ class _Attention(AttentionEmitter):
                                         ("OM", rows * self.epp if split else sympy.Integer(0)),
                                         ("ST", sympy.Integer(8 * rows)), ("TAB", sympy.Integer(14 * rows)),
                                         ("QR", sympy.Integer(0) if p.q_direct else rows * self.dp),
-                                        ("KS", sympy.Integer(0) if p.k_direct else self.bk * self.dp)]
+                                        ("KS", sympy.Integer(0) if p.k_direct or p.k_rows else self.bk * self.dp),
+                                        # row pointers of a tile's keys / values read through a table
+                                        ("KR", sympy.Integer(2 * self.bk if p.k_rows else 0)),
+                                        ("VR", sympy.Integer(2 * self.bk if p.v_rows else 0))]
         self.at: dict[str, str] = {}
         offset: Dim = sympy.Integer(0)
         for name, size in sizes:
@@ -137,8 +140,9 @@ class _Attention(AttentionEmitter):
             self.kbase = self.gep(self.ptr[p.k.src], self.offset(p.k, {KEY: "0", FEATURE: "0"}))
             self.kstride = self.dim(self.stride(self.buffer(p.k.src).shape, list(p.k.indices).index(ir.Idx(KEY))))
         self.vty = STORAGE[p.v_dtype]  # float, or i16 bits of a bf16/f16 v (widened as each row is read)
-        self.vbase = self.gep(self.ptr[p.v.src], self.offset(p.v, {KEY: "0", VALUE: "0"}), self.vty)
-        self.vstride = self.dim(self.stride(self.buffer(p.v.src).shape, list(p.v.indices).index(ir.Idx(KEY))))
+        if not p.v_rows:  # else each value row's address is looked up (attention_tiles.row_table)
+            self.vbase = self.gep(self.ptr[p.v.src], self.offset(p.v, {KEY: "0", VALUE: "0"}), self.vty)
+            self.vstride = self.dim(self.stride(self.buffer(p.v.src).shape, list(p.v.indices).index(ir.Idx(KEY))))
         self.row_setup(r)
         if self.algorithm == "materialized":
             self.materialized()

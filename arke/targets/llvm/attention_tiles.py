@@ -51,7 +51,7 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
 
     def _buffers_used(self) -> set[str]:
         p = self.pat
-        loads = [x for e in (p.score, p.q, p.k) for x in ir.walk(e) if isinstance(x, ir.Load)]
+        loads = [x for e in (p.score, p.q, p.k, p.v) for x in ir.walk(e) if isinstance(x, ir.Load)]
         return {p.out, p.v.src} | {x.src for x in loads if x.src != p.scores}
 
     # -- small helpers
@@ -154,6 +154,10 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
             few = self.let(f"icmp ule i64 {self.npad}, {PREFETCH_ROWS}")  # memory-bound: a few rows per tile
             self.branch(few, lambda: self.prefetch(self.i64("add", j0, str(PREFETCH_TILES * self.bk)), hi),
                         lambda: None)
+            if self.pat.k_rows:
+                self.row_table(j0, kn, self.pat.k, FEATURE, "KR", "float")
+            if self.pat.v_rows and mode == "flash":
+                self.row_table(j0, kn, self.pat.v, VALUE, "VR", self.vty)
             self.pack(j0, kn)
             self.loop("sb", "0", self.i64("udiv", self.npad, str(self.mr)),
                       lambda: self.scores(self.i64("mul", self.current["sb"], str(self.mr)), j0, kn, mode))
@@ -181,7 +185,8 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
             j = self.i64("add", j0, self.current["pf"])
             if self.pat.k_direct:
                 lines_of(self.gep(self.kbase, self.i64("mul", j, self.kstride)), lines["k"])
-            lines_of(self.gep(self.vbase, self.i64("mul", j, self.vstride), self.vty), lines["v"])
+            if not self.pat.v_rows:  # rows through a table: the lookup is not made ahead
+                lines_of(self.gep(self.vbase, self.i64("mul", j, self.vstride), self.vty), lines["v"])
 
         self.loop("pf", "0", n, key)
 
@@ -195,18 +200,20 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
         last = self.i64("sub", kn, "1")
         if p.k_direct:
             first, stride = self.gep(self.kbase, self.i64("mul", j0, self.kstride)), self.kstride
-        else:
+        elif not p.k_rows:
             first, stride = self.stage_keys(j0, kn), self.dim(self.dp)
 
         def block(full: bool) -> None:
             d0 = self.i64("mul", self.current["db"], str(w))
             dmask = vec.lanes_below(d0, dd)
-            base = self.gep(first, d0)
+            base = None if p.k_rows else self.gep(first, d0)
             for v in range(self.nv):
                 rows = []
                 for k in range(w):
                     key = str(v * w + k) if full else self.imin(str(v * w + k), last)
-                    rows.append(vec.masked_load(self.gep(base, self.i64("mul", key, stride)), dmask))
+                    at = (self.gep(self.get("ptr", self.gep(self.at["KR"], key, "ptr")), d0) if base is None
+                          else self.gep(base, self.i64("mul", key, stride)))
+                    rows.append(vec.masked_load(at, dmask))
                 out = self.gep(self.at["KT"], self.i64("add", self.i64("mul", d0, str(self.bk)), str(v * w)))
                 for lane, col in enumerate(vec.transpose(rows)):
                     self.emit(vec.store(col, self.gep(out, str(lane * self.bk))))
@@ -215,6 +222,35 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
         whole = self.let(f"icmp eq i64 {kn}, {self.bk}")
         self.branch(whole, lambda: self.loop("db", "0", blocks, lambda: block(True)),
                     lambda: self.loop("db", "0", blocks, lambda: block(False)))
+
+    def row_table(self, j0: str, kn: str, load: ir.SExpr, feature: str, table: str, ty: str) -> None:
+        """The addresses of the tile's rows of ``load`` (k or v read through a block table,
+        :mod:`arke.plan.paged`): each key's subscripts computed and checked once, into ``table``;
+        the keys past the tile repeat its last one."""
+        assert isinstance(load, ir.Load)
+        if self.pat.group is not None:
+            self.current[self.pat.group] = self.h0  # any head of the group: they read the same rows
+
+        def key() -> None:
+            at = self.current["kr"]
+            self.current[KEY] = self.i64("add", j0, self.imin(at, self.i64("sub", kn, "1")))
+            row = self.gep(self.ptr[load.src], self.offset(load, {feature: "0"}), ty)
+            self.put("ptr", row, self.gep(self.at[table], at, "ptr"))
+
+        self.loop("kr", "0", str(self.bk), key)
+
+    def value_row(self, j0: str, k: str, e0: str) -> str:
+        """Where key ``j0 + k``'s values from ``e0`` on are: at a stride, in the tile's row table
+        (flash and split_kv), or looked up here (materialized, whose ``values`` runs over every key)."""
+        if not self.pat.v_rows:
+            return self.gep(self.vbase, self.i64("add", self.i64("mul", self.i64("add", j0, k), self.vstride), e0),
+                            self.vty)
+        if self.algorithm != "materialized":
+            return self.gep(self.get("ptr", self.gep(self.at["VR"], k, "ptr")), e0, self.vty)
+        if self.pat.group is not None:
+            self.current[self.pat.group] = self.h0
+        self.current[KEY] = self.i64("add", j0, k)
+        return self.gep(self.ptr[self.pat.v.src], self.offset(self.pat.v, {VALUE: e0}), self.vty)
 
     def stage_keys(self, j0: str, kn: str) -> str:
         """k as an expression (a fused norm, a rotation, another layout): the tile's key rows computed
@@ -345,8 +381,7 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
 
             def key() -> None:
                 k = self.current["kk"]
-                vrow = self.gep(self.vbase, self.i64("add", self.i64("mul", self.i64("add", j0, k), self.vstride), e0),
-                                self.vty)
+                vrow = self.value_row(j0, k, e0)
                 vs = [vec.load_as_float(self.gep(vrow, str(u * w), self.vty), self.pat.v_dtype,
                                         masks[u] if masked else None) for u in range(self.ne)]
                 for r in range(self.mrp):

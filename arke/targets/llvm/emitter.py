@@ -66,6 +66,8 @@ class Emitter:
         names = {self.op.result}
         exprs = ([self.op.lhs, self.op.rhs] if isinstance(self.op, ir.ContractOp) else
                  list(self.op.exprs) if isinstance(self.op, ir.ScanOp) else [self.op.body])
+        if isinstance(self.op, ir.ReduceOp):
+            exprs += [e for _, e in self.op.limits]  # a length reads its tensor (`lens[b]`)
         for e in exprs:
             names |= {x.src for x in loads_in(e)}
         return names

@@ -96,8 +96,8 @@ class LLVMFunction(ScalarEmitter):
         loop, each reduction step a vector update of a row of accumulators. Every element still
         combines its terms in order."""
         op = self.op
-        if isinstance(op, ir.MapOp) or not op.axes:
-            return None
+        if isinstance(op, ir.MapOp) or not op.axes or (isinstance(op, ir.ReduceOp) and op.limits):
+            return None  # a length bounds each element's own loop (spec/language.md §8.11)
         n = op.axes[-1].name
         exprs = (op.lhs, op.rhs) if isinstance(op, ir.ContractOp) else (op.body,)
         rows = any(isinstance(x, ir.Load) and x.indices and x.indices[-1] == ir.Idx(n)
@@ -145,7 +145,12 @@ class LLVMFunction(ScalarEmitter):
         if not axes:
             inner()
             return
-        self.loop(axes[0], "0", self.dim(self.extent[axes[0]]), lambda: self.nest(axes[1:], inner))
+        hi = self.dim(self.extent[axes[0]])
+        limit = self.op.limit(axes[0]) if isinstance(self.op, ir.ReduceOp) else None
+        if limit is not None:  # a length (spec/language.md §8.11): the loop stops there
+            n = self.expr(limit)
+            hi = self.let(f"select i1 {self.let(f'icmp slt i64 {n}, {hi}')}, i64 {n}, i64 {hi}")
+        self.loop(axes[0], "0", hi, lambda: self.nest(axes[1:], inner))
 
     def loop(self, axis: str, lo: str, hi: str, inner: Callable[[], None]) -> None:
         self.loops_made += 1
@@ -209,7 +214,7 @@ class LLVMFunction(ScalarEmitter):
             self.reduced(op, value)
             return value if body.dtype == dtype else self.convert(value, body.dtype, dtype)
 
-        if self.in_lanes(dtype, names):
+        if self.in_lanes(dtype, names) and not (isinstance(op, ir.ReduceOp) and op.limits):
             return self.lane_loops(names, [LaneSum(op.result, kind, dtype, term)])[0]
         # Integers and booleans are exact in any order (LLVM vectorises them freely); a short
         # float reduction runs in sequence.

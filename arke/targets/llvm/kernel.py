@@ -277,7 +277,7 @@ def build_kernel(module: ir.Module, ir_name: str, strategy: Any, threads: int) -
     from arke.runtime.cache import default_cache
 
     renderer = host_renderer()
-    plan = make_plan(module, ir_name, strategy, renderer.families)
+    plan = make_plan(module, ir_name, strategy, renderer.families, bounded=True)
     artifact = renderer.render(plan)
     key = object_key(artifact.source)
     obj = default_cache().get_or_build(key, lambda: compile_object(artifact.source),
