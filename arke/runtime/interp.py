@@ -1,7 +1,6 @@
 """The reference interpreter: runs SemanticIR directly, with torch on the CPU. It is THE oracle.
 
-Every compiled target is tested against :func:`run`, so this module aims at clear,
-fully specified semantics rather than speed (it still runs test sizes in milliseconds).
+Every compiled target is tested against :func:`run`: this module aims at clear, fully specified semantics, not speed.
 
 How it computes (the language spec quotes this list):
 
