@@ -44,9 +44,11 @@ class StrategyDowngradeWarning(UserWarning):
 
     code = CODE
 
-    def __init__(self, downgrade: Downgrade):
-        super().__init__(f"{CODE}: {downgrade.message()} (hint: {downgrade.hint})")
-        self.downgrade = downgrade
+    def __init__(self, downgrade: Downgrade | str):
+        # a str: the warning rebuilt from its message (pickling, pytest-xdist's workers): no downgrade
+        text = downgrade if isinstance(downgrade, str) else f"{CODE}: {downgrade.message()} (hint: {downgrade.hint})"
+        super().__init__(text)
+        self.downgrade = downgrade if not isinstance(downgrade, str) else None
 
 
 @dataclass(frozen=True)
