@@ -62,8 +62,9 @@ def reduction_doc(name: str) -> str:
     if name in ("topk", "bottomk", "argtopk", "argbottomk"):
         which = "largest" if "top" in name else "smallest"
         what = "position along `n` (`i64`)" if name.startswith("arg") else "value (`e`'s dtype)"
-        return (f"`{name}(e for n, j)`: the `j`-th {which} {what} of `e` over `n`, sorted as torch.topk (NaN "
-                "largest; ties by lower position); `j` is bound around it and runs over the values kept")
+        return (f"`{name}(e for n, j)`: the `j`-th {which} {what} of `e` over the listed indices (`n`, then "
+                "the rank `j`), sorted as torch.topk (NaN largest; ties by lower position); `j` is bound around "
+                "it and runs over the values kept")
     what = {"sum": "the sum", "max": "the maximum", "min": "the minimum", "mean": "the mean",
             "prod": "the product"}[name]
     extra = {"mean": "; `f32` for integers and booleans", "sum": "; `i64` for booleans",

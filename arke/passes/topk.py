@@ -73,7 +73,12 @@ def _num(x: S.SExpr) -> S.SExpr:
 
 def _at(e: S.SExpr, axis: str, where: S.SExpr) -> S.SExpr:
     """``e`` with position ``axis`` replaced by ``where`` (its loads become gathers)."""
-    return map_expr(e, lambda x: where if isinstance(x, S.Idx) and x.name == axis else x)
+    def put(x: S.SExpr) -> S.SExpr:
+        if not (isinstance(x, S.Idx) and x.name == axis):
+            return x
+        return where if where.dtype == x.dtype else S.Cast(where, x.dtype)  # an index read as i8 stays i8
+
+    return map_expr(e, put)
 
 
 def _before(largest: bool, float_: bool, xa: S.SExpr, a: S.SExpr, xb: S.SExpr, b: S.SExpr) -> S.SExpr:
@@ -185,10 +190,13 @@ def _rounds(op: S.ReduceOp, k: int, largest: bool, x: S.SExpr, fresh: Callable[[
         ops.append(S.MapOp(q, _I, keep, S.Select(_bin("lt", found, count), found,
                                                  S.Binary("sub", found, count, _I), _I)))
         picks.append(q)
+    out = fresh()
+    if not picks:  # K = 0: nothing is selected (an empty result)
+        ops.append(S.MapOp(out, _I, op.axes, S.Const(0, _I)))
+        return out
     j = S.Idx(rank.name)
     table: S.SExpr = S.Load(picks[-1], here, _I)
     for r in range(k - 2, -1, -1):
         table = S.Select(_bin("eq", j, S.Const(r, _I)), S.Load(picks[r], here, _I), table, _I)
-    out = fresh()
     ops.append(S.MapOp(out, _I, op.axes, table))
     return out

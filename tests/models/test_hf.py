@@ -310,7 +310,7 @@ def test_bad_layer_arguments() -> None:
     """Unknown weight kinds, max_seq below 1 and bad cache batches are refused clearly."""
     cfg = config("llama")
     layer = hf_layer("llama", cfg)
-    with pytest.raises(ValueError, match="f32, bf16, int8"):
+    with pytest.raises(ValueError, match="f32, bf16, f16, int8"):
         arke.models.from_transformers(layer, cfg, weights="fp16")
     with pytest.raises(ValueError, match="max_seq"):
         arke.models.from_transformers(layer, cfg, max_seq=0)

@@ -26,7 +26,6 @@ DIMS: dict[str, list[dict[str, int]]] = {
     "rope": [dict(T=1, H=1, D=2), dict(T=3, H=2, D=6), dict(T=17, H=1, D=34)],
     "bmm": [dict(B=1, M=1, K=1, N=1), dict(B=3, M=17, K=3, N=1), dict(B=2, M=3, K=17, N=17)],
 }
-DIMS["topk50"] = [dict(M=1, V=50), dict(M=3, V=67)]  # V >= 50 (a guard)
 DIMS["route_top2"] = [dict(T=1, E=2), dict(T=17, E=8)]  # E >= 2
 DIMS["causal_attention"] = DIMS["attention"]
 DIMS["rope_interleaved"] = DIMS["rope"]
@@ -43,7 +42,7 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
     "rope": (1, 1), "rope_interleaved": (1, 1),
     "softmax": (4, 3), "logsumexp": (3, 3), "log_softmax": (4, 3), "layernorm": (5, 4), "rmsnorm": (3, 2),
     "linear_bias": (2, 2), "linear_int8": (2, 2), "linear_bf16": (2, 2), "swiglu": (3, 3), "geglu": (3, 3),
-    "cross_entropy": (4, 3), "greedy": (1, 2), "topk50": (2, 202), "route_top2": (2, 10),
+    "cross_entropy": (4, 3), "greedy": (1, 2), "route_top2": (2, 10),
     "cross_entropy_mean": (6, 4), "attention": (7, 6), "causal_attention": (8, 6), "topk_routing": (6, 5),
     "heads": (8, 5), "attn_cached": (8, 6), "attn_window": (8, 6), "moe_route": (10, 8), "moe_combine": (2, 2),
     # std.decoder's generic kernels (spec §5.6), per specialisation: f32 weights stay contractions (packed

@@ -35,7 +35,7 @@ def test_module_has_the_documented_kernels() -> None:
         "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "add", "mul", "softmax", "logsumexp",
         "log_softmax", "layernorm", "rmsnorm", "matmul", "bmm", "linear", "linear_bias", "linear_int8",
         "linear_bf16", "swiglu", "geglu", "embedding", "cross_entropy", "cross_entropy_mean", "greedy",
-        "topk50", "route_top2",
+        "route_top2",
     }
 
 

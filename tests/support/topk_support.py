@@ -51,6 +51,17 @@ kernel ctop2_{t}(x: {t}[M, N]) -> i: i64[2, N] {{
 #: Selections inside larger expressions: MoE routing (softmax over the two best), a value in
 #: arithmetic, a gather of the positions, a computed body, K = N (a sort) and a selection along a
 #: tensor's only axis.
+#: Top-k sampling's candidates: K = 50 rounds in one kernel (kept out of std.nn: on the GPU targets
+#: the 50 rounds' state spills, so it is no stdlib kernel until top-k has a native lowering).
+TOPK50 = """
+# Top-k sampling's candidates: each row's 50 largest logits, from the largest down, and their
+# token ids (torch.topk(logits, 50); equal logits by lower id, a NaN first). Rows need V >= 50.
+kernel topk50(logits: f32[M, V]) -> (v: f32[M, 50], ids: i64[M, 50]) {
+  v[m, j] = topk(logits[m, n] for n, j)
+  ids[m, j] = argtopk(logits[m, n] for n, j)
+}
+"""
+
 COMPOSED = """
 kernel route_top2(logits: f32[T, E]) -> (v: f32[T, 2], w: f32[T, 2], expert: i64[T, 2]) {
   v[t, j] = topk(logits[t, e] for e, j)

@@ -13,9 +13,9 @@ import cuda_host
 import numpy as np
 import pytest
 from argreduce_support import DTYPES, kinds, values
-from codegen_support import RUNNABLE, assert_conforms, build, seeded, std_module, text_module
+from codegen_support import RUNNABLE, assert_conforms, build, seeded, text_module
 from gpu_support import ARCHS, assert_assembles_without_spills
-from topk_support import COMPOSED, MORE_DTYPES, rows_source
+from topk_support import COMPOSED, MORE_DTYPES, TOPK50, rows_source
 
 from arke.targets.cuda import nvrtc
 from arke.targets.cuda.render import RENDERER
@@ -82,8 +82,8 @@ def test_composed_kernels_equal_the_interpreter(target: str) -> None:
 
 @pytest.mark.parametrize("target", RUNNABLE)
 def test_topk50_equals_the_interpreter(target: str) -> None:
-    """std.nn.topk50: 50 rounds in one kernel (short rows: a launch per op in Triton's interpreter)."""
-    module = std_module("std.nn")
+    """topk50: 50 rounds in one kernel (short rows: a launch per op in Triton's interpreter)."""
+    module = text_module(TOPK50)
     lib = build(module, target)
     x = values("ties", "f32", (2, 67), seeded("topk50-targets"))
     if target == "mlir":  # the documented gap (spec/codegen.md): IREE refuses the fused rounds' dispatch
@@ -112,7 +112,7 @@ def test_cuda_c_on_the_host_equals_the_interpreter(case: tuple[str, str, tuple[i
 
 @needs_host
 def test_topk50_cuda_c_on_the_host_equals_the_interpreter() -> None:
-    module = std_module("std.nn")
+    module = text_module(TOPK50)
     x = values("nan", "f32", (2, 67), seeded("topk50-host"))
     got, err = cuda_host.run(module, "topk50", x)
     assert err == 0
