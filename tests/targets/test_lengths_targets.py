@@ -86,7 +86,9 @@ def test_bounded_reductions_equal_the_interpreter(target: str) -> None:
         assert_conforms(lib.gathered(*args), module.kernels["gathered"], *args, what=f"{target} gathered {m}x{n}")
 
 
-@pytest.mark.parametrize("target", RUNNABLE)
+# mlir runs the same kernel as spec/language.md §8.11's example (tests/targets/test_spec_examples.py):
+# IREE spends ~80 s compiling its gathers, once is enough for the suite's budget
+@pytest.mark.parametrize("target", [t for t in RUNNABLE if t != "mlir"])
 @pytest.mark.parametrize("case", PAGED, ids=lambda c: f"B{c[0]}H{c[1]}G{c[2]}E{c[3]}P{c[4]}MB{c[5]}")
 def test_paged_decode_equals_the_interpreter(target: str, case: tuple[Any, ...]) -> None:
     module = text_module(SOURCE)
