@@ -27,18 +27,14 @@ import sympy
 
 from arke.ir import semantic as S
 from arke.ir.dtypes import DType
+from arke.passes.rewrite import fresh_names
 
 
 def lower_arg_reductions(fn: S.Function) -> S.Function:
     """``fn`` with every ``reduce.argmax``/``reduce.argmin`` lowered (see the module doc)."""
     if not any(isinstance(op, S.ReduceOp) and op.kind in S.ARG_KINDS for op in fn.ops):
         return fn
-    used = [int(name) for op in fn.ops for name, _ in S.op_results(op) if name.isdigit()]
-    counter = [max(used, default=-1)]
-
-    def fresh() -> str:
-        counter[0] += 1
-        return str(counter[0])
+    fresh = fresh_names(fn)
 
     ops: list[S.Op] = []
     for op in fn.ops:

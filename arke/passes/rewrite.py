@@ -142,6 +142,18 @@ def substitute_dims(op: OpT, dims: Mapping[str, Dim]) -> OpT:
     return replace(new, axes=axes(new.axes), reduce_axes=axes(new.reduce_axes))
 
 
+def fresh_names(fn: S.Function) -> Callable[[], str]:
+    """A source of SSA names for new ops of ``fn``: numbers after the largest numbered result."""
+    used = [int(name) for op in fn.ops for name, _ in S.op_results(op) if name.isdigit()]
+    counter = [max(used, default=-1)]
+
+    def fresh() -> str:
+        counter[0] += 1
+        return str(counter[0])
+
+    return fresh
+
+
 def renumber(fn: S.Function) -> S.Function:
     """``fn`` with its op results renamed ``"0"``, ``"1"``, … in order (parameters keep their names)."""
     names: dict[str, str] = {}

@@ -39,7 +39,7 @@ import sympy
 
 from arke.ir import semantic as S
 from arke.ir.dtypes import INT_RANGE, DType
-from arke.passes.rewrite import map_expr
+from arke.passes.rewrite import fresh_names, map_expr
 
 #: Literal ``K`` up to this many rounds; a larger one ranks every element (each round costs a pass).
 MAX_ROUNDS = 64
@@ -96,12 +96,7 @@ def lower_topk(fn: S.Function) -> S.Function:
     """``fn`` with every top-k selection lowered (see the module doc)."""
     if not any(isinstance(op, S.ReduceOp) and op.kind in S.TOPK_KINDS for op in fn.ops):
         return fn
-    used = [int(name) for op in fn.ops for name, _ in S.op_results(op) if name.isdigit()]
-    counter = [max(used, default=-1)]
-
-    def fresh() -> str:
-        counter[0] += 1
-        return str(counter[0])
+    fresh = fresh_names(fn)
 
     shared: dict[tuple[object, ...], str] = {}
     ops: list[S.Op] = []

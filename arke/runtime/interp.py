@@ -69,7 +69,7 @@ from arke.runtime.guards import (
     scalar_tensor,
     to_cpu_tensor,
 )
-from arke.runtime.interp_lengths import bounded, checked, positions
+from arke.runtime.interp_lengths import bounded, checked, fold, positions
 from arke.runtime.interp_topk import select_topk
 from arke.runtime.source_form import op_description, source_form
 
@@ -324,15 +324,7 @@ class _Frame:
         if op.kind not in S.REDUCE_KINDS:
             raise InterpError(f"{self.fn.name}: unknown reduction {op.kind!r}")
         acc = torch.float32 if op.dtype.is_float else torch.int64
-        body = self.expr(op.body, dom).to(acc).expand(dom.sizes)
-        if keep == len(dom.sizes):
-            return body
-        flat = body.reshape((*dom.sizes[:keep], -1))
-        if op.kind == "sum":
-            return flat.sum(dim=-1, dtype=acc)
-        if op.kind == "prod":
-            return flat.prod(dim=-1, dtype=acc)
-        return flat.amax(dim=-1) if op.kind == "max" else flat.amin(dim=-1)
+        return fold(self.expr(op.body, dom).to(acc).expand(dom.sizes), dom.sizes, keep, op.kind, acc)
 
     def arg_reduce(self, op: S.ReduceOp, dom: _Domain, keep: int) -> torch.Tensor:
         """The first position of the largest (``argmax``) or smallest value along the one reduce

@@ -40,14 +40,19 @@ def bounded(frame: _Frame, op: S.ReduceOp, dom: _Domain, keep: int, identity: fl
         return positions(body, op.kind, valid)
     acc = torch.float32 if op.dtype.is_float else torch.int64
     body = torch.where(valid, body.to(acc), torch.tensor(identity, dtype=acc))
-    if keep == len(dom.sizes):
+    return fold(body, dom.sizes, keep, op.kind, acc)
+
+
+def fold(body: torch.Tensor, sizes: tuple[int, ...], keep: int, kind: str, acc: torch.dtype) -> torch.Tensor:
+    """``sum``/``prod``/``max``/``min`` of ``body`` (broadcast to ``sizes``) over its axes after the first ``keep``."""
+    if keep == len(sizes):
         return body
-    flat = body.reshape((*dom.sizes[:keep], -1))
-    if op.kind == "sum":
+    flat = body.reshape((*sizes[:keep], -1))
+    if kind == "sum":
         return flat.sum(dim=-1, dtype=acc)
-    if op.kind == "prod":
+    if kind == "prod":
         return flat.prod(dim=-1, dtype=acc)
-    return flat.amax(dim=-1) if op.kind == "max" else flat.amin(dim=-1)
+    return flat.amax(dim=-1) if kind == "max" else flat.amin(dim=-1)
 
 
 def checked(frame: _Frame, bad: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from paged_support import paged_decode
 
 import arke
 from arke.ir import semantic as S
@@ -41,17 +42,7 @@ kernel grid(x: f32[M, N], a: i64, b: i64) -> f32 {
 kernel blocks(t: i32[B, MB], v: f32[NB, P]) -> f32[B] {
   return sum(v[t[b, j / P], j % P] for j)
 }
-kernel paged(q: f32[B, H, E], kc: f32[NB, G, P, E], vc: f32[NB, G, P, E], blk: i32[B, MB],
-             lens: i64[B]) -> f32[B, H, E]
-  where H % G == 0
-{
-  let R = H / G
-  s[b, h, j] = sum(q[b, h, e] * kc[blk[b, j / P], h / R, j % P, e] for e) / sqrt(f32(E))
-  mx[b, h] = max(s[b, h, j] for j < lens[b])
-  p[b, h, j] = exp(s[b, h, j] - mx[b, h])
-  return sum(p[b, h, j] * vc[blk[b, j / P], h / R, j % P, e] for j < lens[b]) / sum(p[b, h, j] for j < lens[b])
-}
-"""
+""" + paged_decode("paged")
 
 
 @pytest.fixture(scope="module")

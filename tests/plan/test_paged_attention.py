@@ -7,22 +7,13 @@ from __future__ import annotations
 
 import pytest
 from codegen_support import text_module
+from paged_support import paged_decode
 
 from arke.plan.attention import KEY, Attention
 from arke.plan.dispatch import make_plan
 from arke.targets import base as targets
 
-PAGED = """
-kernel paged_decode(q: f32[B, H, E], kc: f32[NB, G, P, E], vc: f32[NB, G, P, E], blk: i32[B, MB],
-                    lens: i64[B]) -> f32[B, H, E]
-  where H % G == 0
-{
-  let R = H / G
-  s[b, h, j] = sum(q[b, h, e] * kc[blk[b, j / P], h / R, j % P, e] for e) / sqrt(f32(E))
-  mx[b, h] = max(s[b, h, j] for j < lens[b])
-  p[b, h, j] = exp(s[b, h, j] - mx[b, h])
-  return sum(p[b, h, j] * vc[blk[b, j / P], h / R, j % P, e] for j < lens[b]) / sum(p[b, h, j] for j < lens[b])
-}
+PAGED = paged_decode() + """
 kernel paged_prefill(q: f32[B, T, H, E], kc: f32[NB, G, P, E], vc: f32[NB, G, P, E], blk: i32[B, MB],
                      lens: i64[B]) -> f32[B, T, H, E]
   where H % G == 0

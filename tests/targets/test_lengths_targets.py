@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from codegen_support import RUNNABLE, assert_conforms, build, seeded, text_module
 from gpu_support import ARCHS, assert_assembles_without_spills
+from paged_support import paged_decode
 
 from arke.targets.cuda import nvrtc
 from arke.targets.cuda.render import RENDERER
@@ -32,17 +33,7 @@ kernel stats(x: f32[M, N], n: i64[M], k: i64) -> (s: f32[M], avg: f32[M], hi: f3
 kernel gathered(x: f32[M, N], idx: i32[M, N], n: i32[M]) -> y: f32[M] {
   y[m] = sum(x[m, idx[m, j]] * 2.0 for j < n[m])
 }
-kernel paged_decode(q: f32[B, H, E], kc: f32[NB, G, P, E], vc: f32[NB, G, P, E], blk: i32[B, MB],
-                    lens: i64[B]) -> f32[B, H, E]
-  where H % G == 0
-{
-  let R = H / G
-  s[b, h, j] = sum(q[b, h, e] * kc[blk[b, j / P], h / R, j % P, e] for e) / sqrt(f32(E))
-  mx[b, h] = max(s[b, h, j] for j < lens[b])
-  p[b, h, j] = exp(s[b, h, j] - mx[b, h])
-  return sum(p[b, h, j] * vc[blk[b, j / P], h / R, j % P, e] for j < lens[b]) / sum(p[b, h, j] for j < lens[b])
-}
-"""
+""" + paged_decode()
 
 ROWS = [(3, 4097), (3, 17), (1, 1)]
 # (B, H, G, E, P, MB, lengths): empty, the whole extent, past it, ragged; 4097 keys in the last
