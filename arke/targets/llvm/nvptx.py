@@ -25,15 +25,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import sympy
+
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.plan.dispatch import Dispatch, KernelPlan
-from arke.targets.artifact import Artifact, UnsupportedError
+from arke.targets.artifact import Artifact
 from arke.targets.llvm.declarations import Declarations
 from arke.targets.llvm.function import LLVMFunction
 from arke.targets.llvm.lib import float_const
 from arke.targets.llvm.nvptx_math import FUNCTIONS, nvptx_math
 from arke.targets.llvm.scalar import FLOAT_INTRINSIC
+from arke.targets.llvm.scan import ScanFunction
 from arke.targets.nvidia.simt import BLOCK, SIMTRenderer, element_count, per_element_kernels
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -47,18 +50,10 @@ class NVPTXFunction(LLVMFunction):
         super().__init__(plan, dispatch, name, declare, vector_bits=32)
 
     def render(self) -> str:
-        if isinstance(self.op, ir.ScanOp):  # one thread per element cannot carry a scan's running value
-            raise UnsupportedError(f"`{self.plan.name}`: the llvm target's GPU flavour (arch) does not lower scans; "
-                                   "build it for cuda or triton")
+        assert not isinstance(self.op, ir.ScanOp), "a scan is NVPTXScanFunction's"
         axes = [a.name for a in self.op.axes]
         total = self.parallel_extent = element_count(self.op)
-        self.start_error_flag()
-        for s in _SREG:
-            self.declare(f"declare i32 @llvm.nvvm.read.ptx.sreg.{s}.x()")
-            self.prologue.append(f"  %{s}32 = call i32 @llvm.nvvm.read.ptx.sreg.{s}.x()")
-            self.prologue.append(f"  %{s} = zext i32 %{s}32 to i64")
-        self.prologue.append("  %gbase = mul i64 %ctaid, %ntid")
-        self.prologue.append("  %gid = add i64 %gbase, %tid")
+        self.thread_id()
         n = self.dim(total)
         inside = self.let(f"icmp slt i64 %gid, {n}")
 
@@ -74,6 +69,16 @@ class NVPTXFunction(LLVMFunction):
 
         self.branch(inside, element)
         return self.text()
+
+    def thread_id(self) -> None:
+        """Start the error flag and compute ``%gid``, the thread's number in the grid."""
+        self.start_error_flag()
+        for s in _SREG:
+            self.declare(f"declare i32 @llvm.nvvm.read.ptx.sreg.{s}.x()")
+            self.prologue.append(f"  %{s}32 = call i32 @llvm.nvvm.read.ptx.sreg.{s}.x()")
+            self.prologue.append(f"  %{s} = zext i32 %{s}32 to i64")
+        self.prologue.append("  %gbase = mul i64 %ctaid, %ntid")
+        self.prologue.append("  %gid = add i64 %gbase, %tid")
 
     def text(self) -> str:
         params = ", ".join(f"ptr addrspace(1) noalias %g{self.ptr[b][2:]}" for b in self.args)
@@ -130,6 +135,38 @@ class NVPTXFunction(LLVMFunction):
 assert {"log", "log2", "sin", "cos"} <= set(FUNCTIONS) and {"log", "log2", "sin", "cos"} <= set(FLOAT_INTRINSIC)
 
 
+class NVPTXScanFunction(NVPTXFunction, ScanFunction):
+    """Emits one scan dispatch as a PTX kernel: one thread per row, the row scanned in sequence.
+
+    A row is a point of the scan's other axes (the thread's number, decomposed row-major); the
+    thread walks the scanned axis from position 0 with :class:`~arke.targets.llvm.scan.ScanFunction`'s
+    step (one rounding per operation, no fused multiply-add), so every row is the interpreter's
+    own sequence of operations and the results do not depend on the launch shape. Linear in the
+    size; neighbouring threads hold neighbouring rows, so a scan along an earlier axis reads
+    coalesced columns.
+    """
+
+    def render(self) -> str:
+        op = self.op
+        assert isinstance(op, ir.ScanOp)
+        outer = [a.name for a in op.axes if a.name != op.axis]
+        total = sympy.Integer(1)
+        for a in outer:
+            total = total * self.extent[a]
+        self.parallel_extent = total
+        self.thread_id()
+        inside = self.let(f"icmp slt i64 %gid, {self.dim(total)}")
+        self.branch(inside, lambda: self.rows([self.unflatten(outer, "%gid") if outer else {}]))
+        return NVPTXFunction.text(self)
+
+
+def _function(plan: KernelPlan, d: Dispatch, name: str, declare: Callable[[str], None]) -> NVPTXFunction:
+    """A dispatch's emitter: a scan's own (one thread per row), else one thread per element."""
+    if isinstance(d.op, ir.ScanOp):
+        return NVPTXScanFunction(plan, d, name, declare)
+    return NVPTXFunction(plan, d, name, declare)
+
+
 class NVPTXRenderer(SIMTRenderer):
     """Renders a kernel plan to an LLVM IR module for NVIDIA GPUs (``nvptx64-nvidia-cuda``)."""
 
@@ -139,7 +176,7 @@ class NVPTXRenderer(SIMTRenderer):
         declare = Declarations()  # one line per symbol in the module
 
         functions, launches = per_element_kernels(
-            plan, "NVPTXRenderer", lambda d, name: NVPTXFunction(plan, d, name, declare))
+            plan, "NVPTXRenderer", lambda d, name: _function(plan, d, name, declare))
         source = "\n\n".join([f"; arke kernel {plan.name} (NVPTX)", f'target triple = "{TRIPLE}"',
                               *declare.lines(), *functions]) + "\n"
         return Artifact("llvm-nvptx", source, tuple(launches), {"block": str(BLOCK), "triple": TRIPLE})
