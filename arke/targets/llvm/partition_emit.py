@@ -290,7 +290,12 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
         self.label(f"b.{tag}")
         self.current[axis] = j
         self.lane_start, self.lane_mask = j, self.vec.lanes_below(j, hi)
-        self.jvec = self.let(f"add {self.vec.ty('i64')} {self.vec.splat(j, 'i64')}, {self.vec.iota('i64')}")
+        # lanes past the piece's end repeat its last point: computed lane by lane, they are checked too
+        t = self.vec.ty("i64")
+        lanes = self.let(f"add {t} {self.vec.splat(j, 'i64')}, {self.vec.iota('i64')}")
+        end = self.vec.splat(self.let(f"sub i64 {hi}, 1"), "i64")
+        inside = self.let(f"icmp slt {t} {lanes}, {end}")
+        self.jvec = self.let(f"select {self.vec.ty('i1')} {inside}, {t} {lanes}, {t} {end}")
         value = self.vector(op.body)
         out = self.buffer(op.result)
         at = self.let(f"add i64 {self.row(out, [ir.Idx(a.name) for a in op.axes[:-1]])}, {j}")
