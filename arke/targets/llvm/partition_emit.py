@@ -20,6 +20,7 @@ a comparison bound to its piece's scalar, ``x % m`` as ``x - q·m``, masked load
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from arke.ir import semantic as ir
@@ -103,9 +104,8 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
             self.body = saved
         else:
             setup = self.setup(lo, hi)
-        for k in range(len(setup.bounds) - 1):
-            a, b = setup.bounds[k], setup.bounds[k + 1]
-            self.branch(self.let(f"icmp slt i64 {a}, {b}"), lambda a=a, b=b: self.piece(a, b, setup))
+        for a, b in zip(setup.bounds, setup.bounds[1:]):
+            self.branch(self.let(f"icmp slt i64 {a}, {b}"), functools.partial(self.piece, a, b, setup))
 
     def setup(self, lo: str, hi: str) -> _Setup:
         """The pieces' bounds and each wrap's quotient at ``lo`` (straight-line code that cannot fail)."""
@@ -150,7 +150,7 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
         self.bound = {c: self.expr(c) for c in p.conditions}  # one value over the piece
         fast, uni, q = s.positive, {}, {}
         for node, w in p.wraps.items():
-            q0, w0, w1, m = s.wraps[node]
+            q0, w0, w1, _ = s.wraps[node]
             crossed = self.let(f"zext i1 {self.let(f'icmp sge i64 {lo}, {w0}')} to i64")
             q[node] = self.let(f"{'add' if w.a == 1 else 'sub'} i64 {q0}, {crossed}")
             uni[node] = self.let(f"icmp sle i64 {hi}, {w1}")
