@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import sympy
+
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.passes.rewrite import map_expr
@@ -49,16 +51,19 @@ class Partition:
     it reads as contiguous vectors (with every path to each, so it can tell a piece where one is dead)."""
 
     axis: str
-    conditions: dict[ir.SExpr, tuple[ir.SExpr, ...]] = field(default_factory=dict)  # comparison -> breakpoints
+    conditions: dict[ir.SExpr, tuple[sympy.Expr, ...]] = field(default_factory=dict)  # comparison -> breakpoints
+    # max/min of the axis and a plain value -> (the comparison that says which, whether it says the axis' side)
+    choices: dict[ir.SExpr, tuple[ir.Binary, bool]] = field(default_factory=dict)
     wraps: dict[ir.SExpr, Wrap] = field(default_factory=dict)
     loads: dict[ir.SExpr, list[Path]] = field(default_factory=dict)  # contiguous loads -> where they occur
     wrap_paths: dict[ir.SExpr, list[Path]] = field(default_factory=dict)
     contained: set[ir.SExpr] = field(default_factory=set)  # wraps met only inside contiguous loads' subscripts
     outside: set[ir.SExpr] = field(default_factory=set)  # wraps met elsewhere too
 
-    def breakpoints(self) -> list[ir.SExpr]:
-        """Every breakpoint (a wrap's is its first wrap after the start, :mod:`.partition_emit`'s), deduplicated."""
-        out: list[ir.SExpr] = []
+    def breakpoints(self) -> list[sympy.Expr]:
+        """The comparisons' breakpoints (in dims and ``%idx.<name>`` for outer indices), deduplicated (a
+        wrap's first wrap after the start is another, :mod:`.partition_emit`'s)."""
+        out: list[sympy.Expr] = []
         for bps in self.conditions.values():
             out += [b for b in bps if b not in out]
         return out
@@ -84,6 +89,23 @@ def plain(e: ir.SExpr, axis: str) -> bool:
         return e.op in ("add", "sub", "mul", "max", "min") and e.dtype == DType.I64 and \
             plain(e.a, axis) and plain(e.b, axis)
     return False
+
+
+def symbolic(e: ir.SExpr) -> sympy.Expr:
+    """A :func:`plain` expression as a sympy expression: dims as they are, outer index ``i`` as ``%idx.i``
+    (equal breakpoints are then found equal, however they were written)."""
+    if isinstance(e, ir.Const):
+        return sympy.Integer(int(e.value))
+    if isinstance(e, ir.DimRef):
+        return sympy.sympify(e.dim)
+    if isinstance(e, ir.Idx):
+        return sympy.Symbol(f"%idx.{e.name}", integer=True)
+    if isinstance(e, ir.Unary):
+        return -symbolic(e.x)
+    assert isinstance(e, ir.Binary)
+    a, b = symbolic(e.a), symbolic(e.b)
+    return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+            "max": lambda: sympy.Max(a, b), "min": lambda: sympy.Min(a, b)}[e.op]()
 
 
 def at_zero(e: ir.SExpr, axis: str) -> ir.SExpr:
@@ -125,6 +147,9 @@ def coefficient(e: ir.SExpr, p: Partition) -> int | None:
     if e in p.wraps:
         assert isinstance(e, ir.Binary)
         return 0 if e.op != "mod" else coefficient(e.a, p)
+    if e in p.choices:
+        assert isinstance(e, ir.Binary)
+        return coefficient(e.a if p.choices[e][1] else e.b, p)
     if isinstance(e, ir.Cast) and e.dtype == DType.I64 and e.x.dtype == DType.I64:
         return coefficient(e.x, p)
     if isinstance(e, ir.Unary) and e.op == "neg" and e.dtype == DType.I64:
@@ -143,18 +168,17 @@ def coefficient(e: ir.SExpr, p: Partition) -> int | None:
     return None
 
 
-def _condition(e: ir.Binary, axis: str) -> tuple[ir.SExpr, ...] | None:
+def _condition(e: ir.Binary, axis: str) -> tuple[sympy.Expr, ...] | None:
     """The breakpoints of ``L op R`` when ``L - R`` is ``±axis + plain``: where its value may change."""
     if e.a.dtype != DType.I64 or e.b.dtype != DType.I64:
         return None
     ca, cb = pure_coefficient(e.a, axis), pure_coefficient(e.b, axis)
     if ca is None or cb is None or ca - cb not in (1, -1):
         return None
-    l0, r0 = at_zero(e.a, axis), at_zero(e.b, axis)
+    l0, r0 = symbolic(at_zero(e.a, axis)), symbolic(at_zero(e.b, axis))
     # L - R = a·d + (l0 - r0): `d op t` with t = r0 - l0 (a = 1), or `d flip(op) t` with t = l0 - r0
-    op, t = (e.op, ir.Binary("sub", r0, l0, DType.I64)) if ca - cb == 1 else \
-        (_FLIP[e.op], ir.Binary("sub", l0, r0, DType.I64))
-    after = ir.Binary("add", t, ir.Const(1, DType.I64), DType.I64)
+    op, t = (e.op, sympy.expand(r0 - l0)) if ca - cb == 1 else (_FLIP[e.op], sympy.expand(l0 - r0))
+    after = t + 1
     return {"lt": (t,), "ge": (t,), "le": (after,), "gt": (after,)}.get(op, (t, after))
 
 
@@ -165,6 +189,20 @@ def _wrap(e: ir.Binary, axis: str, lanes: int) -> Wrap | None:
         return None  # a short constant period: LLVM's own vector code divides by it cheaply
     a = pure_coefficient(e.a, axis)
     return Wrap(e, a, at_zero(e.a, axis), e.b) if a in (1, -1) else None
+
+
+def _choice(e: ir.Binary, p: Partition) -> None:
+    """``max(A, B)`` (``min``) with one side ``±axis + plain`` and the other plain: one side per piece."""
+    if e.dtype != DType.I64 or sum(_has(s, p.axis) for s in (e.a, e.b)) != 1:
+        return
+    main, other = (e.a, e.b) if _has(e.a, p.axis) else (e.b, e.a)
+    if pure_coefficient(main, p.axis) not in (1, -1) or not plain(other, p.axis):
+        return
+    which = ir.Binary("ge" if e.op == "max" else "le", e.a, e.b, DType.BOOL)  # true: A is the value
+    bps = _condition(which, p.axis)
+    if bps is not None:
+        p.conditions[which] = bps
+        p.choices[e] = (which, main is e.a)
 
 
 def uniform(e: ir.SExpr, p: Partition) -> bool:
@@ -199,6 +237,8 @@ def analyse(op: ir.MapOp, lanes: int) -> Partition | None:
             w = _wrap(x, axis, lanes)
             if w is not None:
                 p.wraps[x] = w
+        elif isinstance(x, ir.Binary) and x.op in ("max", "min") and _has(x, axis) and x not in p.choices:
+            _choice(x, p)
     if not (p.conditions or p.wraps):
         return None
     if p.count() > MAX_BREAKPOINTS:

@@ -23,10 +23,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+import sympy
+
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, equal
 from arke.plan.dispatch import Buffer, Dispatch, KernelPlan
+from arke.targets.artifact import UnsupportedError
+from arke.targets.llvm.convert import FLOAT16, narrow, widen
 from arke.targets.llvm.function import LLVMFunction
 from arke.targets.llvm.partition import Partition, Wrap, analyse
 from arke.targets.llvm.scalar import STORAGE
@@ -74,6 +78,7 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
         self._q: dict[ir.SExpr, str] = {}  # per piece: each wrap's quotient at its start ...
         self._uni: dict[ir.SExpr, str] = {}  # ... whether it holds to the end ...
         self._m: dict[ir.SExpr, str] = {}  # ... and the divisor (1 where it is not positive)
+        self._main: dict[ir.SExpr, str] = {}  # per piece: whether a max/min is its axis' side
 
     def leaf(self) -> ir.Load:
         return self._none
@@ -95,8 +100,9 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
 
     def pieces(self, lo: str, hi: str) -> None:
         p = self.part
-        exprs = [*p.breakpoints(), *(x for w in p.wraps.values() for x in (w.b, w.m))]
-        per_call = not any(isinstance(x, ir.Idx) for e in exprs for x in ir.walk(e))
+        exprs = [x for w in p.wraps.values() for x in (w.b, w.m)]
+        per_call = not any(isinstance(x, ir.Idx) for e in exprs for x in ir.walk(e)) and \
+            not any(str(s).startswith("%idx.") for b in p.breakpoints() for s in b.free_symbols)
         if per_call:  # dims only: once per call, in the entry block
             saved, self.body = self.body, []
             setup = self.setup(lo, hi)
@@ -104,13 +110,27 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
             self.body = saved
         else:
             setup = self.setup(lo, hi)
-        for a, b in zip(setup.bounds, setup.bounds[1:]):
-            self.branch(self.let(f"icmp slt i64 {a}, {b}"), functools.partial(self.piece, a, b, setup))
+        # the pieces in a loop over a table of bounds: one copy of the vector body and of the generic one
+        n = len(setup.bounds)
+        self.loops_made += 1
+        table = f"%pieces.{self.loops_made}"
+        self.prologue.append(f"  {table} = alloca [{n} x i64]")
+        for k, b in enumerate(setup.bounds):
+            self.emit(f"store i64 {b}, ptr {self.let(f'getelementptr inbounds i64, ptr {table}, i64 {k}')}")
+
+        def one() -> None:
+            k = self.current["%piece"]
+            lo = self.let(f"load i64, ptr {self.let(f'getelementptr inbounds i64, ptr {table}, i64 {k}')}")
+            k1 = self.let(f"add i64 {k}, 1")
+            hi = self.let(f"load i64, ptr {self.let(f'getelementptr inbounds i64, ptr {table}, i64 {k1}')}")
+            self.branch(self.let(f"icmp slt i64 {lo}, {hi}"), functools.partial(self.piece, lo, hi, setup))
+
+        self.loop("%piece", "0", str(n - 1), one)
 
     def setup(self, lo: str, hi: str) -> _Setup:
         """The pieces' bounds and each wrap's quotient at ``lo`` (straight-line code that cannot fail)."""
         s = _Setup()
-        points = [self.expr(b) for b in self.part.breakpoints()]
+        points = [self.symbolic(b) for b in self.part.breakpoints()]
         for node, w in self.part.wraps.items():
             m = self.expr(w.m)
             pos = self.let(f"icmp sgt i64 {m}, 0")
@@ -129,6 +149,24 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
                 points[j], points[j + 1] = self.imin(points[j], points[j + 1]), self.imax(points[j], points[j + 1])
         s.bounds = [lo, *points, hi]
         return s
+
+    def symbolic(self, e: sympy.Expr) -> str:
+        """A breakpoint's value: outer indices ``%idx.<name>`` from the loops, the rest as dims."""
+        if not any(str(s).startswith("%idx.") for s in e.free_symbols) and not e.has(sympy.Max, sympy.Min):
+            return self.dim(e)
+        if isinstance(e, sympy.Symbol):
+            return self.current[str(e)[len("%idx."):]]
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:  # i * i
+            e = sympy.Mul(*[e.base] * int(e.exp), evaluate=False)
+        if type(e) not in (sympy.Add, sympy.Mul, sympy.Max, sympy.Min):  # plain() makes no other
+            raise UnsupportedError(f"breakpoint {e} cannot be computed on this target")
+        kind = {sympy.Add: "add", sympy.Mul: "mul", sympy.Max: "max", sympy.Min: "min"}[type(e)]
+        values = [self.symbolic(a) for a in e.args]
+        out = values[0]
+        for v in values[1:]:
+            out = self.imax(out, v) if kind == "max" else self.imin(out, v) if kind == "min" else \
+                self.let(f"{kind} i64 {out}, {v}")
+        return out
 
     def floor_divide(self, a: str, m: str) -> tuple[str, str]:
         """Python's ``a // m`` and ``a % m`` for ``m > 0``."""
@@ -166,11 +204,19 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
                 ok = self.let(f"or i1 {ok}, {dead}")
             fast = self.let(f"and i1 {fast}, {ok}")
         self._live = {e: self.live(paths) for e, paths in p.loads.items()}
+        self._main = {c: (self.bound[which] if on_a else self.let(f"xor i1 {self.bound[which]}, true"))
+                      for c, (which, on_a) in p.choices.items()}
         last = self.let(f"sub i64 {hi}, 1")
         for e in p.loads:
             assert isinstance(e, ir.Load)
             buf = self.buffer(e.src)
             sub = e.indices[-1]
+            sides = [self._main[x] for x in ir.walk(sub) if x in p.choices]
+            if sides:  # read along the axis only where each max/min is its axis' side, else unused here
+                along = self._live[e]
+                for side in sides:
+                    along = self.let(f"and i1 {along}, {side}")
+                fast = self.let(f"and i1 {fast}, {self.let(f'icmp eq i1 {along}, {self._live[e]}')}")
             if sub == ir.Idx(axis) and equal(buf.shape[-1], self.extent[axis]) is True:
                 continue  # the axis itself: in range
             mn, mx = self.interval(sub, lo, last)
@@ -222,6 +268,12 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
             u, qm, top = self._uni[e], self._qm[e], self.let(f"sub i64 {self._m[e]}, 1")
             return (self.let(f"select i1 {u}, i64 {self.let(f'sub i64 {amn}, {qm}')}, i64 0"),
                     self.let(f"select i1 {u}, i64 {self.let(f'sub i64 {amx}, {qm}')}, i64 {top}"))
+        if e in self.part.choices:
+            assert isinstance(e, ir.Binary)
+            on_a = self.part.choices[e][1]
+            mn, mx = self.interval(e.a if on_a else e.b, lo, last)
+            v, side = self.expr(e.b if on_a else e.a), self._main[e]
+            return (self.let(f"select i1 {side}, i64 {mn}, i64 {v}"), self.let(f"select i1 {side}, i64 {mx}, i64 {v}"))
         if isinstance(e, ir.Cast):
             return self.interval(e.x, lo, last)
         if isinstance(e, ir.Unary):  # neg
@@ -257,6 +309,9 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
                 return 0, self._q[e]
             c, o = self.affine(w.node.a)
             return c, self.let(f"sub i64 {o}, {self._qm[e]}")
+        if e in self.part.choices:  # its axis' side (elsewhere the load is masked off)
+            assert isinstance(e, ir.Binary)
+            return self.affine(e.a if self.part.choices[e][1] else e.b)
         if isinstance(e, ir.Cast):
             return self.affine(e.x)
         if isinstance(e, ir.Unary):
@@ -329,6 +384,24 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
             t = self.vec.ty("i64")
             return self.let(f"sub {t} {self.vector(e.a)}, {self.vec.splat(qm, 'i64')}"), True
         return super().vexpr(e)
+
+    def _v_Unary(self, e: ir.Unary) -> str | None:
+        if e.op in ("sigmoid", "silu") and e.dtype.is_float:  # the scalar form's steps on every lane
+            t, x = self.vtype(e.dtype), self.vector(e.x)
+            d = self.let(f"fadd {t} splat (float 1.0), {self.vec.exp(self.let(f'fneg {t} {x}'))}")
+            return self.let(f"fdiv {t} {'splat (float 1.0)' if e.op == 'sigmoid' else x}, {d}")
+        return super()._v_Unary(e)
+
+    def _v_Cast(self, e: ir.Cast) -> str | None:
+        if e.dtype in (DType.F16, DType.BF16) and e.x.dtype.is_float:  # rounded to 16 bits and back, whole
+            kind, t = FLOAT16[e.dtype], self.vec.ty("i16")
+            down, down_def = narrow(kind, self.vec.w)
+            up, up_def = widen(kind, self.vec.w)
+            self.declare(down_def)
+            self.declare(up_def)
+            bits = self.let(f"call {t} {down}({self.vec.f} {self.vector(e.x)})")
+            return self.let(f"call {self.vec.f} {up}({t} {bits})")
+        return super()._v_Cast(e)
 
     def _v_Load(self, e: ir.Load) -> str | None:
         if e not in self.part.loads or self.lane_start is None or self.lane_mask is None:
