@@ -45,6 +45,13 @@ kernel shift_right(x: f32[N]) -> y: f32[N] { y[i] = x[(i + N - 1) % N] if i > 0 
 kernel left_pad(x: f32[M, N], w: f32[P]) -> y: f32[M, N] {
   y[i, j] = x[i, (j + N - P) % N] if j >= P else 0.0
 }
+kernel causal_conv(x: f32[C, L], w: f32[C, 4]) -> y: f32[C, L] {
+  y[c, l] = silu(sum(w[c, k] * (x[c, max(l + k - 3, 0)] if l + k >= 3 else 0.0) for k))
+}
+kernel clamped(x: f32[M, N]) -> y: f32[M, N] { y[i, j] = x[i, min(j + 2, N - 1)] - x[i, max(j - 2, 0)] }
+kernel gates(x: f32[M, N], a: f32[A], b: f32[B]) -> y: f32[M, N] {
+  y[i, j] = silu(x[i, j]) if j < max(A, B) else sigmoid(x[i, j]) * f32(j)
+}
 kernel unguarded(x: f32[M, N]) -> y: f32[M, N] { y[i, j] = x[i, j - 1] if j > 0 else 0.0 }
 kernel by_dim(x: f32[M, N], s: f32[S]) -> y: f32[M, N] { y[i, j] = x[i, j % (S - 2)] }
 """
@@ -107,6 +114,23 @@ def test_a_map_of_one_index(n: int) -> None:
 def test_a_padded_window(n: int, p: int) -> None:
     rng = seeded("pad", n, p)
     run("left_pad", normal(rng, 2, n), normal(rng, p))
+
+
+@pytest.mark.parametrize(("c", "l"), [(3, 4097), (2, 3), (2, 1), (5, 20)])
+def test_a_causal_window(c: int, l: int) -> None:
+    rng = seeded("conv", c, l)
+    run("causal_conv", normal(rng, c, l), normal(rng, c, 4))
+
+
+@pytest.mark.parametrize(("m", "n"), [(2, 4097), (3, 3), (2, 1), (1, 5), (2, 40)])
+def test_clamped_subscripts(m: int, n: int) -> None:
+    run("clamped", normal(seeded("clamped", m, n), m, n))
+
+
+@pytest.mark.parametrize(("n", "a", "b"), [(40, 7, 30), (4097, 3000, 5), (3, 1, 2)])
+def test_activations_on_either_side(n: int, a: int, b: int) -> None:
+    rng = seeded("gates", n, a, b)
+    run("gates", normal(rng, 2, n), normal(rng, a), normal(rng, b))
 
 
 def test_a_guarded_negative_subscript_is_still_an_error() -> None:
