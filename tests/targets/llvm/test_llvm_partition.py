@@ -31,6 +31,9 @@ kernel rotary(x: bf16[T, D], cos: f32[T, D], sin: f32[T, D]) -> bf16[T, D] where
   let half = D / 2
   return bf16(f32(x[t, d]) * cos[t, d] + (-1.0 if d < half else 1.0) * f32(x[t, (d + half) % D]) * sin[t, d])
 }
+kernel rotary_half(x: f16[T, D], cos: f16[T, R], sin: f16[T, R]) -> f16[T, D] where R <= D {
+  return x[t, d] * cos[t, d % R] + x[t, (d + R / 2) % R] * sin[t, d % R] if d < R else x[t, d]
+}
 kernel roll(x: f32[M, N], s: f32[S]) -> y: f32[M, N] { y[i, j] = x[i, (j + S) % N] }
 kernel mirror(x: f32[M, N], s: f32[S]) -> y: f32[M, N] { y[i, j] = x[i, (S - j) % N] }
 kernel group_scale(x: f32[M, K], g: f32[M, KG]) -> y: f32[M, K] where K % KG == 0 {
@@ -79,6 +82,12 @@ def test_full_rotary_bf16(t: int, d: int) -> None:
     run("rotary", normal(rng, t, d, dtype=DType.BF16), normal(rng, t, d), normal(rng, t, d))
 
 
+@pytest.mark.parametrize(("t", "d", "r"), [(2, 80, 32), (3, 4097, 33), (1, 3, 3)])
+def test_partial_rotary_f16(t: int, d: int, r: int) -> None:
+    rng = seeded("rotary_half", t, d, r)
+    run("rotary_half", *(normal(rng, t, n, dtype=DType.F16) for n in (d, r, r)))
+
+
 @pytest.mark.parametrize(("m", "n", "s"), [(3, 4097, 5), (2, 3, 7), (2, 40, 40), (3, 17, 100)])
 def test_divisors_and_offsets_from_dims(m: int, n: int, s: int) -> None:
     rng = seeded("roll", m, n, s)
@@ -116,10 +125,10 @@ def test_a_padded_window(n: int, p: int) -> None:
     run("left_pad", normal(rng, 2, n), normal(rng, p))
 
 
-@pytest.mark.parametrize(("c", "l"), [(3, 4097), (2, 3), (2, 1), (5, 20)])
-def test_a_causal_window(c: int, l: int) -> None:
-    rng = seeded("conv", c, l)
-    run("causal_conv", normal(rng, c, l), normal(rng, c, 4))
+@pytest.mark.parametrize(("c", "length"), [(3, 4097), (2, 3), (2, 1), (5, 20)])
+def test_a_causal_window(c: int, length: int) -> None:
+    rng = seeded("conv", c, length)
+    run("causal_conv", normal(rng, c, length), normal(rng, c, 4))
 
 
 @pytest.mark.parametrize(("m", "n"), [(2, 4097), (3, 3), (2, 1), (1, 5), (2, 40)])
