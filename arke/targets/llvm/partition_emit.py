@@ -115,8 +115,11 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
         self.loops_made += 1
         table = f"%pieces.{self.loops_made}"
         self.prologue.append(f"  {table} = alloca [{n} x i64]")
+        lines = self.prologue if per_call else self.body
         for k, b in enumerate(setup.bounds):
-            self.emit(f"store i64 {b}, ptr {self.let(f'getelementptr inbounds i64, ptr {table}, i64 {k}')}")
+            self.n += 1
+            lines.append(f"  %t{self.n} = getelementptr inbounds i64, ptr {table}, i64 {k}")
+            lines.append(f"  store i64 {b}, ptr %t{self.n}")
 
         def one() -> None:
             k = self.current["%piece"]
