@@ -292,4 +292,8 @@ def function_for(plan: KernelPlan, dispatch: Dispatch, name: str, declare: Calla
         from arke.targets.llvm.scan import ScanFunction
 
         return ScanFunction(plan, dispatch, name, declare, vector_bits)
-    return LLVMFunction(plan, dispatch, name, declare, vector_bits)
+    from arke.targets.llvm.partition_emit import partitioned_function
+
+    # a map indexing its vector axis through `%`, `/` or comparisons: pieces of vector code
+    return partitioned_function(plan, dispatch, name, declare, vector_bits) or \
+        LLVMFunction(plan, dispatch, name, declare, vector_bits)
