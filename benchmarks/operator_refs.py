@@ -284,6 +284,9 @@ OPERATORS: tuple[Operator, ...] = (
     # 8 experts, top 2, plus a shared one, 64 tokens of 512
     Operator("moe top-2 + shared", "moe_shared", moe_make, moe_ref, {"T": 64, "D": 512, "E": 8, "F_": 1024},
              {"T": 5, "D": 17, "E": 4, "F_": 9}),
+    # the same, each expert run on its routed tokens only (row conditions)
+    Operator("moe routed + shared", "moe_routed", moe_make, moe_ref, {"T": 64, "D": 512, "E": 8, "F_": 1024},
+             {"T": 5, "D": 17, "E": 4, "F_": 9}),
     # greedy decoding over a 32k vocabulary, a batch of 16
     Operator("greedy argmax", "greedy_argmax", argmax_make, argmax_ref, {"T": 16, "V": 32000}, {"T": 3, "V": 33},
              exact=True),

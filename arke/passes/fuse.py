@@ -12,7 +12,10 @@ tensors), and a call's arguments are whole tensors, so a producer read by a cont
 call stays. A function result stays (it must be stored). A map that *reads* a contract's
 result is not folded either: it is the contract's epilogue (bias, activation, gating),
 which the codegen recognises and runs on the contract's accumulator tile — unless its one
-reader is a map that reads it element for element, which then becomes the epilogue.
+reader is a map that reads it element for element, which then becomes the epilogue, and the
+epilogue is not a *row condition* (``sum(...) if routed[t, e] else 0.0``: a select whose condition
+reads no contract nor the last index, one branch reading the contract; the codegen may then skip the
+rows where it is false, :mod:`arke.plan.contraction`), which stays where it is.
 
 **Profitable** (the pass folds only then):
 
@@ -79,7 +82,7 @@ def fuse_elementwise(fn: S.Function) -> S.Function:
         # its one reader only when that reader is an elementwise map that reads it element for
         # element: the reader then is the epilogue (GPT-2's h = x @ w + b, then g = gelu(h))
         if any(isinstance(n, S.Load) and n.src in contracts for n in walk(producer.body)) and \
-                not _extends_epilogue(producer, list(readers.values())):
+                (row_condition(producer, contracts) or not _extends_epilogue(producer, list(readers.values()))):
             continue
         if not should_fold(producer, list(readers.values())):
             continue
@@ -114,6 +117,21 @@ def _extends_epilogue(producer: S.MapOp, consumers: list[S.Op]) -> bool:
         return False
     same = tuple(S.Idx(a.name) for a in consumer.axes)
     return all(load.indices == same for load in _loads_of(consumer, producer.result))
+
+
+def row_condition(producer: S.MapOp, contracts: set[str]) -> bool:
+    """Whether ``producer`` is ``a if c else b`` with exactly one of ``a``, ``b`` reading a contract, and
+    ``c`` reading none and not the last index: a contract's epilogue that says which rows need their sums."""
+    body = producer.body
+    if not isinstance(body, S.Select) or not producer.axes:
+        return False
+
+    def reads(e: S.SExpr) -> bool:
+        return any(isinstance(n, S.Load) and n.src in contracts for n in walk(e))
+
+    last = producer.axes[-1].name
+    return (not any(isinstance(n, S.Idx) and n.name == last for n in walk(body.cond))
+            and reads(body.a) != reads(body.b) and not reads(body.cond))
 
 
 def is_cheap(e: S.SExpr) -> bool:

@@ -16,6 +16,14 @@ same element (``+ bias[n]``, ``silu(g) * u``, ``* scale[n]``) and nothing else r
 folded in as the *epilogue*: applied to each finished element, so the raw contraction
 never reaches memory. Anything else stays with the generic loop nest, which is always
 correct.
+
+An epilogue ``acc-expr if cond else other`` (or ``other if cond else acc-expr``) whose condition
+reads only the batch axes and ``m``, and whose other branch does not read the sum, is a **row
+condition** (``rows_when``): a row where it is false needs no sum at all (the routed tokens of
+an expert in a mixture of experts: ``sum(x[t, d] * w[e, f, d] for d) if routed[t, e] else 0.0``).
+A renderer may run the contraction over the rows where it holds only (a grouped product with a
+data-dependent row count per batch entry) and store the other branch elsewhere; one that
+ignores it computes every row and the epilogue selects, with the same result.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from arke.ir import semantic as ir
 from arke.ir import strategy as sir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import equal
+from arke.passes.rewrite import map_expr
 from arke.plan.dispatch import Dispatch, PlanOp, readers
 
 #: Operand storage types the micro-kernels read (converted to f32 as they are loaded or packed).
@@ -52,6 +61,7 @@ class Contraction:
     k: str
     batch: tuple[str, ...]
     epilogue: ir.MapOp | None = None
+    rows_when: ir.SExpr | None = None  # the row condition, in the contraction's axis names (see above)
 
     def plain_a(self) -> ir.Load | None:
         """``a`` as a load the micro-kernel can broadcast from in place (m and k plain subscripts)."""
@@ -152,6 +162,26 @@ def _epilogue(fn: ir.Function, ops: list[PlanOp], start: int, c: Contraction) ->
     return nxt
 
 
+def row_condition(c: Contraction, axes: tuple[ir.Axis, ...], epi: ir.MapOp) -> ir.SExpr | None:
+    """The condition under which a row of ``epi`` (an epilogue of ``c``, whose op has ``axes``) needs
+    its sum, renamed to the contraction's axes; None when the epilogue is not such a select."""
+    body = epi.body
+    if c.m is None or not isinstance(body, ir.Select):
+        return None
+
+    def reads(e: ir.SExpr) -> bool:
+        return any(isinstance(x, ir.Load) and x.src == c.result for x in ir.walk(e))
+
+    if reads(body.cond) or reads(body.a) == reads(body.b):
+        return None
+    cond = body.cond if reads(body.a) else ir.Unary("not", body.cond, DType.BOOL)
+    names = {mine.name: theirs.name for mine, theirs in zip(epi.axes, axes)}
+    rows = {*c.batch, c.m}
+    if any(isinstance(x, ir.Idx) and names.get(x.name) not in rows for x in ir.walk(cond)):
+        return None
+    return map_expr(cond, lambda e: ir.Idx(names[e.name]) if isinstance(e, ir.Idx) else e)
+
+
 def match_contraction(fn: ir.Function, ops: list[PlanOp], start: int,
                       strategy: sir.Strategy | None) -> Dispatch | None:
     """A contraction dispatch at ``ops[start]`` (with its epilogue), or None."""
@@ -164,8 +194,8 @@ def match_contraction(fn: ir.Function, ops: list[PlanOp], start: int,
     epi = _epilogue(fn, ops, start, c)
     if epi is None:
         return Dispatch(op, "contraction", c.n, pattern=c)
-    c = Contraction(c.result, c.a, c.b, c.m, c.n, c.k, c.batch, epi)
+    c = Contraction(c.result, c.a, c.b, c.m, c.n, c.k, c.batch, epi, row_condition(c, op.axes, epi))
     return Dispatch(epi, "contraction", c.n, ops=(op, epi), pattern=c, internal=(op.result,))
 
 
-__all__ = ["Contraction", "contraction_of", "match_contraction"]
+__all__ = ["Contraction", "contraction_of", "match_contraction", "row_condition"]

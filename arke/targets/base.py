@@ -208,6 +208,11 @@ class Target:
         why = self.drops.get(family, {}).get(decision)
         return why or f"{family_words(family)} on `{self.name}` takes no `{decision}`"
 
+    def dispatch_notes(self, dispatch: Dispatch, arch: str | None = None) -> list[str]:
+        """What this target does with ``dispatch`` beyond its decisions (``akc build --explain`` prints
+        them): e.g. the rows of a routed contraction it skips. None by default."""
+        return []
+
     def subject_roles(self, dispatch: Dispatch) -> dict[str, frozenset[str]]:
         """Role -> the indices or operands playing it in ``dispatch`` (:func:`arke.targets.space.subject_roles`;
         a target may add roles of its own)."""

@@ -305,6 +305,7 @@ def explain(target: targets.Target, module: ir.Module, ir_name: str, strategies:
                     if _relevant(d, r, target):
                         lines.append(f"    dropped: {words(d)} — {why}")
             lines.append(f"    takes: {_taken_text(target, r.dispatch, dims, arch)}")
+            lines += [f"    {note}" for note in target.dispatch_notes(r.dispatch, arch)]
         if strategy is not None:
             for g in unhonoured(target, module, ir_name, strategy, arch, name):
                 lines.append(f"  warning[{CODE}]: `{words(g.decision)}` reaches no dispatch: {g.reason}")

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import sympy
 
 from arke.ir import semantic as ir
+from arke.ir.text import sexpr_text
+from arke.plan.contraction import Contraction
 from arke.targets.base import SINGLE, Resource, Target
 from arke.targets.space import Takes, dispatch_family, takes
 
@@ -134,6 +136,12 @@ class LLVMTarget(Target):
 
     def drop_reason(self, decision: str, family: str, arch: str | None = None) -> str:
         return super().drop_reason(decision, family) if arch is None else _GPU_WHY
+
+    def dispatch_notes(self, dispatch: Dispatch, arch: str | None = None) -> list[str]:
+        c = dispatch.pattern
+        if arch is None and isinstance(c, Contraction) and c.rows_when is not None and c.m is not None:
+            return [f"routed: computes the rows where `{sexpr_text(c.rows_when)}` only"]
+        return []
 
     def subject_roles(self, dispatch: Dispatch) -> dict[str, frozenset[str]]:
         roles = super().subject_roles(dispatch)

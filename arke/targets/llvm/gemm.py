@@ -46,7 +46,7 @@ from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import LaunchSpec
 from arke.targets.llvm.declarations import vector_fma
 from arke.targets.llvm.gemm_base import GEMV_ROWS, Blocking
-from arke.targets.llvm.gemm_pack import GemmPacking
+from arke.targets.llvm.gemm_routed import GemmRouted
 from arke.targets.llvm.scalar import STORAGE
 
 #: Vectors across a panel of B (nr = this × lanes).
@@ -96,7 +96,7 @@ def render_contraction(plan: KernelPlan, d: Dispatch, entry: str, declare: Calla
     return text, launch, panel
 
 
-class _Gemm(GemmPacking):
+class _Gemm(GemmRouted):
     """Emits a contraction dispatch: the task loop, packing, micro-kernel calls and epilogue."""
 
     def __init__(self, plan: KernelPlan, d: Dispatch, name: str, declare: Callable[[str], None], blk: Blocking,
@@ -157,10 +157,17 @@ class _Gemm(GemmPacking):
     def scratch_words(self) -> Dim:
         """8-byte words of scratch per worker: packed B block, packed A rows, f32 sum tile, the few
         evaluated rows of A for decode, alignment slack."""
-        floats = self.blk.kc * self.blk.nc + self.a_panel() + self.padded_rows() * self.blk.nc + 32
+        floats = self.list_offset() + 32
+        if self.routed():  # the listed rows of a routed contraction, one i64 each
+            floats += 2 * self.rows()
+        return sympy.floor((floats + 1) / 2)
+
+    def list_offset(self) -> Dim:
+        """Floats of the scratch before a routed contraction's row list (an even count: 8-byte words)."""
+        floats = self.blk.kc * self.blk.nc + self.a_panel() + self.padded_rows() * self.blk.nc
         if self.rows_once:
             floats += GEMV_ROWS * self.extent[self.c.k]
-        return sympy.floor((floats + 1) / 2)
+        return 2 * sympy.floor((floats + 1) / 2)
 
     def a_panel(self) -> int:
         """Floats of the packed A rows (``mr × kc``, rounded to a cache line), when A has a prologue."""
@@ -189,6 +196,8 @@ class _Gemm(GemmPacking):
             self.a_once = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {tile_floats}")
             few = self.let(f"icmp slt i64 {self.dim(self.rows())}, {GEMV_ROWS}")
             self.branch(few, lambda: self.evaluate_rows(self.a_once or ""), lambda: None)
+        listing = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {self.dim(self.list_offset())}") \
+            if self.routed() else ""
 
         def task(flat: str) -> None:
             jc = self.let(f"urem i64 {flat}, {ntiles}")
@@ -202,7 +211,7 @@ class _Gemm(GemmPacking):
             n0 = self.let(f"mul i64 {jc}, {blk.nc}")
             left = self.let(f"sub i64 {n_ext}, {n0}")
             nc = self.smin(left, str(blk.nc))
-            self.slab(n0, nc, packed, a_rows, tile)
+            self.slab(n0, nc, packed, a_rows, tile, listing)
 
         if self.panel_slot is not None:
             word = self._pro(f"getelementptr inbounds i64, ptr %dims, i64 {self.panel_slot}")
@@ -220,8 +229,9 @@ class _Gemm(GemmPacking):
         main = "\n".join([head, "entry:", *self.prologue, "  br label %start", "start:", *self.body, *tail])
         return "\n\n".join([self.micro_kernel(), main])
 
-    def slab(self, n0: str, nc: str, packed: str, a_rows: str, tile: str) -> None:
-        """One task: columns [n0, n0 + nc) of every row, for the current batch entry."""
+    def slab(self, n0: str, nc: str, packed: str, a_rows: str, tile: str, listing: str = "") -> None:
+        """One task: columns [n0, n0 + nc) of every row, for the current batch entry (of the listed
+        rows only, when the contraction is routed: ``listing`` is where the list goes)."""
         c, blk = self.c, self.blk
         m_ext = self.dim(self.rows())
         rows_pad = self.dim(self.padded_rows())
@@ -231,6 +241,18 @@ class _Gemm(GemmPacking):
         bytes_ = self.let(f"mul i64 {rows_pad}, {4 * blk.nc}")
         self.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {tile}, i8 0, i64 {bytes_}, i1 false)")
         pa, pb = self.plain_a, self.plain_b
+        if listing:
+            count = self.list_rows(listing)
+            listed = (listing, count)
+            some = self.let(f"icmp sgt i64 {count}, 0")
+
+            def run() -> None:
+                self.blocks(a0, b0, n0, nc, packed, a_rows, tile, listed)
+                self.finish(n0, nc, tile, listed)
+
+            self.branch(some, run)
+            self.store_unrouted(n0, nc)
+            return
         if pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb):
             few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
             self.branch(few, lambda: self.either_dots(pa, pb, a0, b0, n0, nc, tile),
@@ -254,11 +276,14 @@ class _Gemm(GemmPacking):
                     lambda: self.dots(pa, pb, a0, b0, n0, nc, tile))
 
     # -- packed blocks and micro-kernel calls
-    def blocks(self, a0: str, b0: str, n0: str, nc: str, packed: str, a_rows: str, tile: str) -> None:
+    def blocks(self, a0: str, b0: str, n0: str, nc: str, packed: str, a_rows: str, tile: str,
+               listed: tuple[str, str] | None = None) -> None:
+        """The packed k-blocks and register blocks of the task's rows (``listed``: a routed
+        contraction's row list and count, whose rows run in list order)."""
         c, blk = self.c, self.blk
         pa, pb = self.plain_a, self.plain_b
         k_ext = self.dim(self.extent[c.k])
-        m_ext = self.dim(self.rows())
+        m_ext = listed[1] if listed is not None else self.dim(self.rows())
         sa_m = self.stride(pa, c.m) if c.m is not None and pa is not None else "0"
         sa_k = self.stride(pa, c.k) if pa is not None else "1"
         sb_k = self.stride(pb, c.k) if pb is not None else "0"
@@ -283,6 +308,8 @@ class _Gemm(GemmPacking):
                 rows = []
                 for r in range(blk.mr):
                     row = self.smin(self.let(f"add i64 {ir_}, {r}"), last_row)
+                    if listed is not None:
+                        row = self.listed_row(listed[0], row)
                     if self.packs_a:  # copied (through the prologue) into [kc][mr] panels
                         rows.append(self.pack_a_row(row, r, pc, kc, a_rows))
                         continue
@@ -316,16 +343,18 @@ class _Gemm(GemmPacking):
         self.counted("pc", "0", k_ext, depth, step=blk.kc)
 
     # -- the finished sums: epilogue and store
-    def finish(self, n0: str, nc: str, tile: str) -> None:
+    def finish(self, n0: str, nc: str, tile: str, listed: tuple[str, str] | None = None) -> None:
+        """The epilogue on the finished sums of the tile's rows, stored (row ``i`` of the tile is the
+        ``i``-th listed row of a routed contraction)."""
         c, blk = self.c, self.blk
-        m_ext = self.dim(self.rows())
+        m_ext = listed[1] if listed is not None else self.dim(self.rows())
         contract = self.contract
         out_op = c.epilogue if c.epilogue is not None else contract
 
-        def row(m: str) -> None:
+        def row(i: str) -> None:
             if c.m is not None:
-                self.current[c.m] = m
-            base = self.let(f"mul i64 {m}, {blk.nc}")
+                self.current[c.m] = self.listed_row(listed[0], i) if listed is not None else i
+            base = self.let(f"mul i64 {i}, {blk.nc}")
 
             def column(col: str) -> None:
                 self.current[c.n] = self.let(f"add i64 {n0}, {col}")
