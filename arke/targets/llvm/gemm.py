@@ -241,19 +241,39 @@ class _Gemm(GemmRouted):
         bytes_ = self.let(f"mul i64 {rows_pad}, {4 * blk.nc}")
         self.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {tile}, i8 0, i64 {bytes_}, i1 false)")
         pa, pb = self.plain_a, self.plain_b
+        dots_ok = pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb)
         if listing:
-            count = self.list_rows(listing)
-            listed = (listing, count)
-            some = self.let(f"icmp sgt i64 {count}, 0")
+            # the listed rows take the path the dense form takes at this M (the same sums, in the same
+            # order): dot products below GEMV_ROWS rows, else blocks; decode through prepacked panels or
+            # evaluated rows stays dense (its rows are few)
+            def routed(use_dots: bool) -> None:
+                count = self.list_rows(listing)
+                listed = (listing, count)
 
-            def run() -> None:
-                self.blocks(a0, b0, n0, nc, packed, a_rows, tile, listed)
-                self.finish(n0, nc, tile, listed)
+                def run() -> None:
+                    if use_dots and pa is not None and pb is not None:
+                        self.dots(pa, pb, a0, b0, n0, nc, tile, listed)
+                    else:
+                        self.blocks(a0, b0, n0, nc, packed, a_rows, tile, listed)
+                    self.finish(n0, nc, tile, listed)
 
-            self.branch(some, run)
-            self.store_unrouted(n0, nc)
+                self.branch(self.let(f"icmp sgt i64 {count}, 0"), run)
+                self.store_unrouted(n0, nc)
+
+            a_once = self.a_once
+            few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
+            if dots_ok and self.panel_slot is None:
+                self.branch(few, lambda: routed(True), lambda: routed(False))
+            elif (dots_ok or a_once is not None) and pb is not None:
+                def dense_few() -> None:
+                    self.either_dots(pa if dots_ok else None, pb, a0 if dots_ok else a_once or "", b0, n0, nc, tile)
+                    self.finish(n0, nc, tile)
+
+                self.branch(few, dense_few, lambda: routed(False))
+            else:
+                routed(False)
             return
-        if pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb):
+        if dots_ok and pa is not None and pb is not None:
             few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
             self.branch(few, lambda: self.either_dots(pa, pb, a0, b0, n0, nc, tile),
                         lambda: self.blocks(a0, b0, n0, nc, packed, a_rows, tile))

@@ -163,17 +163,19 @@ class GemmBase(LLVMFunction):
         return "\n".join(lines)
 
     # -- few rows: dot products along k
-    def dots(self, pa: ir.Load | None, pb: ir.Load, a0: str, b0: str, n0: str, nc: str, tile: str) -> None:
+    def dots(self, pa: ir.Load | None, pb: ir.Load, a0: str, b0: str, n0: str, nc: str, tile: str,
+             listed: tuple[str, str] | None = None) -> None:
         """Rows of C as dot products of A's row and eight of B's rows at a time (both contiguous along k):
         eight streams keep enough loads in flight to run at the memory's speed. ``pa`` None: A's
-        rows were evaluated (through its prologue) into contiguous f32 rows at ``a0``."""
+        rows were evaluated (through its prologue) into contiguous f32 rows at ``a0``. ``listed``: a
+        routed contraction's row list and count (tile row ``i`` holds the ``i``-th listed row)."""
         c, blk = self.c, self.blk
         lanes, group = blk.lanes, 8
         vec = f"<{lanes} x float>"
         fma, fma_declaration = vector_fma(lanes)
         self.declare(fma_declaration)
         k_ext = self.dim(self.extent[c.k])
-        m_ext = self.dim(self.rows())
+        m_ext = listed[1] if listed is not None else self.dim(self.rows())
         n_ext = self.dim(self.extent[c.n])
         if pa is not None:
             sa_m = self.stride(pa, c.m) if c.m is not None else "0"
@@ -200,7 +202,11 @@ class GemmBase(LLVMFunction):
             raw = self.let(masked_load_call(lanes, ty, p, mask, 4 if dtype is DType.F32 else 1))
             return self.to_f32(raw, dtype, vec)
 
-        def row(m: str) -> None:
+        def row(i: str) -> None:
+            m = i
+            if listed is not None:
+                q = self.let(f"getelementptr inbounds i64, ptr {listed[0]}, i64 {i}")
+                m = self.let(f"load i64, ptr {q}")
             a_off = self.let(f"mul i64 {m}, {sa_m}")
             a_row = self.let(f"getelementptr inbounds {STORAGE[a_dtype]}, ptr {a0}, i64 {a_off}")
 
@@ -233,7 +239,7 @@ class GemmBase(LLVMFunction):
                     total = self.hsum(self.let(f"load {vec}, ptr {accs[j]}"), lanes)
                     col = self.let(f"add i64 {l0}, {j}")
                     inside = self.let(f"icmp slt i64 {col}, {nc}")
-                    at = self.let(f"mul i64 {m}, {blk.nc}")
+                    at = self.let(f"mul i64 {i}, {blk.nc}")
                     at = self.let(f"add i64 {at}, {col}")
                     safe = self.let(f"select i1 {inside}, i64 {at}, i64 0")
                     q = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {safe}")
