@@ -11,7 +11,17 @@ loads, each perhaps cast to f32: bf16/f16 activations or int8 weights), where
   subscript expression (GQA's ``h / R``), but never together with ``m``, ``n`` or ``k``.
 
 ``m``, ``n`` and ``k`` must be plain subscripts (so an operand's address is affine in them),
-and the result a float. An elementwise op that reads the contraction's result only at the
+and the result a float.
+
+A sum over several reduce axes (``sum(h[e, t, f] * wd[e, d, f] for e, f)``: a mixture of
+experts' down projection) is a *batch-reduce* contraction for the targets whose renderer lists
+:data:`BATCH_REDUCE` among its families: ``k`` is the innermost reduce axis that both sides index,
+every load using it as a plain subscript; the others (``outer``) may appear in either side in any
+subscript, like batch axes, and run as loops around the k loop, each step accumulating
+``A_e · B_e`` into the same sums (the epilogue is applied once, after the last). Plans for other
+targets leave such sums to the generic loop nest, as they do when no reduce axis qualifies.
+
+An elementwise op that reads the contraction's result only at the
 same element (``+ bias[n]``, ``silu(g) * u``, ``* scale[n]``) and nothing else reads it is
 folded in as the *epilogue*: applied to each finished element, so the raw contraction
 never reaches memory. Anything else stays with the generic loop nest, which is always
@@ -28,7 +38,7 @@ ignores it computes every row and the epilogue selects, with the same result.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from arke.ir import semantic as ir
 from arke.ir import strategy as sir
@@ -36,6 +46,10 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import equal
 from arke.passes.rewrite import map_expr
 from arke.plan.dispatch import Dispatch, PlanOp, readers
+
+#: The form a renderer lists among its ``families`` when its contraction family loops over extra
+#: reduce axes (``Contraction.outer``); plans for it offer the multi-axis form (the default plan too).
+BATCH_REDUCE = "batch-reduce"
 
 #: Operand storage types the micro-kernels read (converted to f32 as they are loaded or packed).
 OPERAND_DTYPES = frozenset({DType.F32, DType.BF16, DType.F16, DType.I8})
@@ -50,7 +64,8 @@ class Contraction:
     fused producer such as a norm's ``x[m, k] * inv[m] * w[k]``), evaluated once per element
     as the operand is packed. ``m`` is None when no result axis indexes only ``A`` (a
     matrix-vector product). ``epilogue`` is the folded elementwise op (its loads of ``result``
-    read the finished element), or None.
+    read the finished element), or None. ``outer``: the other reduce axes of a batch-reduce
+    contraction, outermost first (empty for one reduce axis); the sums run over them around ``k``.
     """
 
     result: str
@@ -61,6 +76,7 @@ class Contraction:
     k: str
     batch: tuple[str, ...]
     epilogue: ir.MapOp | None = None
+    outer: tuple[str, ...] = ()
     rows_when: ir.SExpr | None = None  # the row condition, in the contraction's axis names (see above)
 
     def plain_a(self) -> ir.Load | None:
@@ -111,8 +127,9 @@ def _product(fs: list[ir.SExpr]) -> ir.SExpr:
     return out
 
 
-def contraction_of(op: PlanOp) -> Contraction | None:
-    """``op`` as a contraction, or None when it is not one the micro-kernels can run."""
+def contraction_of(op: PlanOp, batch_reduce: bool = False) -> Contraction | None:
+    """``op`` as a contraction, or None when it is not one the micro-kernels can run; ``batch_reduce``:
+    a sum over several reduce axes may be one (its renderer loops over the extra ones)."""
     if isinstance(op, ir.ContractOp):
         if op.lhs.dtype is not DType.F32 and op.lhs.dtype not in OPERAND_DTYPES:
             return None
@@ -121,14 +138,20 @@ def contraction_of(op: PlanOp) -> Contraction | None:
         factors = _factors(op.body)
     else:
         return None
-    if not op.dtype.is_float or not op.axes or len(op.reduce_axes) != 1 or len(factors) < 2:
+    if not op.dtype.is_float or not op.axes or not op.reduce_axes or len(factors) < 2:
+        return None
+    if len(op.reduce_axes) > 1 and not batch_reduce:
         return None
     if any(x.dtype is not DType.F32 for x in factors):
         return None
-    k, n = op.reduce_axes[0].name, op.axes[-1].name
+    n = op.axes[-1].name
     b_side = [f for f in factors if n in _axes(f)]
     a_side = [f for f in factors if n not in _axes(f)]
     if not a_side or not b_side:
+        return None
+    reduced = [a.name for a in op.reduce_axes]
+    k = reduced[0] if len(reduced) == 1 else _depth(reduced, a_side, b_side)
+    if k is None:
         return None
     a_axes = set().union(*(_axes(f) for f in a_side))
     b_axes = set().union(*(_axes(f) for f in b_side))
@@ -137,7 +160,19 @@ def contraction_of(op: PlanOp) -> Contraction | None:
     # activations against one weight) are batch axes like the shared ones
     m = only_a[-1] if only_a else None
     batch = tuple(x.name for x in op.axes[:-1] if x.name != m)
-    return Contraction(op.result, _product(a_side), _product(b_side), m, n, k, batch)
+    outer = tuple(r for r in reduced if r != k)
+    return Contraction(op.result, _product(a_side), _product(b_side), m, n, k, batch, outer=outer)
+
+
+def _depth(reduced: list[str], a_side: list[ir.SExpr], b_side: list[ir.SExpr]) -> str | None:
+    """The micro-kernel's k of a sum over several axes: the innermost reduce axis that both sides
+    index, every load that uses it as a whole subscript of its own (so both operands' addresses
+    step evenly along it and B's panels pack as for one axis); None when no axis qualifies."""
+    def plain(side: list[ir.SExpr], axis: str) -> bool:
+        loads = [x for f in side for x in ir.walk(f) if isinstance(x, ir.Load) and axis in _axes(x)]
+        return bool(loads) and all(_plain_position(x, axis) is not None for x in loads)
+
+    return next((r for r in reversed(reduced) if plain(a_side, r) and plain(b_side, r)), None)
 
 
 def _f32(load: ir.Load) -> ir.SExpr:
@@ -183,10 +218,11 @@ def row_condition(c: Contraction, axes: tuple[ir.Axis, ...], epi: ir.MapOp) -> i
 
 
 def match_contraction(fn: ir.Function, ops: list[PlanOp], start: int,
-                      strategy: sir.Strategy | None) -> Dispatch | None:
-    """A contraction dispatch at ``ops[start]`` (with its epilogue), or None."""
+                      strategy: sir.Strategy | None, batch_reduce: bool = False) -> Dispatch | None:
+    """A contraction dispatch at ``ops[start]`` (with its epilogue), or None; ``batch_reduce``: the
+    target renders contractions over several reduce axes (:data:`BATCH_REDUCE`)."""
     op = ops[start]
-    c = contraction_of(op)
+    c = contraction_of(op, batch_reduce)
     if c is None:
         return None
     # workers always split the batch axes and the n range (a `parallel` decision cannot change
@@ -194,8 +230,8 @@ def match_contraction(fn: ir.Function, ops: list[PlanOp], start: int,
     epi = _epilogue(fn, ops, start, c)
     if epi is None:
         return Dispatch(op, "contraction", c.n, pattern=c)
-    c = Contraction(c.result, c.a, c.b, c.m, c.n, c.k, c.batch, epi, row_condition(c, op.axes, epi))
+    c = replace(c, epilogue=epi, rows_when=row_condition(c, op.axes, epi))
     return Dispatch(epi, "contraction", c.n, ops=(op, epi), pattern=c, internal=(op.result,))
 
 
-__all__ = ["Contraction", "contraction_of", "match_contraction", "row_condition"]
+__all__ = ["BATCH_REDUCE", "Contraction", "contraction_of", "match_contraction", "row_condition"]

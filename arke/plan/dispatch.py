@@ -105,16 +105,19 @@ Matcher = Callable[[ir.Function, list[PlanOp], int, "sir.Strategy | None"], "Dis
 
 
 def matchers(families: frozenset[str] | None = None, paged: bool = False) -> tuple[Matcher, ...]:
-    """The family matchers (of ``families``, default all), in the order they are tried; ``paged``:
+    """The family matchers (of ``families``, default all; the contraction's takes several reduce axes
+    where ``families`` holds :data:`~arke.plan.contraction.BATCH_REDUCE`), in the order tried; ``paged``:
     attention may read k/v through a block table and be bounded by a length (:mod:`arke.plan.paged`)."""
     from functools import partial
 
     from arke.plan.attention import match_attention
-    from arke.plan.contraction import match_contraction
+    from arke.plan.contraction import BATCH_REDUCE, match_contraction
     from arke.plan.rows import match_rows
 
     attention: Matcher = partial(match_attention, paged=True) if paged else match_attention
-    found = (("attention", attention), ("contraction", match_contraction), ("rows", match_rows))
+    # a sum over several reduce axes is a contraction only where the renderer loops over the extra ones
+    contraction: Matcher = partial(match_contraction, batch_reduce=families is None or BATCH_REDUCE in families)
+    found = (("attention", attention), ("contraction", contraction), ("rows", match_rows))
     return tuple(m for f, m in found if families is None or f in families)
 
 

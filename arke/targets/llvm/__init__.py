@@ -15,8 +15,8 @@ import sympy
 
 from arke.ir import semantic as ir
 from arke.ir.text import sexpr_text
-from arke.plan.contraction import Contraction
-from arke.targets.base import SINGLE, Resource, Target
+from arke.plan.contraction import BATCH_REDUCE, Contraction
+from arke.targets.base import FUSED, SINGLE, Resource, Target
 from arke.targets.space import Takes, dispatch_family, takes
 
 if TYPE_CHECKING:
@@ -115,6 +115,7 @@ class LLVMTarget(Target):
     takes = TAKES
     drops = DROPS
     takes_arch = True
+    families = FUSED | {BATCH_REDUCE}  # its contractions loop over extra reduce axes (the renderer's own)
     emits = ("source", "asm", "obj", "ptx", "cubin")
     runs_layers = True
 

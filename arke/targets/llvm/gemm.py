@@ -18,6 +18,10 @@ One dispatch runs ``C[batch.., m, n] = epilogue(sum(A[.., m, k] * B[.., k, n] fo
 * Sums collect in an f32 scratch tile ``[rows][nc]``; after the last k block the epilogue
   (bias, activation, residual, per-channel scale ...) is applied to each finished element and
   the result stored in its dtype.
+* A batch-reduce contraction (``Contraction.outer``: ``sum(h[e, t, f] * wd[e, d, f] for e, f)``)
+  runs all of the above for each value of its outer reduce axes in turn (the operands' addresses
+  and prologues at that value, ``B_e`` packed as for one axis), every step adding into the same
+  scratch tile; the epilogue runs once, after the last step. The order of the terms is fixed.
 * Few rows (M below :data:`GEMV_ROWS`: decode) with both operands contiguous along k, as in
   ``linear``: no packing; each output is a dot product along k with vector accumulators,
   eight columns at a time, folded in a fixed order — this form is bound by reading ``B`` once.
@@ -116,7 +120,8 @@ class _Gemm(GemmRouted):
         # worker into contiguous f32 rows, and the dot products read them (B is read once, as stored)
         pa, pb = self.plain_a, self.plain_b
         self.rows_once = (pb is not None and pb.indices[-1] == ir.Idx(self.c.k) and not self.c.batch
-                          and self.c.m is not None and (pa is None or pa.indices[-1] != ir.Idx(self.c.k)))
+                          and not self.c.outer and self.c.m is not None
+                          and (pa is None or pa.indices[-1] != ir.Idx(self.c.k)))
         super().__init__(plan, d, name, declare, vector_bits)
         for op in d.members:
             self.extent.update({a.name: a.extent for a in op.axes})
@@ -233,46 +238,42 @@ class _Gemm(GemmRouted):
         """One task: columns [n0, n0 + nc) of every row, for the current batch entry (of the listed
         rows only, when the contraction is routed: ``listing`` is where the list goes)."""
         c, blk = self.c, self.blk
-        m_ext = self.dim(self.rows())
         rows_pad = self.dim(self.padded_rows())
+        bytes_ = self.let(f"mul i64 {rows_pad}, {4 * blk.nc}")
+        self.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {tile}, i8 0, i64 {bytes_}, i1 false)")
+        if listing:
+            self.routed_slab(n0, nc, packed, a_rows, tile, listing)
+            return
+        # a batch-reduce contraction: each step of the outer reduce axes adds A_e · B_e into the sums
+        self.over(list(c.outer), lambda: self.sums(n0, nc, packed, a_rows, tile))
+        self.finish(n0, nc, tile)
+
+    def over(self, axes: list[str], body: Callable[[], None]) -> None:
+        """``body()`` for every value of the outer reduce ``axes`` (the first outermost), in order."""
+        if not axes:
+            body()
+            return
+
+        def step(i: str) -> None:
+            self.current[axes[0]] = i
+            self.over(axes[1:], body)
+
+        self.counted("red", "0", self.dim(self.extent[axes[0]]), step)
+
+    def bases(self) -> tuple[str, str]:
+        """The addresses of the plain operands' first elements at the current batch entry ("null" if none)."""
+        c = self.c
         zero = (c.k, c.n) + ((c.m,) if c.m is not None else ())
         a0 = self.base(self.plain_a, zero) if self.plain_a is not None else "null"
         b0 = self.base(self.plain_b, zero) if self.plain_b is not None else "null"
-        bytes_ = self.let(f"mul i64 {rows_pad}, {4 * blk.nc}")
-        self.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {tile}, i8 0, i64 {bytes_}, i1 false)")
+        return a0, b0
+
+    def sums(self, n0: str, nc: str, packed: str, a_rows: str, tile: str) -> None:
+        """Add ``sum(A * B for k)`` over the slab's columns into the tile (the outer reduce axes fixed)."""
+        m_ext = self.dim(self.rows())
+        a0, b0 = self.bases()
         pa, pb = self.plain_a, self.plain_b
         dots_ok = pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb)
-        if listing:
-            # the listed rows take the path the dense form takes at this M (the same sums, in the same
-            # order): dot products below GEMV_ROWS rows, else blocks; decode through prepacked panels or
-            # evaluated rows stays dense (its rows are few)
-            def routed(use_dots: bool) -> None:
-                count = self.list_rows(listing)
-                listed = (listing, count)
-
-                def run() -> None:
-                    if use_dots and pa is not None and pb is not None:
-                        self.dots(pa, pb, a0, b0, n0, nc, tile, listed)
-                    else:
-                        self.blocks(a0, b0, n0, nc, packed, a_rows, tile, listed)
-                    self.finish(n0, nc, tile, listed)
-
-                self.branch(self.let(f"icmp sgt i64 {count}, 0"), run)
-                self.store_unrouted(n0, nc)
-
-            a_once = self.a_once
-            few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
-            if dots_ok and self.panel_slot is None:
-                self.branch(few, lambda: routed(True), lambda: routed(False))
-            elif (dots_ok or a_once is not None) and pb is not None:
-                def dense_few() -> None:
-                    self.either_dots(pa if dots_ok else None, pb, a0 if dots_ok else a_once or "", b0, n0, nc, tile)
-                    self.finish(n0, nc, tile)
-
-                self.branch(few, dense_few, lambda: routed(False))
-            else:
-                routed(False)
-            return
         if dots_ok and pa is not None and pb is not None:
             few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
             self.branch(few, lambda: self.either_dots(pa, pb, a0, b0, n0, nc, tile),
@@ -284,7 +285,42 @@ class _Gemm(GemmRouted):
                         lambda: self.blocks(a0, b0, n0, nc, packed, a_rows, tile))
         else:
             self.blocks(a0, b0, n0, nc, packed, a_rows, tile)
-        self.finish(n0, nc, tile)
+
+    def routed_slab(self, n0: str, nc: str, packed: str, a_rows: str, tile: str, listing: str) -> None:
+        """One task of a routed contraction: the rows its condition lists (at ``listing``), then the others."""
+        m_ext = self.dim(self.rows())
+        a0, b0 = self.bases()
+        pa, pb = self.plain_a, self.plain_b
+        dots_ok = pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb)
+        # the listed rows take the path the dense form takes at this M (the same sums, in the same
+        # order): dot products below GEMV_ROWS rows, else blocks; decode through prepacked panels or
+        # evaluated rows stays dense (its rows are few)
+        def routed(use_dots: bool) -> None:
+            count = self.list_rows(listing)
+            listed = (listing, count)
+
+            def run() -> None:
+                if use_dots and pa is not None and pb is not None:
+                    self.dots(pa, pb, a0, b0, n0, nc, tile, listed)
+                else:
+                    self.blocks(a0, b0, n0, nc, packed, a_rows, tile, listed)
+                self.finish(n0, nc, tile, listed)
+
+            self.branch(self.let(f"icmp sgt i64 {count}, 0"), run)
+            self.store_unrouted(n0, nc)
+
+        a_once = self.a_once
+        few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
+        if dots_ok and self.panel_slot is None:
+            self.branch(few, lambda: routed(True), lambda: routed(False))
+        elif (dots_ok or a_once is not None) and pb is not None:
+            def dense_few() -> None:
+                self.either_dots(pa if dots_ok else None, pb, a0 if dots_ok else a_once or "", b0, n0, nc, tile)
+                self.finish(n0, nc, tile)
+
+            self.branch(few, dense_few, lambda: routed(False))
+        else:
+            routed(False)
 
     def either_dots(self, pa: ir.Load | None, pb: ir.Load, a0: str, b0: str, n0: str, nc: str, tile: str) -> None:
         """Decode: dot products along k of A's rows and B's rows, or, when B came prepacked, the panels

@@ -244,6 +244,8 @@ class GemmBase(LLVMFunction):
                     safe = self.let(f"select i1 {inside}, i64 {at}, i64 0")
                     q = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {safe}")
                     old = self.let(f"load float, ptr {q}")
+                    if c.outer:  # a batch-reduce contraction: this step's sums add to the earlier steps'
+                        total = self.let(f"fadd float {old}, {total}")
                     self.emit(f"store float {self.let(f'select i1 {inside}, float {total}, float {old}')}, ptr {q}")
 
             self.counted("cols", "0", nc, columns, step=group)
@@ -315,7 +317,10 @@ class GemmBase(LLVMFunction):
                     q = self.let(f"add i64 {r * blk.nc}, {col}")
                     q = self.let(f"add i64 {q}, {v * lanes}")
                     q = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {q}")
-                    self.emit(f"store {vec} {self.let(f'load {vec}, ptr {accs[r * blk.nv + v]}')}, ptr {q}")
+                    total = self.let(f"load {vec}, ptr {accs[r * blk.nv + v]}")
+                    if c.outer:  # a batch-reduce contraction: this step's sums add to the earlier steps'
+                        total = self.let(f"fadd {vec} {self.let(f'load {vec}, ptr {q}')}, {total}")
+                    self.emit(f"store {vec} {total}, ptr {q}")
 
         self.counted("pp", "0", panels, panel)
 

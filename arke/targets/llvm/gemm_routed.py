@@ -31,7 +31,8 @@ class GemmRouted(GemmPacking):
 
     def routed(self) -> bool:
         """Whether this contraction runs over its listed rows only (it has a row condition)."""
-        return self.c.rows_when is not None and self.c.m is not None
+        # (a batch-reduce one, with outer reduce axes, adds several products into each row: dense)
+        return self.c.rows_when is not None and self.c.m is not None and not self.c.outer
 
     def list_rows(self, at: str) -> str:
         """List the rows of the current batch entry whose condition holds at ``at`` (i64 words);
