@@ -42,7 +42,7 @@ _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
 class _Slot(ctypes.Structure):
     _fields_ = [("seq", ctypes.c_int64), ("done", ctypes.c_int64), ("fn", ctypes.c_void_p),
                 ("args", ctypes.c_void_p), ("quit", ctypes.c_int64), ("sleeping", ctypes.c_int64),
-                ("pad", ctypes.c_int64 * 2)]
+                ("claim", ctypes.c_int64), ("pad", ctypes.c_int64)]
 
 
 def _futex(op: int, word: str, value: str, timeout: str) -> str:
@@ -83,7 +83,17 @@ def _worker_ir() -> str:
         "  %q2 = load atomic i64, ptr %quitp acquire, align 8",
         "  %stop2 = icmp ne i64 %q2, 0",
         "  br i1 %stop2, label %exit, label %run",
-        "run:",
+        "run:",  # claim the job (the caller may have taken it while this worker was descheduled)
+        "  %claimp = getelementptr i64, ptr %s, i64 6",
+        "  %want = sub i64 %seq, 1",
+        "  %cx = cmpxchg ptr %claimp, i64 %want, i64 %seq seq_cst seq_cst",
+        "  %won = extractvalue { i64, i1 } %cx, 1",
+        "  br i1 %won, label %call, label %taken",
+        "taken:",  # the caller ran it and published its completion
+        "  store i64 %seq, ptr %last",
+        "  store i64 0, ptr %idle",
+        "  br label %poll",
+        "call:",
         "  %fn = load ptr, ptr %fnp",
         "  %args = load ptr, ptr %argp",
         "  call void %fn(ptr %args)",
@@ -121,6 +131,16 @@ def _worker_ir() -> str:
         "  br label %poll",
         "exit:",
         "  ret void",
+        "}",
+        # arke_claim(slot, seq): 1 when the caller took job seq (its claim moved from seq - 1), else 0
+        "define i64 @arke_claim(ptr %slot, i64 %seq) {",
+        "entry:",
+        "  %claimp = getelementptr i64, ptr %slot, i64 6",
+        "  %want = sub i64 %seq, 1",
+        "  %cx = cmpxchg ptr %claimp, i64 %want, i64 %seq seq_cst seq_cst",
+        "  %won = extractvalue { i64, i1 } %cx, 1",
+        "  %r = zext i1 %won to i64",
+        "  ret i64 %r",
         "}",
         # arke_post(slots, n): bump the sequence number of slots 0 .. n-1, waking those asleep
         "define void @arke_post(ptr %slots, i64 %n) {",
@@ -176,6 +196,8 @@ class Team:
         worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self.engine.get_function_address("arke_worker"))
         self._post = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
             self.engine.get_function_address("arke_post"))
+        self._claim = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(
+            self.engine.get_function_address("arke_claim"))
         self.slots = (_Slot * workers)()
         self.args = [(ctypes.c_int64 * (MAX_BUFFERS + 6))() for _ in range(workers)]
         self.pid = os.getpid()
@@ -212,6 +234,13 @@ class Team:
             self._post(ctypes.addressof(self.slots), len(started))
             lo, hi, err, scratch = chunks[0]
             fn(*fixed, lo, hi, err, scratch)
+            # a chunk no worker has claimed yet (its worker descheduled on a busy machine, or waking
+            # from its sleep) runs here: the caller never waits for a thread the OS has not scheduled.
+            # Chunks are fixed, so which thread runs one never changes a result.
+            for (slot, seq), (lo, hi, err, scratch) in zip(started, chunks[1:]):
+                if self._claim(ctypes.addressof(slot), seq):
+                    fn(*fixed, lo, hi, err, scratch)
+                    slot.done = seq
             for slot, seq in started:
                 while slot.done != seq:
                     pass

@@ -78,3 +78,28 @@ def test_a_forked_child_gets_its_own_team() -> None:
     proc.start()
     proc.join(timeout=60)
     assert proc.exitcode == 0 and queue.get(timeout=5) == 6400.0
+
+
+def _stalled_child(queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    lib = _lib()
+    x = torch.randn(300, 64, generator=torch.Generator().manual_seed(3))
+    one = lib.rowsum(x, threads=1)  # type: ignore[attr-defined]
+    found = team.team(4)
+    assert found is not None
+    for slot in found.slots:  # every worker leaves its loop (its sleep times out within 1 s), no job posted:
+        slot.quit = 1         # as if the OS never scheduled them again
+    for t in found.threads:
+        t.join(timeout=5)
+    queue.put(all(torch.equal(lib.rowsum(x, threads=4), one) for _ in range(3)))  # type: ignore[attr-defined]
+
+
+def test_the_caller_runs_chunks_no_worker_has_claimed() -> None:
+    # a launch never waits for a worker that has not started its chunk: the caller claims and runs it
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_stalled_child, args=(queue,))
+    proc.start()
+    proc.join(timeout=60)
+    if proc.is_alive():
+        proc.kill()
+    assert proc.exitcode == 0 and queue.get(timeout=5) is True
