@@ -4,8 +4,10 @@ Handing a chunk to a pooled Python thread costs a futex wake-up and a GIL hand-o
 70-100 µs per launch on a shared virtual machine, as long as a decode step's whole matrix-vector
 product. The team's workers are threads that never return from a JIT-compiled loop: each
 watches its slot's sequence number, calls the job's entry point through a trampoline, and
-publishes its completion. The calling thread runs the first chunk itself, then waits for the
-others.
+publishes its completion. The calling thread runs the first chunk itself, then runs every chunk
+no worker has claimed yet (a worker claims its job with a compare-and-swap before running it), and
+waits only for the chunks workers took: on a busy machine a descheduled worker never holds a
+launch up for the OS's time slice.
 
 After its last job a worker spins with ``pause`` for a few hundred microseconds, naps in 50 µs
 steps for about 10 ms, and then sleeps in the kernel (``futex`` on its sequence number, with a
