@@ -26,7 +26,7 @@ one dispatch (a dispatch's ``internal`` values) get no buffer.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from arke.ir import semantic as ir
 from arke.ir import strategy as sir
@@ -105,6 +105,11 @@ Matcher = Callable[[ir.Function, list[PlanOp], int, "sir.Strategy | None"], "Dis
 
 
 def matchers(families: frozenset[str] | None = None, paged: bool = False) -> tuple[Matcher, ...]:
+    """The family matchers (see :func:`named_matchers`), in the order they are tried."""
+    return tuple(m for _, m in named_matchers(families, paged))
+
+
+def named_matchers(families: frozenset[str] | None = None, paged: bool = False) -> tuple[tuple[str, Matcher], ...]:
     """The family matchers (of ``families``, default all; the contraction's takes several reduce axes
     where ``families`` holds :data:`~arke.plan.contraction.BATCH_REDUCE`), in the order tried; ``paged``:
     attention may read k/v through a block table and be bounded by a length (:mod:`arke.plan.paged`)."""
@@ -118,20 +123,25 @@ def matchers(families: frozenset[str] | None = None, paged: bool = False) -> tup
     # a sum over several reduce axes is a contraction only where the renderer loops over the extra ones
     contraction: Matcher = partial(match_contraction, batch_reduce=families is None or BATCH_REDUCE in families)
     found = (("attention", attention), ("contraction", contraction), ("rows", match_rows))
-    return tuple(m for f, m in found if families is None or f in families)
+    return tuple((f, m) for f, m in found if families is None or f in families)
 
 
 def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None,
-              families: frozenset[str] | None = None, bounded: bool = False) -> KernelPlan:
+              families: frozenset[str] | None = None, bounded: bool = False,
+              paged: bool | None = None) -> KernelPlan:
     """The plan of kernel ``name`` (calls inlined, elementwise producers fused, ops grouped into
     the fused ``families`` a target renders: by default all of them). ``bounded``: the target's
     loops stop at a reduction's length (spec/language.md §8.11); otherwise bounded reductions are
-    planned as masked ones (:mod:`arke.passes.limits`)."""
+    planned as masked ones (:mod:`arke.passes.limits`). ``paged`` (default: ``bounded``): its
+    attention family reads k/v through a block table and bounds the keys by a length
+    (:mod:`arke.plan.paged`); without ``bounded`` the attention cores keep their lengths (the
+    renderer honours them) and every other bounded reduction is masked."""
     from arke.passes import run_passes
-    from arke.passes.limits import mask_limits
+    from arke.passes.limits import mask_limits, masked
 
+    paged = bounded if paged is None else paged
     fn = run_passes(module, name)
-    if not bounded:
+    if not bounded and not paged:
         fn = mask_limits(fn)
     ops: list[PlanOp] = []
     for op in fn.ops:
@@ -142,16 +152,31 @@ def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None
         from arke.plan.prologue import hoist_key_prologues
 
         fn, ops = hoist_key_prologues(fn, ops, strategy)
+    # the ops the other families see: lengths masked unless the target's loops stop at them (one
+    # for one, so a position names the same op in both lists)
+    bounded_ops = any(isinstance(op, ir.ReduceOp) and op.limits for op in ops)
+    plain = ops if bounded or not bounded_ops else [masked(op) if isinstance(op, ir.ReduceOp) and op.limits else op
+                                                    for op in ops]
+    plain_fn = fn if plain is ops else replace(fn, ops=tuple(plain))
     dispatches: list[Dispatch] = []
     k = 0
-    found = matchers(families, paged=bounded)
+    found = named_matchers(families, paged=paged)
     while k < len(ops):
-        d = None if isinstance(ops[k], ir.ScanOp) else next(  # a scan is always a dispatch of its own
-            (m for m in (match(fn, ops, k, strategy) for match in found) if m is not None), None)
+        d = None
+        if not isinstance(ops[k], ir.ScanOp):  # a scan is always a dispatch of its own
+            for f, match in found:
+                # attention first with its lengths (a paged renderer honours them), then as masked
+                if f == "attention" and plain is not ops:
+                    d = match(fn, ops, k, strategy)
+                d = d or match(plain_fn, plain, k, strategy)
+                if d is not None:
+                    break
         if d is None:
-            d = Dispatch(ops[k], family(ops[k]), parallel_axis(ops[k], strategy))
+            d = Dispatch(plain[k], family(plain[k]), parallel_axis(plain[k], strategy))
         dispatches.append(d)
         k += len(d.members)
+    if plain is not ops:  # the plan's function holds the ops its dispatches run
+        fn = replace(fn, ops=tuple(op for d in dispatches for op in d.members))
     results = set(fn.results)
     internal = {v for d in dispatches for v in d.internal} - results
     buffers = [Buffer(p.name, p.type.dtype, p.type.shape, "param") for p in fn.params]

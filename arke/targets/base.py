@@ -161,6 +161,9 @@ class Target:
     #: whether this target's loops stop at a reduction's length (spec/language.md §8.11); if not,
     #: its plans run bounded reductions as masked ones over the whole extent
     bounded_reductions: ClassVar[bool] = False
+    #: whether its attention family reads k/v rows through a block table in place and skips the keys
+    #: past a length (spec/language.md §8.11: paged attention is attention); implied by bounded loops
+    paged_attention: ClassVar[bool] = False
 
     def renderer(self, arch: str | None = None) -> Renderer:
         """The renderer that turns plans into this target's text (for ``arch`` where it matters)."""
@@ -175,7 +178,9 @@ class Target:
         """The plan of one kernel grouped into the families this target's renderer (for ``arch``) renders."""
         from arke.plan.dispatch import make_plan
 
-        return make_plan(module, ir_name, strategy, self.fused_families(arch), self.bounded_reductions and arch is None)
+        bounded = self.bounded_reductions and arch is None
+        return make_plan(module, ir_name, strategy, self.fused_families(arch), bounded,
+                         bounded or self.paged_attention)
 
     def cache_key(self, artifact: Artifact, arch: str | None = None) -> str:
         """The on-disk cache key of the compiled form of ``artifact`` (everything that could change it)."""

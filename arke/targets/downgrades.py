@@ -92,9 +92,7 @@ def op_label(op: PlanOp) -> str:
 def plan_of(target: targets.Target, module: ir.Module, ir_name: str, strategy: sir.Strategy | None,
             arch: str | None = None) -> KernelPlan:
     """The kernel's plan as ``target`` (for ``arch``) groups it (the families its renderer renders)."""
-    from arke.plan.dispatch import make_plan
-
-    return make_plan(module, ir_name, strategy, target.fused_families(arch), target.bounded_reductions and arch is None)
+    return target.plan(module, ir_name, strategy, arch)
 
 
 def _has_core(module: ir.Module, ir_name: str, strategy: sir.Strategy | None, plan: KernelPlan) -> bool:

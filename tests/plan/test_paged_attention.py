@@ -1,6 +1,6 @@
 """Paged attention is attention (spec/language.md §8.11, arke/plan/paged.py): decode attention whose
 k and v rows come through a block table, bounded by a per-sequence length, is the attention family
-on llvm, reading k/v in place (row-addressed, never gathered into a hoisted copy) and skipping the
+on llvm and triton, reading k/v in place (row-addressed, never gathered into a hoisted copy) and skipping the
 keys past the length; plans for targets that mask lengths keep it on their generic paths."""
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ def _plan(kernel: str, target: str) -> object:
     return targets.get(target).plan(module.semantic, module.kernel_map[kernel], None)
 
 
+@pytest.mark.parametrize("target", ["llvm", "triton"])
 @pytest.mark.parametrize("kernel", ["paged_decode", "paged_prefill"])
-def test_paged_attention_is_the_attention_family_on_llvm(kernel: str) -> None:
-    plan = _plan(kernel, "llvm")
+def test_paged_attention_is_the_attention_family(kernel: str, target: str) -> None:
+    plan = _plan(kernel, target)
     (d,) = plan.dispatches  # type: ignore[attr-defined]
     assert d.family == "attention"
     pat = d.pattern
@@ -63,7 +64,16 @@ def test_different_lengths_are_not_one_attention_core() -> None:
     assert all(d.family != "attention" for d in plan.dispatches)  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("target", ["cuda", "triton", "mlir"])
+@pytest.mark.parametrize("target", ["llvm", "triton"])
+def test_different_lengths_mask_on_every_target(target: str) -> None:
+    """No attention core: on a target that masks lengths every reduction of the plan is a masked one."""
+    plan = _plan("mixed_lengths", target)
+    assert all(d.family != "attention" for d in plan.dispatches)  # type: ignore[attr-defined]
+    if target == "triton":
+        assert all(not getattr(op, "limits", ()) for d in plan.dispatches for op in d.members)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("target", ["cuda", "mlir"])
 def test_targets_that_mask_lengths_plan_no_lengths(target: str) -> None:
     """Without loops that stop at a length, the plan's reductions are masked ones over the extent."""
     plan = _plan("paged_decode", target)

@@ -57,6 +57,7 @@ class TritonTarget(Target):
     drops = DROPS
     emits = ("source", "ptx", "cubin")
     runs_layers = True
+    paged_attention = True  # k/v rows through a block table, keys past a length skipped (attention.py)
 
     def layer_device(self) -> Any:
         from arke.targets.triton.kernel import device

@@ -73,6 +73,8 @@ BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_E = 32, 32, 64, 64
 #: Default blocks, warps and stages when q, k and v are 16-bit (tensor cores): one pass over the
 #: keys for head dims up to 128 (the feature and value blocks cover them; wider ones are chunked).
 HALF_BLOCKS, HALF_WARPS, HALF_STAGES = (128, 64, 128, 128), 8, 3
+#: Keys per block when k or v rows come through a block table (with 8 warps: no spills on sm_80/sm_90).
+PAGED_KEYS = 16
 #: A group of at most this many rows (R * S) runs split_kv by default.
 DECODE_ROWS = 16
 #: Key blocks per split_kv chunk (without a `split j = n`).
@@ -119,6 +121,8 @@ class _Flash:
         bm0, bn0, bd0, be0 = HALF_BLOCKS if self.half else (BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_E)
         if mode == "split_kv" and auto:
             bm0 = DECODE_ROWS  # the rows of a decode group fill one block
+        if p.k_rows or p.v_rows:  # each lane of a k/v block holds its own i64 row address: fewer keys
+            bn0 = min(bn0, PAGED_KEYS)
         bd0, be0 = (self.fit(p.extent(FEATURE), bd0), self.fit(p.extent(VALUE), be0))
         self.blocks = {"BLOCK_M": block(names.get(QUERY), bm0), "BLOCK_N": block(p.key_index, bn0),
                        "BLOCK_D": block(d_name, bd0), "BLOCK_E": block(names.get(VALUE), be0)}
@@ -155,6 +159,9 @@ class _Flash:
         self.ep: Dim = p.extent(VALUE)  # a partial output row in the workspace (stored masked to E)
         self.slot_size: Dim = 2 * bm + bm * self.ep
         self.extent = dict(p.extents)
+        # k/v rows through a table: each lane of a block holds its own i64 address, so the default
+        # blocks take 8 warps and PAGED_KEYS keys (4 warps of 32 keys spill on sm_90)
+        self.rows = p.k_rows or p.v_rows
 
     @staticmethod
     def fit(extent: Dim, default: int) -> int:
@@ -198,7 +205,8 @@ class _Flash:
         # k and v read in place: their other subscripts (GQA's h / R) computed and checked once, here
         k_load = p.k_half if self.half else p.k if p.k_direct and isinstance(p.k, ir.Load) else None
         self.k_direct = Direct(src, k_load, self.kv, [KEY, FEATURE], self.extent) if k_load is not None else None
-        self.v_direct = Direct(src, p.v, self.kv, [KEY, VALUE], self.extent)
+        # a row-addressed v (through a block table) is evaluated per block, as a gather
+        self.v_direct = None if p.v_rows else Direct(src, p.v, self.kv, [KEY, VALUE], self.extent)
         lo, hi = src.fresh(), src.fresh()
         if split:
             ck = src.dim(self.chunk_keys)
@@ -231,7 +239,7 @@ class _Flash:
             scratch = dim_str(words)
         launch = LaunchSpec(self.entry, None, tuple(self.buffers()), scratch,
                             (dim_str(self.tasks * self.C * self.gate),),
-                            launch_options(self.plan, self.blocks, warps=HALF_WARPS if self.half else 4,
+                            launch_options(self.plan, self.blocks, warps=HALF_WARPS if self.half or self.rows else 4,
                                            stages=HALF_STAGES if self.half else 2), tuple(self.covers))
         return text, launch
 
@@ -277,12 +285,36 @@ class _Flash:
         mk = src.fresh()
         src.line(f"{mk} = ({rd}[:, None] < {src.dim(p.extent(FEATURE))}) & ({self.rj}[None, :] < "
                  f"{src.dim(p.extent(KEY))})", depth)
+        if p.k_rows:  # k's row of each key looked up once per key block (keys_rows); a feature chunk here
+            assert isinstance(p.k, ir.Load)
+            src.line(f"{mk} = {mk} & ({self.rj}[None, :] < {self.hi})", depth)
+            return self.row_block(p.k, f"{self.k_off}[None, :] + {rd}[:, None]", mk, depth)
         at = {FEATURE: f"{rd}[:, None]", KEY: f"{self.rj}[None, :]"}
         if self.k_direct is not None:
             return self.widened(self.k_direct.block(at, mk, depth), depth) if self.half \
                 else self.k_direct.f32(at, mk, depth)
         ek = ValueEmitter(src, "[BLOCK_D, BLOCK_N]", self.kv | at, mk, depth, {}, self.extent)
         return ek.let(f"tl.where({mk}, {ek.expr(p.k)}, 0.0)")
+
+    def key_rows(self, load: ir.SExpr, depth: int) -> str:
+        """The ``[BLOCK_N]`` offsets of a row-addressed load's rows (its feature subscript at 0) for
+        the keys of the block below the length: the table looked up, and checked, once per key."""
+        assert isinstance(load, ir.Load)
+        src = self.src
+        mr = src.fresh()
+        src.line(f"{mr} = ({self.rj} < {src.dim(self.p.extent(KEY))}) & ({self.rj} < {self.hi})", depth)
+        em = ValueEmitter(src, "[BLOCK_N]", self.kv | {KEY: self.rj}, mr, depth, {}, self.extent)
+        off = em.offset(src.buffer(load.src), (*load.indices[:-1], ir.Const(0, DType.I64)))
+        return em.let(f"tl.where({mr}, {off}, 0)")
+
+    def row_block(self, load: ir.Load, offsets: str, mask: str, depth: int) -> str:
+        """A block of a row-addressed load at ``offsets`` (its rows' offsets plus the features), as
+        stored when 16-bit on the tensor-core path, else in f32."""
+        raw = self.src.fresh()
+        self.src.line(f"{raw} = tl.load({self.src.pointer(load.src)} + {offsets}, mask={mask}, other=0)", depth)
+        if load.dtype in (DType.BF16, DType.F16):
+            return self.widened(raw, depth) if self.half else f"{raw}.to(tl.float32)"
+        return raw
 
     def narrowed(self, block: str, depth: int) -> str:
         """An f32 block of 16-bit values back in their type for ``tl.dot`` (exact), but f32 in the
@@ -312,11 +344,13 @@ class _Flash:
         src.line(f"{l_} = tl.zeros([BLOCK_M], tl.float32)", 2)
         src.line(f"{acc} = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)", 2)
         j0, rj, rd = src.fresh(), src.fresh(), src.fresh()
-        self.rj = rj
+        self.rj, self.hi = rj, hi
         src.line(f"{rd} = tl.arange(0, BLOCK_D).to(tl.int64)", 2)
         q = self.q_block(rd, 2)  # the first feature chunk of the rows, read once
         src.line(f"for {j0} in range({start}, {hi}, BLOCK_N):", 2)
         src.line(f"{rj} = {j0} + tl.arange(0, BLOCK_N).to(tl.int64)", 3)
+        self.k_off = self.key_rows(p.k, 3) if p.k_rows else ""
+        self.v_off = self.key_rows(p.v, 3) if p.v_rows else ""
         k = self.k_block(rd, 3)
         s = src.fresh()
         src.line(f"{s} = {self.dot(q, k)}", 3)
@@ -342,7 +376,15 @@ class _Flash:
         mv = src.fresh()
         src.line(f"{mv} = ({rj}[:, None] < {t}) & ({re}[None, :] < {src.dim(p.extent(VALUE))})", 3)
         at = {KEY: f"{rj}[:, None]", VALUE: f"{re}[None, :]"}
-        if self.half:
+        if self.v_direct is None:  # row-addressed: the rows below the length, looked up once per block
+            src.line(f"{mv} = {mv} & ({rj}[:, None] < {hi})", 3)
+            v = self.row_block(p.v, f"{self.v_off}[:, None] + {re}[None, :]", mv, 3)
+            pv = pr
+            if self.half:
+                pv = src.fresh()
+                src.line(f"{pv} = {pr}", 3)
+                pv = self.narrowed(pv, 3)  # v is as stored already (row_block)
+        elif self.half:
             v = self.widened(self.v_direct.block(at, mv, 3), 3)
             pv = src.fresh()
             src.line(f"{pv} = {pr}", 3)

@@ -132,7 +132,8 @@ def cmd_build_triton(args: argparse.Namespace) -> int:
     for name in names:
         ir_name = module.kernel_map[name]
         for label, strategy in variants(module, ir_name, "triton"):
-            plan = make_plan(module.semantic, ir_name, strategy, families=getattr(render, "families", None))
+            plan = make_plan(module.semantic, ir_name, strategy, families=getattr(render, "families", None),
+                             paged=True)  # as TritonTarget.plan
             try:
                 artifact = render.render(plan)
             except UnsupportedError as err:

@@ -149,5 +149,5 @@ def build_kernel(module: ir.Module, ir_name: str, strategy: Any, threads: int = 
     from arke.plan.dispatch import make_plan
     from arke.targets.triton.render import RENDERER
 
-    plan = make_plan(module, ir_name, strategy, RENDERER.families)
+    plan = make_plan(module, ir_name, strategy, RENDERER.families, paged=True)  # as TritonTarget.plan
     return TritonKernel(plan, RENDERER.render(plan), module, threads)
