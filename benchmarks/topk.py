@@ -5,8 +5,10 @@ K = 2, Mixtral; and 64 experts, and ``argtopk`` alone at K = 8).
 
 Each row checks that both give the same positions before it times them (interleaved, the median
 of several samples: ``timing.measure``); ``ratio`` is arke's time over torch's (at or under 1.0 is
-the issue-17 target). A literal K runs K rounds, each a ``max`` of the numbers left and a ``min``
-of the first position holding it (``arke.passes.topk``): K passes over the row, from cache.
+the issue-17 target). On llvm a literal K up to 64 over a loaded row is one pass per row
+(``arke.targets.llvm.topk``: a sorted buffer of K, a vector threshold test); elsewhere K rounds,
+each a ``max`` of the numbers left and a ``min`` of the first position holding it
+(``arke.passes.topk``).
 
     .venv/bin/python benchmarks/topk.py [--threads N] [--budget S]
 """

@@ -9,7 +9,8 @@ inline     every kernel call replaced by the callee's body (:mod:`.inline`)
 unroll     reductions over a few literal-extent terms written out as maps (:mod:`.unroll`)
 fuse       elementwise producers folded into their readers (:mod:`.fuse`)
 argreduce  ``argmax``/``argmin`` lowered to a ``max``/``min`` and a ``min`` of positions (:mod:`.argreduce`)
-topk       top-k selections lowered to rounds of a ``max``/``min`` and a ``min`` of positions (:mod:`.topk`)
+topk       top-k selections lowered to rounds of a ``max``/``min`` and a ``min`` of positions (:mod:`.topk`),
+           except those the target selects natively (``keep_topk``)
 dce        unread ops removed, values renumbered ``%0, %1, …`` (:mod:`.dce`)
 =========  ===================================================================
 
