@@ -7,8 +7,9 @@ by one worker. Per row:
 1. the first ``K`` elements are inserted into a buffer of ``K`` (key, position) pairs kept sorted
    in the selection's order (spec/language.md §8.3), which then holds the best ``K`` so far; its
    last entry is the *threshold*, the one a later element must beat to get in;
-2. the rest of the row is read in blocks of four vectors (64 floats on AVX-512): one compare per
-   vector against the threshold's value, and a block in which no lane may beat it is done. The
+2. the rest of the row is read in blocks of four vectors (64 floats on AVX-512), then of one, then
+   one element at a time: one compare per vector against the threshold's value, and a block in
+   which no lane may beat it is done. The
    compare is a superset test (``ugt``/``ult``: a NaN lane, or a NaN threshold, passes), so it
    never rejects a winner; each lane that passes is tested exactly, in position order, against
    the threshold as it is then, and a winner is inserted (the last entry drops out). On random
@@ -29,6 +30,7 @@ That is the selection's total order, so the result is the interpreter's for any 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import sympy
 
@@ -99,24 +101,28 @@ class TopKFunction(LLVMFunction):
 
         self.loop("%fill", "0", str(k), fill)
         self.set_threshold()
-        block = self.unroll * self.lanes_w
-        rest = self.let(f"sub i64 {n}, {k}")
-        blocks = self.let(f"udiv i64 {rest}, {block}")
-        self.loop("%blk", "0", blocks, lambda: self.scan_block(k, block))
-        tail = self.let(f"add i64 {k}, {self.let(f'mul i64 {blocks}, {block}')}")
-        self.loop("%tail", tail, n, lambda: self.candidate(self.current["%tail"]))
+        # blocks of four vectors, then of one (a short row: routing's 64 experts), then one at a time
+        start = str(k)
+        for vectors in dict.fromkeys((self.unroll, 1)):
+            block = vectors * self.lanes_w
+            rest = self.let(f"sub i64 {n}, {start}")
+            blocks = self.let(f"udiv i64 {rest}, {block}")
+            self.loop("%blk", "0", blocks, partial(self.scan_block, start, vectors, block))
+            start = self.let(f"add i64 {start}, {self.let(f'mul i64 {blocks}, {block}')}")
+        self.loop("%tail", start, n, lambda: self.candidate(self.current["%tail"]))
         self.loop(self.op.axes[-1].name, "0", str(k), self.store_rank)
 
-    def scan_block(self, k: int, block: int) -> None:
-        """One block: the superset test on every vector, the exact test on the lanes that pass."""
+    def scan_block(self, first: str, vectors: int, block: int) -> None:
+        """One block of ``vectors`` vectors from position ``first + blk·block``: the superset test on
+        every vector, the exact test on the lanes that pass."""
         offset = self.let(f"mul i64 {self.current['%blk']}, {block}")
-        start = self.let(f"add i64 {k}, {offset}")
+        start = self.let(f"add i64 {first}, {offset}")
         vec = Vec(self.lanes_w, self.let, self.declare)
         w = self.lanes_w
         thr = vec.splat(self.let(f"load float, ptr {self.thr_val}"))
         pred = "ugt" if self.top.largest else "ult"
         bits = "0"
-        for u in range(self.unroll):
+        for u in range(vectors):
             at = self.let(f"add i64 {start}, {u * w}") if u else start
             p = self.let(f"getelementptr inbounds {self.storage}, ptr {self.base}, i64 {at}")
             v = vec.load_as_float(p, self.dtype)
