@@ -9,7 +9,8 @@ inline     every kernel call replaced by the callee's body (:mod:`.inline`)
 unroll     reductions over a few literal-extent terms written out as maps (:mod:`.unroll`)
 fuse       elementwise producers folded into their readers (:mod:`.fuse`)
 argreduce  ``argmax``/``argmin`` lowered to a ``max``/``min`` and a ``min`` of positions (:mod:`.argreduce`)
-topk       top-k selections lowered to rounds of a ``max``/``min`` and a ``min`` of positions (:mod:`.topk`)
+topk       top-k selections lowered to rounds of a ``max``/``min`` and a ``min`` of positions (:mod:`.topk`),
+           except those the target selects natively (``keep_topk``)
 dce        unread ops removed, values renumbered ``%0, %1, …`` (:mod:`.dce`)
 =========  ===================================================================
 
@@ -87,20 +88,22 @@ def debug_passes() -> bool:
     return knobs.debug_passes()
 
 
-def run_passes(module: S.Module, name: str, *, verify_each: bool = False, trace: Trace | None = None) -> S.Function:
+def run_passes(module: S.Module, name: str, *, verify_each: bool = False, trace: Trace | None = None,
+               keep_topk: Callable[[S.ReduceOp], bool] | None = None) -> S.Function:
     """Kernel ``name`` of ``module`` after every step of :data:`PIPELINE`, in order.
 
     The result calls nothing, so it stands alone: ``Module((fn,))`` is a valid module.
     With ``verify_each`` the IR is verified after each step (as a module of that one
     kernel, or of it and its callees while it still calls them); a broken invariant raises
     :class:`~arke.ir.verify.IRVerifyError` naming the step. ``trace`` is called after each
-    step; without one, ``ARKE_DEBUG_PASSES=1`` selects :func:`print_trace`.
+    step; without one, ``ARKE_DEBUG_PASSES=1`` selects :func:`print_trace`. ``keep_topk``: the top-k
+    selections the target selects natively (``arke.plan.topk.native_form``), left unlowered.
     """
     if trace is None and debug_passes():
         trace = print_trace
     fn = module.get(name)
     for step, run in PIPELINE:
-        fn = run(fn, module)
+        fn = lower_topk(fn, keep_topk) if step == "topk" and keep_topk is not None else run(fn, module)
         if verify_each:
             _verify_step(step, fn, module)
         if trace is not None:

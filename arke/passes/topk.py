@@ -28,6 +28,11 @@ number of elements before it, a ``sum`` over a second copy of the axis (quadrati
 and position ``j`` is the ``min`` of the positions whose rank is ``j`` (ranks are a permutation).
 
 A values op and a positions op over the same body, axes and direction share one selection.
+
+**Kept** (``native``): a target that selects natively (the llvm target on the CPU: ``arke.plan.topk``)
+passes a predicate; the selections it holds stay ``reduce.topk`` ops, and the partner of one (the
+positions of a values op, or the reverse) is moved up right after it, so the two are one dispatch.
+Moving it is safe: its body is the same, so everything it reads is computed before the first.
 """
 
 from __future__ import annotations
@@ -92,17 +97,26 @@ def _before(largest: bool, float_: bool, xa: S.SExpr, a: S.SExpr, xb: S.SExpr, b
     return _or(ahead, tie, _and(_nan(xb), _or(_num(xa), _bin("lt", a, b))))
 
 
-def lower_topk(fn: S.Function) -> S.Function:
-    """``fn`` with every top-k selection lowered (see the module doc)."""
+def lower_topk(fn: S.Function, native: Callable[[S.ReduceOp], bool] | None = None) -> S.Function:
+    """``fn`` with every top-k selection lowered (see the module doc), except those ``native`` holds."""
     if not any(isinstance(op, S.ReduceOp) and op.kind in S.TOPK_KINDS for op in fn.ops):
         return fn
     fresh = fresh_names(fn)
 
     shared: dict[tuple[object, ...], str] = {}
     ops: list[S.Op] = []
-    for op in fn.ops:
+    moved: set[str] = set()  # kept partners already placed after their selection
+    for k, op in enumerate(fn.ops):
         if not (isinstance(op, S.ReduceOp) and op.kind in S.TOPK_KINDS):
             ops.append(op)
+            continue
+        if native is not None and native(op):
+            if op.result not in moved:
+                ops.append(op)
+                partner = _partner(op, fn.ops[k + 1:])
+                if partner is not None:
+                    ops.append(partner)
+                    moved.add(partner.result)
             continue
         keep, rank, (axis,) = op.axes[:-1], op.axes[-1], op.reduce_axes
         largest = op.kind in ("topk", "argtopk")
@@ -117,6 +131,14 @@ def lower_topk(fn: S.Function) -> S.Function:
             value = value if value.dtype == op.dtype else S.Cast(value, op.dtype)
             ops.append(S.MapOp(op.result, op.dtype, op.axes, value, op.name))
     return replace(fn, ops=tuple(ops))
+
+
+def _partner(op: S.ReduceOp, later: tuple[S.Op, ...]) -> S.ReduceOp | None:
+    """The first later op giving the other half (values or positions) of ``op``'s selection."""
+    from arke.plan.topk import same_selection
+
+    return next((o for o in later if isinstance(o, S.ReduceOp) and o.kind in S.TOPK_KINDS
+                 and same_selection(op, o)), None)
 
 
 def _positions(op: S.ReduceOp, largest: bool, fresh: Callable[[], str], ops: list[S.Op]) -> str:

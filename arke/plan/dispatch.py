@@ -9,6 +9,8 @@ one dispatch, tried in this order:
   probabilities never reach memory;
 * ``contraction`` (:mod:`arke.plan.contraction`): a matmul-like op, with the elementwise
   op that reads its result folded in as an epilogue;
+* ``topk`` (:mod:`arke.plan.topk`): a top-k selection the target selects itself (where its
+  families list ``topk``), its values and positions together;
 * ``rows`` (:mod:`arke.plan.rows`): ops over the same leading rows (a norm's statistics
   and the map that uses them) run row by row in one pass over memory;
 
@@ -33,7 +35,7 @@ from arke.ir import strategy as sir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim
 from arke.passes.rewrite import op_exprs
-from arke.plan.families import family
+from arke.plan.families import TOPK, family
 
 #: An op a dispatch computes (calls are inlined before plans are made).
 PlanOp = ir.MapOp | ir.ReduceOp | ir.ContractOp | ir.ScanOp
@@ -118,11 +120,13 @@ def named_matchers(families: frozenset[str] | None = None, paged: bool = False) 
     from arke.plan.attention import match_attention
     from arke.plan.contraction import BATCH_REDUCE, match_contraction
     from arke.plan.rows import match_rows
+    from arke.plan.topk import match_topk
 
     attention: Matcher = partial(match_attention, paged=True) if paged else match_attention
     # a sum over several reduce axes is a contraction only where the renderer loops over the extra ones
     contraction: Matcher = partial(match_contraction, batch_reduce=families is None or BATCH_REDUCE in families)
-    found = (("attention", attention), ("contraction", contraction), ("rows", match_rows))
+    # a kept top-k comes before rows: a rows group must never take one (it has no generic form)
+    found = (("attention", attention), ("contraction", contraction), (TOPK, match_topk), ("rows", match_rows))
     return tuple((f, m) for f, m in found if families is None or f in families)
 
 
@@ -140,7 +144,12 @@ def make_plan(module: ir.Module, name: str, strategy: sir.Strategy | None = None
     from arke.passes.limits import mask_limits, masked
 
     paged = bounded if paged is None else paged
-    fn = run_passes(module, name)
+    native = None
+    if families is not None and TOPK in families:  # the target selects these top-k's itself
+        from arke.plan.topk import native_form
+
+        native = native_form
+    fn = run_passes(module, name, keep_topk=native)
     if not bounded and not paged:
         fn = mask_limits(fn)
     ops: list[PlanOp] = []

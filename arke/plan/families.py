@@ -9,13 +9,17 @@
   parallel, each in sequence along the scanned axis
 * ``rows``        — consecutive ops over the same leading rows, run row by row in one dispatch
   (a norm's or softmax's statistics and the map that uses them; :mod:`arke.plan.rows`)
+* ``topk``        — a top-k selection kept whole (its values and positions together), on targets
+  that list :data:`TOPK` among their families (:mod:`arke.plan.topk`); elsewhere it is lowered
 """
 
 from __future__ import annotations
 
 from arke.ir import semantic as ir
 
-FAMILIES = ("pointwise", "layout", "gather", "reduction", "contraction", "rows", "attention", "scan")
+FAMILIES = ("pointwise", "layout", "gather", "reduction", "contraction", "rows", "attention", "scan", "topk")
+#: the family of a native top-k dispatch, and the token a target lists among its families to get one
+TOPK = "topk"
 
 
 def subexprs(e: ir.SExpr) -> list[ir.SExpr]:

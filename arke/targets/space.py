@@ -14,6 +14,7 @@ every dispatch      ``index`` (every index of its ops), ``operand`` (every tenso
 ``attention``       ``query``, ``key``, ``feature``, ``value``, ``batch``; operands ``q``, ``k``, ``v``
 ``rows``            ``rows`` (the shared row indices), ``lead`` (the first: what workers split),
                     ``inner`` (the result indices after the rows)
+``topk``            ``rows`` (the indices a native top-k keeps: what workers split)
 ==================  =====================================================================
 
 A target may add roles of its own (the llvm target's ``looped``: the indices its CPU code gives a
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from arke.ir import semantic as ir
+from arke.plan.families import TOPK
 
 if TYPE_CHECKING:
     from arke.plan.dispatch import Dispatch
@@ -86,6 +88,8 @@ def honours_of(table: Mapping[str, Mapping[str, Takes]]) -> frozenset[str]:
 
 def dispatch_family(dispatch: Dispatch) -> str:
     """The row of the tables a dispatch reads: its fused family, or :data:`SINGLE` for one op."""
+    if dispatch.family == TOPK:  # a native top-k (its own row of the tables, even of one op)
+        return TOPK
     grouped = dispatch.pattern is not None or len(dispatch.members) > 1
     return dispatch.family if dispatch.family in FUSED and grouped else SINGLE
 
@@ -150,6 +154,8 @@ def subject_roles(dispatch: Dispatch) -> dict[str, frozenset[str]]:
         out.update(rows={a.name for op in members for a in op.axes[:p.rows]},
                    lead={op.axes[0].name for op in members if op.axes},
                    inner={a.name for op in members for a in op.axes[p.rows:]})
+    elif family == TOPK:
+        out["rows"] = {a.name for a in dispatch.op.axes[:-1]}
     return {role: frozenset(names) for role, names in out.items()}
 
 

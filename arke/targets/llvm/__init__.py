@@ -16,6 +16,7 @@ import sympy
 from arke.ir import semantic as ir
 from arke.ir.text import sexpr_text
 from arke.plan.contraction import BATCH_REDUCE, Contraction
+from arke.plan.families import TOPK
 from arke.targets.base import FUSED, SINGLE, Resource, Target
 from arke.targets.space import Takes, dispatch_family, takes
 
@@ -52,6 +53,10 @@ TAKES: dict[str, dict[str, Takes]] = {
         "unroll": takes("looped", why=_LOOPED),
         "threads": takes(),
     },
+    TOPK: {
+        "parallel": takes("rows", why="the workers split a top-k's rows (the indices it keeps, as one range)"),
+        "threads": takes(),
+    },
     SINGLE: {
         "parallel": takes("axis"),
         "vectorize": takes("looped", why=_LOOPED),
@@ -66,6 +71,10 @@ DROPS: dict[str, dict[str, str]] = {
                   "vectorize": "the attention kernel's vectors follow the CPU's width",
                   "unroll": "the attention kernel's loops are not unrolled on request"},
     "rows": {"split": _SERIAL, "tile": "a rows dispatch runs each row whole: its loops are not tiled"},
+    TOPK: {"split": "each row of a top-k is selected whole, in one pass, by one worker",
+           "tile": "a top-k's row is scanned in blocks of the vector width",
+           "vectorize": "a top-k's row is scanned in vectors of the CPU's width",
+           "unroll": "a top-k's scan is unrolled by four vectors, not on request"},
     SINGLE: {"split": _SERIAL, "tile": "a single-op loop nest is not tiled on the CPU"},
 }
 #: the GPU flavour (``arch``): one thread per element, no loop hints (nvptx.py)
@@ -115,7 +124,8 @@ class LLVMTarget(Target):
     takes = TAKES
     drops = DROPS
     takes_arch = True
-    families = FUSED | {BATCH_REDUCE}  # its contractions loop over extra reduce axes (the renderer's own)
+    # its contractions loop over extra reduce axes, and it selects top-k's natively (the renderer's own)
+    families = FUSED | {BATCH_REDUCE, TOPK}
     emits = ("source", "asm", "obj", "ptx", "cubin")
     runs_layers = True
 

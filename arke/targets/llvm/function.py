@@ -288,6 +288,10 @@ def function_for(plan: KernelPlan, dispatch: Dispatch, name: str, declare: Calla
         from arke.targets.llvm.rows import RowsFunction
 
         return RowsFunction(plan, dispatch, name, declare, vector_bits)
+    if dispatch.family == "topk":
+        from arke.targets.llvm.topk import TopKFunction
+
+        return TopKFunction(plan, dispatch, name, declare, vector_bits)
     if dispatch.family == "scan":
         from arke.targets.llvm.scan import ScanFunction
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from arke.ir.shapes import dim_str
 from arke.plan.contraction import BATCH_REDUCE
 from arke.plan.dispatch import KernelPlan
+from arke.plan.families import TOPK
 from arke.targets.artifact import Artifact, LaunchSpec, Renderer
 from arke.targets.llvm.declarations import Declarations
 from arke.targets.llvm.function import function_for
@@ -45,8 +46,9 @@ class LLVMRenderer(Renderer):
     """
 
     name = "llvm"
-    #: the contraction family loops over extra reduce axes (a batch-reduce GEMM: :mod:`arke.targets.llvm.gemm`)
-    families = FUSED | {BATCH_REDUCE}
+    #: the contraction family loops over extra reduce axes (a batch-reduce GEMM: :mod:`arke.targets.llvm.gemm`);
+    #: top-k selections are one pass over each row (:mod:`arke.targets.llvm.topk`)
+    families = FUSED | {BATCH_REDUCE, TOPK}
     capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "u8", "u16", "u32", "bool", "parallel"})
 
     def __init__(self, vector_bits: int = 512):
