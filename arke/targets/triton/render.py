@@ -34,6 +34,7 @@ from arke.plan.dispatch import Buffer, Dispatch, KernelPlan, PlanOp
 from arke.plan.exprs import product
 from arke.targets.artifact import Artifact, LaunchSpec, Renderer, UnsupportedError
 from arke.targets.triton.expr import COMPUTE, HELPERS, STORAGE, Emitter, Source, accumulator, fold, identity
+from arke.targets.triton.trig import TRIG_HELPERS
 
 BLOCK = 1024  # lanes of a map program
 BLOCK_O, BLOCK_R = 16, 128  # outputs per reduction program, reduce chunk
@@ -349,6 +350,8 @@ class TritonRenderer(Renderer):
             from arke.targets.triton.scan import SCAN_HELPERS
 
             helpers.append(SCAN_HELPERS.strip() + "\n")
+        if any("_ak_sin(" in f or "_ak_cos(" in f for f in functions):
+            helpers.append(TRIG_HELPERS.strip() + "\n")  # sin and cos without local memory (trig.py)
         source = "\n\n".join(["import triton\nimport triton.language as tl\n", *helpers, *functions])
         return Artifact("triton", source, tuple(launches), {})
 
