@@ -130,7 +130,7 @@ def _cost(entries: Sequence[CompiledEntry] | None, plan: KernelPlan) -> int:
 
 
 class _Search:
-    """The fit of one plan: renders candidates, compiles them in batches, remembers what it compiled."""
+    """The fit of one plan's launches: renders each candidate configuration and compiles the launch with it."""
 
     def __init__(self, plan: KernelPlan, renderer: Renderer, archs: Sequence[str], aligned: bool):
         self.plan, self.renderer, self.archs, self.aligned = plan, renderer, list(archs), aligned
