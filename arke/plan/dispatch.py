@@ -86,12 +86,19 @@ class KernelPlan:
     decisions: tuple[sir.Decision, ...] = ()
     #: the strategy's ``when`` condition (None: always); a target may specialise dims it fixes
     when: ir.Cond | None = None
+    #: launch options a GPU target's fit step chose where the strategy left them free, as
+    #: ``(entry, option, value)`` (the Triton target's ``BLOCK_N``, ``num_warps`` ...: spec/codegen.md §9.5)
+    fitted: tuple[tuple[str, str, int], ...] = ()
 
     def buffer_index(self, name: str) -> int:
         for k, b in enumerate(self.buffers):
             if b.name == name:
                 return k
         raise KeyError(name)
+
+    def fitted_option(self, entry: str, option: str) -> int | None:
+        """The value the fit step chose for launch option ``option`` of ``entry``, if it chose one."""
+        return next((v for e, o, v in self.fitted if e == entry and o == option), None)
 
     def decision(self, kind: str, subject: str | None = None) -> sir.Decision | None:
         """The strategy's decision of ``kind`` (on ``subject``), if it made one."""

@@ -36,6 +36,9 @@ class LaunchSpec:
     #: expression (a head dim), so one block spans it; ``options`` holds the value ahead-of-time
     #: compiles use. The JIT compiles once per value.
     covers: tuple[tuple[str, str], ...] = ()
+    #: GPU targets: the ``options`` a strategy decision set (or ``covers`` sets at launch), which a fit
+    #: step never changes (spec/codegen.md §9.5)
+    fixed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

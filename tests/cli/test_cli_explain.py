@@ -91,7 +91,7 @@ def test_explain_an_attention_kernel(capsys: pytest.CaptureFixture[str]) -> None
     assert "attention on llvm, defaults:" in out and "AK4014" not in out
     status, out, _ = run(capsys, "build", path, "--target", "triton", "--explain")
     assert status == 0  # a pure answer: triton need not be installed
-    assert "applied: algorithm = flash, tile i = 128, tile j = 64, warps = 8, stages = 3" in out
+    assert "applied: algorithm = flash, tile i = 64, tile j = 64, warps = 8" in out
 
 
 def test_explain_the_gpu_flavour_and_one_kernel(capsys: pytest.CaptureFixture[str]) -> None:

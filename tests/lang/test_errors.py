@@ -40,7 +40,8 @@ NOT_TRIGGERABLE: dict[str, str] = {}
 
 # Codes reported at build time, from what a compiler made (no `.ak` file alone gets them from
 # `arke.check`): code -> the test file that triggers it instead of a corpus file.
-BUILD_TIME: dict[str, str] = {"AK4012": "tests/cli/test_cli.py", "AK4013": "tests/targets/mlir/test_mlir_schedule.py"}
+BUILD_TIME: dict[str, str] = {"AK4012": "tests/cli/test_cli.py", "AK4013": "tests/targets/mlir/test_mlir_schedule.py",
+                              "AK4015": "tests/targets/triton/test_triton_fit.py"}
 
 # Files whose expected diagnostic is right but which also get follow-on errors.
 EXTRA_ERRORS: dict[str, str] = {}

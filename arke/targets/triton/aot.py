@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -146,85 +147,126 @@ def launch_job(fn: Any, launch: LaunchSpec, plan: KernelPlan, arch: str, aligned
             "num_stages": int(options.get("num_stages", 3))}
 
 
-def run_jobs(module: ModuleType, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Compile launch jobs against the functions of an imported module: ptx, cubin, shared memory, name."""
+def run_jobs(module: ModuleType, jobs: list[dict[str, Any]], tolerant: bool = False) -> list[dict[str, Any]]:
+    """Compile launch jobs against the functions of an imported module: ptx, cubin, shared memory, name.
+    With ``tolerant`` a job Triton cannot compile gives ``{"error": message}`` instead of raising."""
     import triton
     from triton.backends.compiler import GPUTarget
 
-    out = []
+    out: list[dict[str, Any]] = []
     for job in jobs:
         attrs = {(k,): [["tt.divisibility", 16]] for k in job["divisible"]}
         src = triton.compiler.ASTSource(fn=getattr(module, job["entry"]), signature=job["signature"],
                                         constexprs=job["constexprs"], attrs=attrs)
-        compiled = triton.compile(src, target=GPUTarget("cuda", job["capability"], 32),
-                                  options={"num_warps": job["num_warps"], "num_stages": job["num_stages"]})
+        try:
+            compiled = triton.compile(src, target=GPUTarget("cuda", job["capability"], 32),
+                                      options={"num_warps": job["num_warps"], "num_stages": job["num_stages"]})
+        except Exception as err:  # Triton raises many kinds (MLIR passes, ptxas): all are this job's failure
+            if not tolerant:
+                raise
+            out.append({"error": f"{type(err).__name__}: {str(err).strip()[-2000:]}"})
+            continue
         out.append({"ptx": str(compiled.asm["ptx"]), "cubin": bytes(compiled.asm["cubin"]),
                     "shared": int(compiled.metadata.shared), "name": str(compiled.metadata.name)})
     return out
 
 
 # A clean process for compiles when this one imported Triton for its interpreter: it reads
-# (module path, jobs) as JSON on stdin and writes the results as JSON (cubins in base64).
+# ([(module path, jobs)...], tolerant) as JSON on stdin and writes the results as JSON (cubins in base64).
 _WORKER = """
 import base64, importlib.util, json, sys
 from arke.targets.triton.aot import run_jobs
-path, jobs = json.load(sys.stdin)
-spec = importlib.util.spec_from_file_location("arke_aot_worker", path)
-module = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = module
-spec.loader.exec_module(module)
-out = run_jobs(module, jobs)
-json.dump([dict(r, cubin=base64.b64encode(r["cubin"]).decode()) for r in out], sys.stdout)
+units, tolerant = json.load(sys.stdin)
+out = []
+for k, (path, jobs) in enumerate(units):
+    spec = importlib.util.spec_from_file_location(f"arke_aot_worker_{k}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    out.append([dict(r, cubin=base64.b64encode(r["cubin"]).decode()) if "cubin" in r else r
+                for r in run_jobs(module, jobs, tolerant)])
+json.dump(out, sys.stdout)
 """
 
 
-def _run_in_worker(path: str, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _run_in_worker(units: list[tuple[str, list[dict[str, Any]]]], tolerant: bool) -> list[list[dict[str, Any]]]:
     import base64
     import json
 
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    proc = subprocess.run([sys.executable, "-c", _WORKER], input=json.dumps([path, jobs]), capture_output=True,
-                          text=True, env=env, timeout=600, check=False)
+    proc = subprocess.run([sys.executable, "-c", _WORKER], input=json.dumps([units, tolerant]), capture_output=True,
+                          text=True, env=env, timeout=1800, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"the Triton compile failed:\n{proc.stderr[-4000:]}")
-    return [dict(r, cubin=base64.b64decode(r["cubin"])) for r in json.loads(proc.stdout)]
+    return [[dict(r, cubin=base64.b64decode(r["cubin"])) if "cubin" in r else r for r in rs]
+            for rs in json.loads(proc.stdout)]
+
+
+#: One compile request: an artifact, its plan, the architectures and the entries to compile (None: all).
+Request = tuple["Artifact", "KernelPlan", Sequence[str], "Sequence[str] | None"]
+
+
+def compile_requests(requests: Sequence[Request], aligned: bool = True,
+                     tolerant: bool = False) -> list[list[CompiledEntry | str]]:
+    """Compile each request's launches for each of its archs, arch-major, all in one worker at most.
+
+    With ``tolerant`` a launch Triton cannot compile is its error text instead of an exception;
+    no resource check is made (see :func:`check_resources`).
+    """
+    triton = require_triton()
+    units: list[tuple[ModuleType, list[dict[str, Any]], list[tuple[LaunchSpec, KernelPlan]]]] = []
+    temps = []
+    try:
+        for artifact, plan, archs, only in requests:
+            if artifact.target != "triton":
+                raise ValueError(f"not a Triton artifact (target {artifact.target!r})")
+            for arch in archs:
+                arch_of(arch)
+            module, tmp = load_module(artifact.source, plan.name)
+            temps.append(tmp)
+            jobs, launches = [], []
+            for arch in archs:
+                for launch in artifact.launches:
+                    if only is not None and launch.entry not in only:
+                        continue
+                    fn = getattr(module, launch.entry, None)
+                    if fn is None or not hasattr(fn, "arg_names"):
+                        raise ValueError(f"the artifact has no @triton.jit function `{launch.entry}`")
+                    jobs.append(launch_job(fn, launch, plan, arch, aligned))
+                    launches.append((launch, plan))
+            units.append((module, jobs, launches))
+        if interpreted():
+            raw = _run_in_worker([(str(m.__file__), jobs) for m, jobs, _ in units], tolerant)
+        else:
+            with _IMPORT_LOCK, triton.knobs.runtime.scope():
+                triton.knobs.runtime.interpret = False
+                raw = [run_jobs(m, jobs, tolerant) for m, jobs, _ in units]
+    finally:
+        for tmp in temps:
+            tmp.cleanup()
+    out: list[list[CompiledEntry | str]] = []
+    for (_, jobs, launches), results in zip(units, raw):
+        entries: list[CompiledEntry | str] = []
+        for job, (launch, plan), r in zip(jobs, launches, results):
+            if "error" in r:
+                entries.append(str(r["error"]))
+                continue
+            regs, stack, static_shared = cubin_resources(r["cubin"], r["name"])
+            entries.append(CompiledEntry(plan.name, launch.entry, f"sm_{job['capability']}", r["ptx"], r["cubin"],
+                                         regs, stack // 4, stack, r["shared"] + static_shared, job["num_warps"],
+                                         job["num_stages"], tuple(launch.options)))
+        out.append(entries)
+    return out
 
 
 def compile_artifact_archs(artifact: Artifact, plan: KernelPlan, archs: list[str], check: bool = True,
                            aligned: bool = True) -> list[CompiledEntry]:
     """Compile every launch of a Triton artifact for each of ``archs``, in that order (one worker at most)."""
-    if artifact.target != "triton":
-        raise ValueError(f"not a Triton artifact (target {artifact.target!r})")
-    for arch in archs:
-        arch_of(arch)
-    triton = require_triton()
-    module, tmp = load_module(artifact.source, plan.name)
-    try:
-        jobs, launches = [], []
-        for arch in archs:
-            for launch in artifact.launches:
-                fn = getattr(module, launch.entry, None)
-                if fn is None or not hasattr(fn, "arg_names"):
-                    raise ValueError(f"the artifact has no @triton.jit function `{launch.entry}`")
-                jobs.append(launch_job(fn, launch, plan, arch, aligned))
-                launches.append(launch)
-        if interpreted():
-            raw = _run_in_worker(str(module.__file__), jobs)
-        else:
-            with _IMPORT_LOCK, triton.knobs.runtime.scope():
-                triton.knobs.runtime.interpret = False
-                raw = run_jobs(module, jobs)
-    finally:
-        tmp.cleanup()
-    entries = []
-    for job, launch, r in zip(jobs, launches, raw):
-        regs, stack, static_shared = cubin_resources(r["cubin"], r["name"])
-        entry = CompiledEntry(plan.name, launch.entry, f"sm_{job['capability']}", r["ptx"], r["cubin"], regs,
-                              stack // 4, stack, r["shared"] + static_shared, job["num_warps"], job["num_stages"],
-                              tuple(launch.options))
-        if check:
+    entries = [e for e in compile_requests([(artifact, plan, archs, None)], aligned)[0]
+               if isinstance(e, CompiledEntry)]
+    if check:
+        for entry in entries:
             check_resources(entry, plan)
-        entries.append(entry)
     return entries
 
 

@@ -61,6 +61,7 @@ from arke.targets.triton.gemm import (
     WIDE_DOT_LINE,
     Direct,
     ValueEmitter,
+    fixed_options,
     function_text,
     launch_options,
     pow2,
@@ -110,8 +111,14 @@ class _Flash:
         first = d.members[0]
         d_name = first.reduce_axes[0].name if not isinstance(first, ir.MapOp) else None
 
-        def block(name: str | None, default: int) -> int:
-            return pow2((decided(plan, "tile", name) if name is not None else None) or default, MIN_DOT)
+        tiled: list[str] = []
+
+        def block(option: str, name: str | None, default: int) -> int:
+            """A block: the strategy's tile of ``name``, else the fit step's choice, else ``default``."""
+            tile = decided(plan, "tile", name) if name is not None else None
+            if tile is not None:
+                tiled.append(option)
+            return pow2(tile or plan.fitted_option(entry, option) or default, MIN_DOT)
 
         # 16-bit q, k (read as stored) and v: tl.dot on tensor cores with f32 sums; p is rounded to
         # v's type for p·v, as flash attention does (spec/codegen.md §7). Else IEEE f32 throughout.
@@ -124,8 +131,9 @@ class _Flash:
         if p.k_rows or p.v_rows:  # each lane of a k/v block holds its own i64 row address: fewer keys
             bn0 = min(bn0, PAGED_KEYS)
         bd0, be0 = (self.fit(p.extent(FEATURE), bd0), self.fit(p.extent(VALUE), be0))
-        self.blocks = {"BLOCK_M": block(names.get(QUERY), bm0), "BLOCK_N": block(p.key_index, bn0),
-                       "BLOCK_D": block(d_name, bd0), "BLOCK_E": block(names.get(VALUE), be0)}
+        self.blocks = {"BLOCK_M": block("BLOCK_M", names.get(QUERY), bm0),
+                       "BLOCK_N": block("BLOCK_N", p.key_index, bn0), "BLOCK_D": block("BLOCK_D", d_name, bd0),
+                       "BLOCK_E": block("BLOCK_E", names.get(VALUE), be0)}
         # Whether one block spans the feature (value) axis: a known extent that fits, or, for 16-bit
         # inputs without a tile decision, a block sized at each launch to cover it (no chunk loop:
         # the rows of q stay in registers across the keys, one pass over the keys per row block).
@@ -138,6 +146,7 @@ class _Flash:
                 self.covers.append((blk, dim_str(p.extent(role))))
                 fits = True
             self.whole[role] = fits
+        self.fixed = fixed_options(plan, [*tiled, *(blk for blk, _ in self.covers)])  # covers: set at launch
         self.chunks = decided(plan, "split", p.key_index)
         self.algorithm = mode
         self.R: Dim = p.group_size if p.group is not None and p.group_size is not None else sympy.Integer(1)
@@ -240,7 +249,8 @@ class _Flash:
         launch = LaunchSpec(self.entry, None, tuple(self.buffers()), scratch,
                             (dim_str(self.tasks * self.C * self.gate),),
                             launch_options(self.plan, self.blocks, warps=HALF_WARPS if self.half or self.rows else 4,
-                                           stages=HALF_STAGES if self.half else 2), tuple(self.covers))
+                                           stages=HALF_STAGES if self.half else 2, entry=self.entry),
+                            tuple(self.covers), self.fixed)
         return text, launch
 
     def key_range(self) -> tuple[str, str]:

@@ -3,11 +3,12 @@
     akc build FILE --target triton [--arch sm_90|sm_80] [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
 
 ``source`` prints the generated Python module of each kernel; ``ptx`` and ``cubin`` compile
-every launch for the architecture through ``triton.compile`` (no GPU needed) and print a
-table of registers, spills and shared memory. A kernel is compiled for each of its triton
-strategies (and with the default decisions when no strategy applies to every call). An
-entry that needs more than the architecture has is reported as ``AK4012`` at the decision
-that sized it.
+every launch for the architecture through ``triton.compile`` (no GPU needed), fitted
+(:mod:`arke.targets.triton.fit`: a launch that spills at its default options gets other free
+ones; ``AK4015`` when none fits), and print a table of registers, spills and shared memory.
+A kernel is compiled for each of its triton strategies (and with the default decisions when
+no strategy applies to every call). An entry that needs more than the architecture has is
+reported as ``AK4012`` at the decision that sized it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from arke.lang.source import Span, read_source_bytes
 if TYPE_CHECKING:
     from arke.targets.nvidia.cubin import CompiledEntry
     from arke.targets.triton.aot import ResourceError
+    from arke.targets.triton.fit import Unfit
 
 SIZING = ("tile", "stages", "warps")
 
@@ -79,6 +81,14 @@ def resource_diagnostic(err: ResourceError, path: str, text: str, kernel: str) -
                 hint=f"{hint} fit; a strategy with a `when` condition can keep these tiles for another GPU")
 
 
+def spill_diagnostic(unfit: Unfit, path: str, text: str, kernel: str) -> Diagnostic:
+    """The AK4015 warning of a launch that spills at every configuration the fit tried: at the decision that
+    fixed its blocks, warps or stages (else the strategy block, else the kernel's name)."""
+    kinds = {"num_warps": "warps", "num_stages": "stages"}
+    decisions = tuple((k, None) for k in dict.fromkeys(kinds.get(f, "tile") for f in unfit.fixed))
+    return make("AK4015", unfit.message(), decision_span(path, text, kernel, decisions), hint=unfit.hint())
+
+
 def _write_compiled(entries: list[CompiledEntry], emit: str, output: str | None) -> None:
     if output is None:
         if emit == "cubin":
@@ -111,6 +121,7 @@ def cmd_build_triton(args: argparse.Namespace) -> int:
         raise _usage(f"--emit {args.emit} is for the llvm target; the triton target emits source, ptx or cubin")
     from arke.targets.nvidia import cubin
     from arke.targets.triton import aot as triton_aot
+    from arke.targets.triton.fit import fit_plan
 
     try:
         cubin.arch_of(args.arch)
@@ -144,11 +155,15 @@ def cmd_build_triton(args: argparse.Namespace) -> int:
                 texts.append(f"# ---- {name} ({label})\n{artifact.source}")
                 continue
             try:
-                entries += triton_aot.compile_artifact(artifact, plan, args.arch)
+                fitted = fit_plan(plan, [args.arch], render)
             except triton_aot.ResourceError as err:
                 print_diagnostics([resource_diagnostic(err, args.path, text, name)], Sources({args.path: text}),
                                   sys.stderr)
                 failed += 1
+                continue
+            entries += fitted.entries
+            spills = [spill_diagnostic(u, args.path, text, name) for u in fitted.unfit]
+            print_diagnostics(spills, Sources({args.path: text}), sys.stderr)
     if args.emit == "source":
         out = "\n".join(texts)
         if args.output:

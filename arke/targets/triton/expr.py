@@ -22,9 +22,11 @@ The API other Triton renderers (contraction, attention) build on:
   ``inline`` maps an SSA value name to a function that returns its expression for given
   subscripts (values that never reach memory).
 * :data:`HELPERS` — the module-level ``@triton.jit`` helpers the emitted code calls (pow, tanh,
-  a product fold); put it once in the module. Floor division, Python's modulo and NaN-propagating
-  max/min are inline expressions (:func:`floordiv_text`, :func:`mod_text`, :func:`max_text`):
-  Triton's interpreter makes every call of a helper slow.
+  a product fold); put it once in the module. ``sin``/``cos`` call ``_ak_sin``/``_ak_cos``, whose
+  text is :data:`arke.targets.triton.trig.TRIG_HELPERS` (added where a module calls them). Floor
+  division, Python's modulo and NaN-propagating max/min are inline expressions
+  (:func:`floordiv_text`, :func:`mod_text`, :func:`max_text`): Triton's interpreter makes every
+  call of a helper slow.
 
 Semantics follow :mod:`arke.runtime.interp`: f16/bf16 compute in f32 and round when stored or
 cast; integer ``div``/``mod`` floor; an integer division by zero or an out-of-range subscript
@@ -82,7 +84,7 @@ def _ak_pow(a, b):
 '''
 
 _FLOAT_UNARY = {"exp": "tl.exp({})", "log": "tl.log({})", "sqrt": "tl.sqrt_rn({})", "rsqrt": "(1.0 / tl.sqrt_rn({}))",
-                "abs": "tl.abs({})", "sin": "tl.sin({})", "cos": "tl.cos({})", "floor": "tl.floor({})",
+                "abs": "tl.abs({})", "sin": "_ak_sin({})", "cos": "_ak_cos({})", "floor": "tl.floor({})",
                 "ceil": "tl.ceil({})", "exp2": "tl.exp2({})", "log2": "tl.log2({})", "erf": "tl.erf({})",
                 "tanh": "_ak_tanh({})", "neg": "(-{})", "sigmoid": "(1.0 / (1.0 + tl.exp(-{})))"}
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}

@@ -61,10 +61,19 @@ def pow2(n: int, least: int = 1) -> int:
 
 
 def launch_options(plan: KernelPlan, constexprs: dict[str, int], stages: int = 3,
-                   warps: int = 4) -> tuple[tuple[str, int], ...]:
-    """The launch options: the block constexprs, then ``num_warps`` and ``num_stages`` (strategy or default)."""
-    return (*constexprs.items(), ("num_warps", decided(plan, "warps", None) or warps),
-            ("num_stages", decided(plan, "stages", None) or stages))
+                   warps: int = 4, entry: str = "") -> tuple[tuple[str, int], ...]:
+    """The launch options: the block constexprs, then ``num_warps`` and ``num_stages`` (the strategy's,
+    else what the fit step chose for ``entry``, else the default)."""
+    return (*constexprs.items(),
+            ("num_warps", decided(plan, "warps", None) or plan.fitted_option(entry, "num_warps") or warps),
+            ("num_stages", decided(plan, "stages", None) or plan.fitted_option(entry, "num_stages") or stages))
+
+
+def fixed_options(plan: KernelPlan, blocks: Sequence[str]) -> tuple[str, ...]:
+    """The options a fit step must keep: ``blocks`` (those a decision set) and ``num_warps``/``num_stages``
+    where the strategy decided them."""
+    return (*blocks, *(key for kind, key in (("warps", "num_warps"), ("stages", "num_stages"))
+                       if decided(plan, kind, None) is not None))
 
 
 def function_text(src: Source, entry: str, buffers: Sequence[int], constexprs: Sequence[str],
@@ -176,9 +185,12 @@ class _Gemm:
         half = self.half_operands() is not None
         dm, dn, dk = HALF_BLOCKS if half else (BLOCK_M, BLOCK_N, BLOCK_K)
         self.warps = HALF_WARPS if half else WARPS
-        bm = MIN_DOT if c.m is None else decided(plan, "tile", c.m) or dm
-        self.blocks = {"BLOCK_M": pow2(bm, MIN_DOT), "BLOCK_N": pow2(decided(plan, "tile", c.n) or dn, MIN_DOT),
-                       "BLOCK_K": pow2(decided(plan, "tile", c.k) or dk, MIN_DOT)}
+        tiles = {"BLOCK_M": MIN_DOT if c.m is None else decided(plan, "tile", c.m),
+                 "BLOCK_N": decided(plan, "tile", c.n), "BLOCK_K": decided(plan, "tile", c.k)}
+        defaults = {"BLOCK_M": dm, "BLOCK_N": dn, "BLOCK_K": dk}
+        # a block no decision set takes the fit step's choice (spec/codegen.md §9.5), else the default
+        self.blocks = {k: pow2(v or plan.fitted_option(entry, k) or defaults[k], MIN_DOT) for k, v in tiles.items()}
+        self.fixed = fixed_options(plan, [k for k, v in tiles.items() if v is not None])
 
     def rows(self) -> Dim:
         return self.extent[self.c.m] if self.c.m is not None else sympy.Integer(1)
@@ -240,7 +252,9 @@ class _Gemm:
         if half is not None:
             text = f"{WIDE_DOT_LINE}\n\n\n{text}"
         launch = LaunchSpec(self.entry, None, tuple(self.buffers()), "1" if src.err is not None else None,
-                            (dim_str(total),), launch_options(self.plan, self.blocks, warps=self.warps))
+                            (dim_str(total),),
+                            launch_options(self.plan, self.blocks, warps=self.warps, entry=self.entry),
+                            fixed=self.fixed)
         return text, launch
 
     def operand(self, e: ir.SExpr, direct: Direct | None, shape: str, index: dict[str, str], mask: str,

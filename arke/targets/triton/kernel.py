@@ -5,7 +5,8 @@ Triton's JIT reads a kernel's source from its file, so the module text goes to
 exactly as on the CPU (:func:`~arke.runtime.guards.prepare_args`) before anything launches;
 tensors go to the device (CUDA, or the CPU under ``TRITON_INTERPRET=1``, Triton's interpreter),
 each dispatch launches over its grid, and a raised error word makes the reference interpreter
-report the exact problem.
+report the exact problem. On a GPU the launches are fitted for its architecture first
+(:mod:`arke.targets.triton.fit`).
 """
 
 from __future__ import annotations
@@ -143,11 +144,31 @@ class TritonKernel(DeviceKernel):
         return words
 
 
+def device_arch() -> str | None:
+    """The CUDA device's architecture (``sm_90``, ``sm_80``) when kernels run on one the fit step knows;
+    None under the interpreter, without a GPU, or on another architecture."""
+    if interpreting() or not torch.cuda.is_available():
+        return None
+    from arke.targets.nvidia.cubin import ARCHS
+
+    major, minor = torch.cuda.get_device_capability()
+    name = f"sm_{major}{minor}"
+    return name if name in ARCHS else None
+
+
 def build_kernel(module: ir.Module, ir_name: str, strategy: Any, threads: int = 1) -> TritonKernel:
-    """Plan, render and load a kernel for Triton (same surface as the CPU runtime's ``build_kernel``)."""
+    """Plan, render and load a kernel for Triton (same surface as the CPU runtime's ``build_kernel``);
+    on a GPU of a known architecture its launches are fitted first (:mod:`arke.targets.triton.fit`:
+    none spills where the strategy leaves a configuration that does not, else ``SpillWarning``)."""
     _require_triton()
     from arke.plan.dispatch import make_plan
     from arke.targets.triton.render import RENDERER
 
     plan = make_plan(module, ir_name, strategy, RENDERER.families, paged=True)  # as TritonTarget.plan
-    return TritonKernel(plan, RENDERER.render(plan), module, threads)
+    arch = device_arch()
+    if arch is None:
+        return TritonKernel(plan, RENDERER.render(plan), module, threads)
+    from arke.targets.triton.fit import fit_plan
+
+    fitted = fit_plan(plan, [arch], RENDERER, check=False, warn=True)
+    return TritonKernel(fitted.plan, fitted.artifact, module, threads)

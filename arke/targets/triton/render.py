@@ -34,6 +34,7 @@ from arke.plan.dispatch import Buffer, Dispatch, KernelPlan, PlanOp
 from arke.plan.exprs import product
 from arke.targets.artifact import Artifact, LaunchSpec, Renderer, UnsupportedError
 from arke.targets.triton.expr import COMPUTE, HELPERS, STORAGE, Emitter, Source, accumulator, fold, identity
+from arke.targets.triton.trig import TRIG_HELPERS
 
 BLOCK = 1024  # lanes of a map program
 BLOCK_O, BLOCK_R = 16, 128  # outputs per reduction program, reduce chunk
@@ -65,26 +66,34 @@ class _Dispatch:
         self.plan, self.d, self.entry = plan, dispatch, entry
         self.src = Source(plan)
         self.constexprs: dict[str, int] = {}
+        self.fixed: list[str] = []  # the options a strategy decision set
         self.grid: Dim = sympy.Integer(1)
         self.workspace: Dim = sympy.Integer(0)  # 8-byte words after the error word (wide internal values)
 
     # -- strategy
     def block_for(self, axes: Sequence[str], default: int, name: str) -> str:
-        """The constexpr ``name`` set to the strategy's tile/vectorize of one of ``axes``, else ``default``."""
-        value = default
+        """The constexpr ``name`` set to the strategy's tile/vectorize of one of ``axes``, else to what
+        the fit step chose (spec/codegen.md §9.5), else ``default``."""
+        value: int | None = None
         for a in axes:
             for kind in ("tile", "vectorize"):
                 dec = self.plan.decision(kind, a)
                 if dec is not None and isinstance(dec.value, int):
                     value = dec.value
-        self.constexprs[name] = _pow2(value)
+        if value is not None:
+            self.fixed.append(name)
+        self.constexprs[name] = _pow2(value or self.plan.fitted_option(self.entry, name) or default)
         return name
 
     def launch_options(self) -> tuple[tuple[str, int], ...]:
         opts = list(self.constexprs.items())
         for kind, key, default in (("warps", "num_warps", 4), ("stages", "num_stages", 2)):
             dec = self.plan.decision(kind)
-            opts.append((key, int(dec.value) if dec is not None and isinstance(dec.value, int) else default))
+            if dec is not None and isinstance(dec.value, int):
+                self.fixed.append(key)
+                opts.append((key, int(dec.value)))
+            else:
+                opts.append((key, self.plan.fitted_option(self.entry, key) or default))
         return tuple(opts)
 
     # -- shared pieces
@@ -294,8 +303,9 @@ class _Dispatch:
 
     def launch(self) -> LaunchSpec:
         scratch = dim_str(1 + self.workspace) if self.src.err is not None else None
+        options = self.launch_options()
         return LaunchSpec(self.entry, None, tuple(self.buffers()), scratch,
-                          (dim_str(self.grid),), self.launch_options())
+                          (dim_str(self.grid),), options, fixed=tuple(dict.fromkeys(self.fixed)))
 
 
 class _Env:
@@ -349,6 +359,8 @@ class TritonRenderer(Renderer):
             from arke.targets.triton.scan import SCAN_HELPERS
 
             helpers.append(SCAN_HELPERS.strip() + "\n")
+        if any("_ak_sin(" in f or "_ak_cos(" in f for f in functions):
+            helpers.append(TRIG_HELPERS.strip() + "\n")  # sin and cos without local memory (trig.py)
         source = "\n\n".join(["import triton\nimport triton.language as tl\n", *helpers, *functions])
         return Artifact("triton", source, tuple(launches), {})
 

@@ -11,12 +11,7 @@ from arke.plan.dispatch import make_plan
 from arke.targets.triton import aot as triton_aot
 from arke.targets.triton.render import RENDERER as TRITON
 
-# The rotary map spills 8 words on sm_90 (8-10 on sm_80) at Triton's default block, as the same map with the
-# angles passed in as a tensor (no dim parameter, no declared shape) does: the cost of libdevice's sin and cos
-# slow paths in one pointwise kernel, not of the dims.
-SINCOS_SPILLS = pytest.mark.xfail(strict=True, reason="triton pointwise map with sin and cos spills, angles "
-                                  "given as a tensor too (not a dim-parameter cost)")
-NAMES = ["group_norm", "pair_norm", pytest.param("rope", marks=SINCOS_SPILLS), "last_k", "grid"]
+NAMES = ["group_norm", "pair_norm", "rope", "last_k", "grid"]
 
 
 @pytest.mark.parametrize("name", NAMES)
