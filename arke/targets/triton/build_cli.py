@@ -113,9 +113,9 @@ def cmd_build_triton(args: argparse.Namespace) -> int:
     """``akc build --target triton``: the module source, or PTX/cubin with a resource table."""
     from arke.cli.build import load_kernels
     from arke.lang.render import Sources, print_diagnostics
-    from arke.plan.dispatch import make_plan
     from arke.plan.variants import variants
     from arke.targets.artifact import UnsupportedError
+    from arke.targets.triton import TARGET
 
     if args.emit not in ("source", "ptx", "cubin"):
         raise _usage(f"--emit {args.emit} is for the llvm target; the triton target emits source, ptx or cubin")
@@ -143,8 +143,7 @@ def cmd_build_triton(args: argparse.Namespace) -> int:
     for name in names:
         ir_name = module.kernel_map[name]
         for label, strategy in variants(module, ir_name, "triton"):
-            plan = make_plan(module.semantic, ir_name, strategy, families=getattr(render, "families", None),
-                             paged=True)  # as TritonTarget.plan
+            plan = TARGET.plan(module.semantic, ir_name, strategy)
             try:
                 artifact = render.render(plan)
             except UnsupportedError as err:

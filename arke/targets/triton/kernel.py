@@ -161,10 +161,10 @@ def build_kernel(module: ir.Module, ir_name: str, strategy: Any, threads: int = 
     on a GPU of a known architecture its launches are fitted first (:mod:`arke.targets.triton.fit`:
     none spills where the strategy leaves a configuration that does not, else ``SpillWarning``)."""
     _require_triton()
-    from arke.plan.dispatch import make_plan
+    from arke.targets.triton import TARGET
     from arke.targets.triton.render import RENDERER
 
-    plan = make_plan(module, ir_name, strategy, RENDERER.families, paged=True)  # as TritonTarget.plan
+    plan = TARGET.plan(module, ir_name, strategy)
     arch = device_arch()
     if arch is None:
         return TritonKernel(plan, RENDERER.render(plan), module, threads)
