@@ -145,6 +145,20 @@ class Limits:
     flops: float  # FLOP/s
     bandwidth: float  # bytes/s
     threads: int
+    unit: str = ""  # the bf16 matrix unit arke uses here (AMX, AVX512-BF16), "" if none
+    unit_flops: float = 0.0  # its measured peak, FLOP/s (benchmarks/unit_peak.py)
+
+
+def matrix_unit_peak(threads: int, seconds: float) -> tuple[str, float]:
+    """The best bf16 matrix unit this host lets arke use, and its peak measured now ("", 0 if none)."""
+    from unit_peak import unit_peak
+
+    from arke.targets.llvm.isa import UNITS, host_units
+
+    for unit in UNITS:
+        if unit in host_units():
+            return unit, unit_peak(unit, threads, seconds)
+    return "", 0.0
 
 
 # ---------------------------------------------------------------- kernels
@@ -163,6 +177,7 @@ class Bench:
     flops: float = 0.0  # useful floating-point operations (compute-bound kernels)
     nbytes: float = 0.0  # bytes that must move at least once (memory-bound kernels)
     tol: float = 1e-4  # the check: max |arke - torch| / max |torch| (bf16 results: one bf16 rounding)
+    unit: bool = False  # compute-bound on the bf16 matrix unit: a % of its peak, not of the FMA peak
 
     @property
     def bound(self) -> str:
@@ -202,6 +217,15 @@ def decode_linear_bf16(k: int, n: int) -> Bench:
                  F.linear, nbytes=2.0 * (n * k + k + n), tol=1e-2)
 
 
+def linear_bf16(m: int, k: int, n: int) -> Bench:
+    """bf16 activations and weights, f32 sums, a bf16 result: torch's is oneDNN on the same unit."""
+    def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
+        return randn(g, m, k).bfloat16(), randn(g, n, k).bfloat16()
+
+    return Bench(f"linear bf16 {m}×{k}×{n}", f"bf16 [{m},{k}]·[{n},{k}]ᵀ", "std.nn", "linear_bf16", make, F.linear,
+                 flops=2.0 * m * k * n, tol=1e-2, unit=True)
+
+
 def rmsnorm(m: int, n: int) -> Bench:
     def ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (n,), w, 1e-6)
@@ -239,11 +263,13 @@ def attention(h: int, g_: int, s: int, t: int, d: int) -> Bench:
 def benches(quick: bool) -> list[Bench]:
     if quick:
         return [matmul(256, 256, 256), matmul(512, 512, 512), matmul(32, 2048, 512), decode_linear(4096, 1024),
-                decode_linear_int8(4096, 1024), decode_linear_bf16(4096, 1024), rmsnorm(1024, 1024),
+                decode_linear_int8(4096, 1024), decode_linear_bf16(4096, 1024), linear_bf16(256, 512, 512),
+                rmsnorm(1024, 1024),
                 softmax(1024, 1024), attention(32, 8, 128, 128, 64),
                 attention(32, 8, 1, 1024, 64)]
     return [matmul(1024, 1024, 1024), matmul(2048, 2048, 2048), matmul(128, 8192, 2048), decode_linear(8192, 2048),
-            decode_linear_int8(8192, 2048), decode_linear_bf16(8192, 2048),
+            decode_linear_int8(8192, 2048), decode_linear_bf16(8192, 2048), linear_bf16(2048, 2048, 2048),
+            linear_bf16(128, 2048, 8192), linear_bf16(512, 2048, 2048),
             rmsnorm(4096, 4096), softmax(4096, 4096), attention(32, 8, 512, 512, 64), attention(32, 8, 1, 4096, 64)]
 
 
@@ -345,6 +371,8 @@ def rate(bench: Bench, seconds: float) -> str:
 
 
 def of_limit(bench: Bench, seconds: float, limits: Limits) -> str:
+    if bench.unit and limits.unit_flops:
+        return f"{bench.flops / seconds / limits.unit_flops * 100:.1f}% ({limits.unit})"
     fraction = bench.flops / seconds / limits.flops if bench.flops else bench.nbytes / seconds / limits.bandwidth
     return f"{fraction * 100:.1f}%"
 
@@ -373,9 +401,11 @@ def report(rows: list[Row], limits: Limits, quick: bool, wall_s: float) -> None:
     console.print(table)
     mlir_table(rows, limits)
     console.print(f"limits: FMA peak {limits.flops / 1e9:.0f} GFLOP/s on {limits.threads} threads, read bandwidth "
-                  f"{limits.bandwidth / 1e9:.1f} GB/s. Compute-bound rows are % of the FMA peak, memory-bound rows "
-                  f"% of the read bandwidth. Ratios below 1× mean arke is faster. Times: median ± interquartile "
-                  f"range, over interleaved rounds.")
+                  f"{limits.bandwidth / 1e9:.1f} GB/s"
+                  + (f", bf16 {limits.unit} peak {limits.unit_flops / 1e9:.0f} GFLOP/s" if limits.unit else "")
+                  + ". Compute-bound rows are % of the FMA peak (bf16 linear rows: of the matrix unit's), memory-bound "
+                  "rows % of the read bandwidth. Ratios below 1× mean arke is faster. Times: median ± interquartile "
+                  "range, over interleaved rounds.")
     builds = ", ".join(f"{r.bench.name} {format_seconds(r.build_s)}" for r in rows if r.build_s > 1e-3)
     mlir_builds = ", ".join(f"{r.bench.name} {format_seconds(r.mlir_build_s)}" for r in rows if r.mlir_build_s > 1e-3)
     if mlir_builds:
@@ -439,9 +469,11 @@ def main(argv: list[str] | None = None) -> int:
 
     threads = library("std.nn").threads
     console.print(f"measuring this machine's limits on {threads} threads …")
+    unit, unit_flops = matrix_unit_peak(threads, 0.2 if quick else 0.5)
     limits = Limits(fma_peak(threads, 0.2 if quick else 0.5),
-                    read_bandwidth((256 if quick else 1024) << 20, 1.0 if quick else 3.0), threads)
-    console.print(f"  FMA peak {limits.flops / 1e9:.0f} GFLOP/s, read bandwidth {limits.bandwidth / 1e9:.1f} GB/s")
+                    read_bandwidth((256 if quick else 1024) << 20, 1.0 if quick else 3.0), threads, unit, unit_flops)
+    console.print(f"  FMA peak {limits.flops / 1e9:.0f} GFLOP/s, read bandwidth {limits.bandwidth / 1e9:.1f} GB/s"
+                  + (f", {unit} peak {unit_flops / 1e9:.0f} GFLOP/s" if unit else ", no bf16 matrix unit"))
     rows = []
     for bench in benches(quick):
         if args.only and args.only not in bench.name:

@@ -50,6 +50,7 @@ from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import LaunchSpec
 from arke.targets.llvm.declarations import vector_fma
 from arke.targets.llvm.gemm_base import GEMV_ROWS, Blocking
+from arke.targets.llvm.gemm_bf16 import A_PAD, AMX, matrix_unit, unit_blocking
 from arke.targets.llvm.gemm_routed import GemmRouted
 from arke.targets.llvm.scalar import STORAGE
 
@@ -82,15 +83,19 @@ def blocking(plan: KernelPlan, c: Contraction, vector_bits: int) -> Blocking:
 
 
 def render_contraction(plan: KernelPlan, d: Dispatch, entry: str, declare: Callable[[str], None],
-                       vector_bits: int, panel_slot: int | None = None) -> tuple[str, LaunchSpec, str | None]:
+                       vector_bits: int, panel_slot: int | None = None,
+                       units: frozenset[str] = frozenset()) -> tuple[str, LaunchSpec, str | None]:
     """The LLVM functions of one contraction dispatch and how to launch them.
 
     ``panel_slot``: the word of the dims array that may hold the address of ``B`` packed once
     into panels (see :meth:`_Gemm.panel_operand`); 0 there means "pack as you go". The third
-    result, when B can come prepacked: ``"<B's buffer index>,<nr>"``.
+    result, when B can come prepacked: ``"<B's buffer index>,<nr>"``. ``units``: the matrix units
+    the code may use (:mod:`arke.targets.llvm.isa`; bf16 operands run on the best of them).
     """
     assert isinstance(d.pattern, Contraction)
-    g = _Gemm(plan, d, entry, declare, blocking(plan, d.pattern, vector_bits), vector_bits)
+    unit = matrix_unit(plan, d.pattern, units) if vector_bits >= 512 else None
+    blk = unit_blocking(plan, d.pattern, unit) if unit is not None else blocking(plan, d.pattern, vector_bits)
+    g = _Gemm(plan, d, entry, declare, blk, vector_bits, unit)
     g.panel_slot = panel_slot if g.panel_operand() is not None else None
     text = g.render()
     extent = dim_str(g.parallel_extent) if g.parallel_extent is not None else None
@@ -104,9 +109,9 @@ class _Gemm(GemmRouted):
     """Emits a contraction dispatch: the task loop, packing, micro-kernel calls and epilogue."""
 
     def __init__(self, plan: KernelPlan, d: Dispatch, name: str, declare: Callable[[str], None], blk: Blocking,
-                 vector_bits: int = 512):
+                 vector_bits: int = 512, unit: str | None = None):
         assert isinstance(d.pattern, Contraction)
-        self.c, self.blk = d.pattern, blk
+        self.c, self.blk, self.unit = d.pattern, blk, unit
         self.contract = d.members[0]
         self.accumulated: str | None = None  # the finished sum while the epilogue is rendered
         self.a_once: str | None = None  # decode: where the evaluated rows of A are (see rows_once)
@@ -175,7 +180,10 @@ class _Gemm(GemmRouted):
         return 2 * sympy.floor((floats + 1) / 2)
 
     def a_panel(self) -> int:
-        """Floats of the packed A rows (``mr × kc``, rounded to a cache line), when A has a prologue."""
+        """Floats of the packed A rows (``mr × kc``, rounded to a cache line), when A has a prologue
+        (or, on a matrix unit, the bf16 rows of a block that is not read in place)."""
+        if self.unit is not None:  # mr rows of kc + A_PAD bf16
+            return -(-self.blk.mr * (self.blk.kc + A_PAD) // 32) * 16
         return -(-self.blk.mr * self.blk.kc // 16) * 16 if self.packs_a else 0
 
     # -- the function
@@ -223,7 +231,11 @@ class _Gemm(GemmRouted):
             word = self._pro(f"load i64, ptr {word}")
             self.has_pre = self._pro(f"icmp ne i64 {word}, 0")
             self.pre = self._pro(f"inttoptr i64 {word} to ptr")
+        if self.unit == AMX:
+            self.tile_config()
         self.counted("task", "%lo", "%hi", task)
+        if self.unit == AMX:
+            self.tile_release()
         self.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
         self.declare(vector_fma(blk.lanes)[1])
         params = ", ".join(f"ptr noalias {self.ptr[b]}" for b in self.args)
@@ -232,7 +244,7 @@ class _Gemm(GemmRouted):
         tail = ["  %ef = load i1, ptr %errflag", "  %ez = zext i1 %ef to i64", "  %eo = load i64, ptr %err",
                 "  %en = or i64 %eo, %ez", "  store i64 %en, ptr %err", "  ret void", "}"]
         main = "\n".join([head, "entry:", *self.prologue, "  br label %start", "start:", *self.body, *tail])
-        return "\n\n".join([self.micro_kernel(), main])
+        return "\n\n".join([self.unit_kernel() if self.unit is not None else self.micro_kernel(), main])
 
     def slab(self, n0: str, nc: str, packed: str, a_rows: str, tile: str, listing: str = "") -> None:
         """One task: columns [n0, n0 + nc) of every row, for the current batch entry (of the listed
@@ -336,6 +348,9 @@ class _Gemm(GemmRouted):
                listed: tuple[str, str] | None = None) -> None:
         """The packed k-blocks and register blocks of the task's rows (``listed``: a routed
         contraction's row list and count, whose rows run in list order)."""
+        if self.unit is not None:
+            self.unit_blocks(a0, b0, n0, nc, packed, a_rows, tile, listed)
+            return
         c, blk = self.c, self.blk
         pa, pb = self.plain_a, self.plain_b
         k_ext = self.dim(self.extent[c.k])

@@ -23,10 +23,10 @@ from __future__ import annotations
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.plan.dispatch import PlanOp
-from arke.targets.llvm.gemm_pack import GemmPacking
+from arke.targets.llvm.gemm_bf16 import GemmMatrix
 
 
-class GemmRouted(GemmPacking):
+class GemmRouted(GemmMatrix):
     """The routed-rows parts of a contraction dispatch (see :class:`arke.targets.llvm.gemm._Gemm`)."""
 
     def routed(self) -> bool:
@@ -60,11 +60,6 @@ class GemmRouted(GemmPacking):
 
         self.counted("route", "0", self.dim(self.rows()), row)
         return self.let(f"load i64, ptr {count}")
-
-    def listed_row(self, at: str, i: str) -> str:
-        """The row at position ``i`` of the list at ``at``."""
-        q = self.let(f"getelementptr inbounds i64, ptr {at}, i64 {i}")
-        return self.let(f"load i64, ptr {q}")
 
     def store_unrouted(self, n0: str, nc: str) -> None:
         """Every row whose condition is false: the epilogue's other branch, at columns [n0, n0 + nc)."""

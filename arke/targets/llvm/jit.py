@@ -82,10 +82,11 @@ def host_panel_width() -> int:
 
 
 def host_renderer() -> Any:
-    """The LLVM renderer sized for this machine's vectors."""
+    """The LLVM renderer sized for this machine's vectors, with the matrix units it has (and may use)."""
+    from arke.targets.llvm.isa import host_units
     from arke.targets.llvm.render import LLVMRenderer
 
-    return LLVMRenderer(vector_bits=host_vector_bits())
+    return LLVMRenderer(vector_bits=host_vector_bits(), units=host_units())
 
 
 class Loaded:

@@ -79,6 +79,13 @@ class CPUKernel:
     def __init__(self, plan: KernelPlan, artifact: Artifact, obj: bytes, module: ir.Module, threads: int):
         self.plan, self.artifact, self.module, self.threads = plan, artifact, module, threads
         self.name = plan.name
+        if "amx-bf16" in artifact.meta.get("units", "").split(","):
+            from arke.targets.llvm.isa import amx_permitted
+
+            if not amx_permitted():  # a tile instruction would fault (SIGILL) without the permission
+                raise RuntimeError("this kernel was rendered for AMX tiles, but Linux refused this process the tile "
+                                   "data permission (arch_prctl ARCH_REQ_XCOMP_PERM): rebuild it with "
+                                   "LLVMRenderer(units=host_units()) for this machine")
         self._loaded = Loaded(obj)
         self._launches = [
             _Launch(self._loaded.function(spec.entry, len(spec.buffers)),

@@ -43,6 +43,9 @@ class LLVMRenderer(Renderer):
     ``vector_bits`` is the width of the explicit vector code (contraction micro-kernels,
     attention tiles): 512 on AVX-512, 256 on AVX2, 128 elsewhere. The IR is correct on any
     machine (LLVM legalises wider vectors); the width only decides how fast it runs.
+    ``units``: the matrix units the code may use (:mod:`arke.targets.llvm.isa`: AMX, AVX512-BF16);
+    their code runs only on a CPU that has them, so a renderer is given them for the machine it
+    builds for (:func:`arke.targets.llvm.jit.host_renderer`), none by default.
     """
 
     name = "llvm"
@@ -51,8 +54,9 @@ class LLVMRenderer(Renderer):
     families = FUSED | {BATCH_REDUCE, TOPK}
     capabilities = frozenset({"f32", "f16", "bf16", "i8", "i32", "i64", "u8", "u16", "u32", "bool", "parallel"})
 
-    def __init__(self, vector_bits: int = 512):
+    def __init__(self, vector_bits: int = 512, units: frozenset[str] = frozenset()):
         self.vector_bits = vector_bits
+        self.units = frozenset(units)
 
     def render(self, plan: KernelPlan) -> Artifact:
         # one line per symbol for the whole module: several dispatches' emitters share intrinsics
@@ -60,6 +64,8 @@ class LLVMRenderer(Renderer):
 
         functions, launches = [], []
         meta = {"vector_bits": str(self.vector_bits)}
+        if self.units:
+            meta["units"] = ",".join(sorted(self.units))
         for k, d in enumerate(plan.dispatches):
             entry = f"{plan.name}.d{k}"
             if d.family == "attention":
@@ -71,7 +77,7 @@ class LLVMRenderer(Renderer):
 
                 # dims word len(dims) + k may carry the address of B's prepacked panels (runtime.cpu)
                 text, launch, panel = render_contraction(plan, d, entry, declare, self.vector_bits,
-                                                         panel_slot=len(plan.dims) + k)
+                                                         panel_slot=len(plan.dims) + k, units=self.units)
                 if panel is not None:
                     meta[f"panels.{k}"] = panel
             else:

@@ -1,0 +1,412 @@
+"""bf16 contractions on the CPU's matrix units, for the LLVM contraction renderer (:mod:`arke.targets.llvm.gemm`).
+
+A contraction whose two sides are plain bf16 loads (``sum(f32(x[m, k]) * f32(w[n, k]) for k)``, ``A``
+contiguous along k) runs on the best unit the renderer was given (:mod:`arke.targets.llvm.isa`):
+
+* **AMX** (``TDPBF16PS``): a micro-kernel holds a 32 × 32 block of sums in four tiles (tmm0-3), and
+  per 32-deep step of k loads two tiles of ``A`` (16 rows × 32 bf16 each, tmm4-5) and two of ``B``
+  (16 pairs of k × 16 columns, tmm6-7) and issues four tile products. The tile configuration is
+  loaded once per call of the dispatch (every tile 16 rows × 64 bytes) and released at its end.
+* **AVX512-BF16** (``VDPBF16PS``): an 8 × 32 block of sums in sixteen ``<16 x float>`` registers;
+  per pair of k each row's two ``A`` values are broadcast as one 32-bit word and multiplied into
+  the two vectors of the panel's pair row.
+
+Both read ``B`` packed into VNNI panels of 32 columns — ``[panel][k / 2][32][2]`` bf16 (a pair of
+consecutive k per column, zero past K and past the slab's columns), a k-block padded to a multiple
+of 32 — and ``A`` in place where a row block is whole (32 or 8 rows inside M, a k-block without a
+tail); elsewhere its rows are copied into a zero-padded ``[mr][kc]`` bf16 block (rows past M repeat
+the last one and are never stored). Sums go to the same f32 tile as the f32 path's, so the epilogue,
+row conditions and batch-reduce steps are unchanged. Each element's sum runs over k in the same order
+whatever the thread count (k-blocks in order, pairs in order inside one unit instruction).
+
+What differs from the f32 path (spec/codegen.md §7): products of bf16 values are exact in f32 on both,
+but these units add the two products of a pair to the sum as one instruction with round-to-nearest-even
+whatever MXCSR says, treat bf16 subnormal inputs as zero, and flush subnormal sums to zero.
+"""
+
+from __future__ import annotations
+
+from arke.ir import semantic as ir
+from arke.ir.dtypes import DType
+from arke.plan.contraction import Contraction
+from arke.plan.dispatch import KernelPlan
+from arke.targets.llvm.declarations import masked_load, masked_load_call
+from arke.targets.llvm.gemm_base import Blocking
+from arke.targets.llvm.gemm_pack import GemmPacking
+from arke.targets.llvm.isa import AMX, DPBF16, UNITS
+
+#: Columns of a VNNI panel (two vectors of 16 f32 sums; two AMX tiles of 16 columns).
+UNIT_NR = 32
+#: Depth granule of a packed k-block: one AMX tile of A is 32 bf16 wide.
+UNIT_K = 32
+#: bf16 elements added to the pitch of a copied block of A's rows (a cache line).
+A_PAD = 32
+
+
+def matrix_unit(plan: KernelPlan, c: Contraction, units: frozenset[str]) -> str | None:
+    """The matrix unit ``c`` runs on (one of ``units``), or None for the f32 path.
+
+    Both sides must be plain bf16 loads (no prologue: its f32 values would have to be rounded to
+    bf16), ``A`` contiguous along k, ``B`` contiguous along n or k; a strategy that sets the register
+    rows (``tile m``) or the vector width keeps the f32 path, whose blocking those decisions describe.
+    """
+    pa, pb = c.plain_a(), c.plain_b()
+    if pa is None or pb is None or not units:
+        return None
+    if any(plan.buffers[plan.buffer_index(x.src)].dtype is not DType.BF16 for x in (pa, pb)):
+        return None
+    if pa.indices[-1] != ir.Idx(c.k) or pb.indices[-1] not in (ir.Idx(c.n), ir.Idx(c.k)):
+        return None
+    if (c.m is not None and plan.decision("tile", c.m) is not None) or plan.decision("vectorize", c.n) is not None:
+        return None
+    return next((u for u in UNITS if u in units), None)
+
+
+def unit_blocking(plan: KernelPlan, c: Contraction, unit: str) -> Blocking:
+    """The blocking of a matrix-unit contraction: 32-column panels, rows per unit, k-blocks of 32s."""
+
+    def value(kind: str, axis: str) -> int | None:
+        d = plan.decision(kind, axis)
+        return int(d.value) if d is not None and isinstance(d.value, int) else None
+
+    mr = 32 if unit == AMX else 8
+    # AMX: each micro-kernel call loads and stores its four sum tiles, a cost a deep k-block hides
+    # (measured at 1024 x 1024 x 2048 on one core: k-blocks of 128, 512, 2048 gave 581, 818, 1017
+    # GFLOP/s); its block of A (32 rows) and B's panels then stream from L2 in order
+    nc = value("tile", c.n) or (256 if unit == AMX else 128)
+    nc = max(UNIT_NR, -(-nc // UNIT_NR) * UNIT_NR)
+    kc = value("tile", c.k) or (2048 if unit == AMX else 512)
+    kc = max(UNIT_K, -(-kc // UNIT_K) * UNIT_K)
+    return Blocking(16, mr, 2, kc, nc, 1)
+
+
+class GemmMatrix(GemmPacking):
+    """The matrix-unit form of a contraction's packed blocks (see the module's docstring)."""
+
+    unit: str | None
+
+    def listed_row(self, at: str, i: str) -> str:
+        """The row at position ``i`` of a routed contraction's list at ``at``."""
+        q = self.let(f"getelementptr inbounds i64, ptr {at}, i64 {i}")
+        return self.let(f"load i64, ptr {q}")
+
+    def unit_blocks(self, a0: str, b0: str, n0: str, nc: str, packed: str, a_rows: str, tile: str,
+                    listed: tuple[str, str] | None = None) -> None:
+        """:meth:`~arke.targets.llvm.gemm._Gemm.blocks` on the unit: VNNI panels, A blocks, unit micro-kernels."""
+        c, blk = self.c, self.blk
+        pa = self.plain_a
+        assert pa is not None and self.plain_b is not None
+        k_ext = self.dim(self.extent[c.k])
+        m_ext = listed[1] if listed is not None else self.dim(self.rows())
+        sa_m = self.stride(pa, c.m) if c.m is not None else "0"
+        panels = self.let(f"add i64 {nc}, {UNIT_NR - 1}")
+        panels = self.let(f"udiv i64 {panels}, {UNIT_NR}")
+        last_row = self.let(f"sub i64 {m_ext}, 1")
+        ap = self._pro("alloca ptr")
+        sp = self._pro("alloca i64")  # A's row stride in bytes
+        kp_ = self._pro("alloca i64")  # bytes between A's k-steps of one row
+        hp = self._pro("alloca i64")  # bytes from A's row 0 to row 16 (AMX's second tile)
+
+        def depth(pc: str) -> None:
+            left = self.let(f"sub i64 {k_ext}, {pc}")
+            kc = self.smin(left, str(blk.kc))
+            kcp = self.let(f"add i64 {kc}, {UNIT_K - 1}")
+            kcp = self.let(f"and i64 {kcp}, {-UNIT_K}")
+            self.vnni_pack(b0, n0, nc, pc, kc, kcp, panels, packed)
+
+            def row_block(ir_: str) -> None:
+                self.a_block(a0, sa_m, ir_, pc, kc, kcp, m_ext, last_row, a_rows, listed, (ap, sp, kp_, hp))
+                a = self.let(f"load ptr, ptr {ap}")
+                sa = self.let(f"load i64, ptr {sp}")
+                ka = self.let(f"load i64, ptr {kp_}")
+                half = self.let(f"load i64, ptr {hp}")
+                c_row = self.let(f"mul i64 {ir_}, {blk.nc}")
+
+                def panel(jr: str) -> None:
+                    bo = self.let(f"mul i64 {jr}, {kcp}")
+                    bp = self.let(f"getelementptr inbounds i16, ptr {packed}, i64 {bo}")
+                    ct = self.let(f"add i64 {c_row}, {jr}")
+                    cp = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {ct}")
+                    self.emit(f"call void @\"{self.name}.unit\"(ptr {a}, i64 {sa}, i64 {ka}, i64 {half}, ptr {bp}, "
+                              f"i64 {kcp}, ptr {cp})")
+
+                cols = self.let(f"mul i64 {panels}, {UNIT_NR}")
+                self.counted("ujr", "0", cols, panel, step=UNIT_NR)
+
+            self.counted("uir", "0", m_ext, row_block, step=blk.mr)
+
+        self.counted("upc", "0", k_ext, depth, step=blk.kc)
+
+    def _lanes_below(self, start: str, limit: str, lanes: int) -> str:
+        """``<lanes x i1>``: ``start + l < limit`` for each lane ``l``."""
+        iota = "<" + ", ".join(f"i64 {i}" for i in range(lanes)) + ">"
+        room = self.let(f"sub i64 {limit}, {start}")
+        one = self.let(f"insertelement <{lanes} x i64> poison, i64 {room}, i64 0")
+        splat = self.let(f"shufflevector <{lanes} x i64> {one}, <{lanes} x i64> poison, "
+                         f"<{lanes} x i32> zeroinitializer")
+        return self.let(f"icmp slt <{lanes} x i64> {iota}, {splat}")
+
+    def _masked(self, ptr: str, mask: str, lanes: int = 32) -> str:
+        self.declare(masked_load(lanes, "i16")[1])
+        return self.let(masked_load_call(lanes, "i16", ptr, mask, 2))
+
+    def a_block(self, a0: str, sa_m: str, ir_: str, pc: str, kc: str, kcp: str, m_ext: str, last_row: str,
+                a_rows: str, listed: tuple[str, str] | None, slots: tuple[str, str, str, str]) -> None:
+        """Where the unit reads rows ``ir_ ..`` of A's k-block: its address, the bytes between rows,
+        between k-steps of a row and from row 0 to row 16, stored to ``slots``. In place when the
+        block is whole (AVX512-BF16 only), else copied into the zero-padded block at ``a_rows``:
+        for AMX tile by tile (``[k / 32][16-row tile][16][32]``: each tile load reads 1 KiB in
+        sequence, which the prefetchers follow, where 16 rows far apart would each be a stream of
+        their own and rows 4 KiB apart collide in L1), else row by row (a cache line of padding
+        after each, so rows do not lie a multiple of 4 KiB apart)."""
+        mr, amx = self.blk.mr, self.unit == AMX
+        ap, sp, kp_, hp = slots
+        pitch = self.let(f"add i64 {kcp}, {A_PAD}")
+
+        def in_place() -> None:
+            off = self.let(f"mul i64 {ir_}, {sa_m}")
+            off = self.let(f"add i64 {off}, {pc}")
+            self.emit(f"store ptr {self.let(f'getelementptr inbounds i16, ptr {a0}, i64 {off}')}, ptr {ap}")
+            row = self.let(f"mul i64 {sa_m}, 2")
+            self.emit(f"store i64 {row}, ptr {sp}")
+            self.emit(f"store i64 2, ptr {kp_}")
+            self.emit(f"store i64 {self.let(f'mul i64 {row}, 16')}, ptr {hp}")
+
+        def copy() -> None:
+            def row(r: str) -> None:
+                at = self.smin(self.let(f"add i64 {ir_}, {r}"), last_row)
+                if listed is not None:
+                    at = self.listed_row(listed[0], at)
+                off = self.let(f"mul i64 {at}, {sa_m}")
+                off = self.let(f"add i64 {off}, {pc}")
+                src = self.let(f"getelementptr inbounds i16, ptr {a0}, i64 {off}")
+                if amx:  # row r of tile r / 16: element 32 * (r % 16) of every 512-element tile
+                    tile = self.let(f"udiv i64 {r}, 16")
+                    dst = self.let(f"urem i64 {r}, 16")
+                    dst = self.let(f"mul i64 {dst}, {UNIT_K}")
+                    dst = self.let(f"add i64 {dst}, {self.let(f'mul i64 {tile}, {16 * UNIT_K}')}")
+                else:
+                    dst = self.let(f"mul i64 {r}, {pitch}")
+                dst = self.let(f"getelementptr inbounds i16, ptr {a_rows}, i64 {dst}")
+
+                def chunk(kk: str) -> None:
+                    mask = self._lanes_below(kk, kc, UNIT_K)
+                    s = self.let(f"getelementptr i16, ptr {src}, i64 {kk}")
+                    v = self._masked(s, mask)
+                    at = self.let(f"mul i64 {kk}, {mr}") if amx else kk  # a k-step of 32 is mr rows of 32
+                    q = self.let(f"getelementptr inbounds i16, ptr {dst}, i64 {at}")
+                    self.emit(f"store <{UNIT_K} x i16> {v}, ptr {q}, align 2")
+
+                self.counted("ak", "0", kcp, chunk, step=UNIT_K)
+
+            self.counted("ar", "0", str(mr), row)
+            self.emit(f"store ptr {a_rows}, ptr {ap}")
+            if amx:
+                self.emit(f"store i64 {2 * UNIT_K}, ptr {sp}")
+                self.emit(f"store i64 {2 * mr}, ptr {kp_}")  # per element of k: mr rows of 2 bytes per 32
+                self.emit(f"store i64 {2 * 16 * UNIT_K}, ptr {hp}")
+            else:
+                bytes_ = self.let(f"mul i64 {pitch}, 2")
+                self.emit(f"store i64 {bytes_}, ptr {sp}")
+                self.emit(f"store i64 2, ptr {kp_}")
+                self.emit(f"store i64 {self.let(f'mul i64 {bytes_}, 16')}, ptr {hp}")
+
+        if listed is not None:
+            copy()
+            return
+        end = self.let(f"add i64 {ir_}, {mr}")
+        rows_in = self.let(f"icmp sle i64 {end}, {m_ext}")
+        no_tail = self.let(f"icmp eq i64 {kc}, {kcp}")
+        self.branch(self.let(f"and i1 {rows_in}, {no_tail}"), in_place, copy)
+
+    def vnni_pack(self, b0: str, n0: str, nc: str, pc: str, kc: str, kcp: str, panels: str, packed: str) -> None:
+        """``packed[p][kp][l][j] = B[pc + 2kp + j, n0 + 32p + l]`` (bf16; zero past kc and past nc)."""
+        c, pb = self.c, self.plain_b
+        assert pb is not None
+        if pb.indices[-1] == ir.Idx(c.n):
+            self._pack_rows(b0, n0, nc, pc, kc, kcp, panels, packed)
+        else:
+            self._pack_columns(b0, n0, nc, pc, kc, kcp, panels, packed)
+
+    def _pack_rows(self, b0: str, n0: str, nc: str, pc: str, kc: str, kcp: str, panels: str, packed: str) -> None:
+        """B contiguous along n (``w[k, n]``): two rows of k interleaved into each pair row of a panel."""
+        assert self.plain_b is not None
+        sb_k = self.stride(self.plain_b, self.c.k)
+        pairs = self.let(f"udiv i64 {kcp}, 2")
+        interleave = "<" + ", ".join(f"i32 {i // 2 + (UNIT_NR if i % 2 else 0)}" for i in range(2 * UNIT_NR)) + ">"
+
+        def pair(kp: str) -> None:
+            k = self.let(f"mul i64 {kp}, 2")
+            has0 = self.let(f"icmp slt i64 {k}, {kc}")
+            k1 = self.let(f"add i64 {k}, 1")
+            has1 = self.let(f"icmp slt i64 {k1}, {kc}")
+            row = self.let(f"add i64 {pc}, {self.smin(k, self.let(f'sub i64 {kc}, 1'))}")
+            off = self.let(f"mul i64 {row}, {sb_k}")
+            off = self.let(f"add i64 {off}, {n0}")
+            row0 = self.let(f"getelementptr inbounds i16, ptr {b0}, i64 {off}")
+            nxt = self.let(f"getelementptr i16, ptr {row0}, i64 {sb_k}")
+            row1 = self.let(f"select i1 {has1}, ptr {nxt}, ptr {row0}")
+
+            def panel(p: str) -> None:
+                col = self.let(f"mul i64 {p}, {UNIT_NR}")
+                cols = self._lanes_below(col, nc, UNIT_NR)
+                m0 = self.let(f"select i1 {has0}, <{UNIT_NR} x i1> {cols}, <{UNIT_NR} x i1> zeroinitializer")
+                m1 = self.let(f"select i1 {has1}, <{UNIT_NR} x i1> {cols}, <{UNIT_NR} x i1> zeroinitializer")
+                x0 = self._masked(self.let(f"getelementptr i16, ptr {row0}, i64 {col}"), m0)
+                x1 = self._masked(self.let(f"getelementptr i16, ptr {row1}, i64 {col}"), m1)
+                y = self.let(f"shufflevector <{UNIT_NR} x i16> {x0}, <{UNIT_NR} x i16> {x1}, <{2 * UNIT_NR} x i32> "
+                             f"{interleave}")
+                at = self.let(f"mul i64 {p}, {pairs}")  # a panel is kcp / 2 pair rows
+                at = self.let(f"add i64 {at}, {kp}")
+                at = self.let(f"mul i64 {at}, {2 * UNIT_NR}")
+                q = self.let(f"getelementptr inbounds i16, ptr {packed}, i64 {at}")
+                self.emit(f"store <{2 * UNIT_NR} x i16> {y}, ptr {q}, align 2")
+
+            self.counted("vp", "0", panels, panel)
+
+        self.counted("vk", "0", pairs, pair)
+
+    def _pack_columns(self, b0: str, n0: str, nc: str, pc: str, kc: str, kcp: str, panels: str, packed: str) -> None:
+        """B contiguous along k (``w[n, k]``): per 16 columns, 32 k of each column loaded as 16 pairs
+        and the 16 × 16 block of pairs transposed in registers into 16 pair rows of the panel."""
+        from arke.targets.llvm.vec import Vec
+
+        assert self.plain_b is not None
+        sb_n = self.stride(self.plain_b, self.c.n)
+        vec = Vec(16, self.let, self.declare)
+        pairs = self.let(f"udiv i64 {kcp}, 2")
+
+        def panel(p: str) -> None:
+            base = self.let(f"mul i64 {p}, {UNIT_NR}")
+            for half in range(2):
+                ptrs, valid = [], []
+                for lane in range(16):
+                    col = self.let(f"add i64 {base}, {half * 16 + lane}")
+                    inside = self.let(f"icmp slt i64 {col}, {nc}")
+                    safe = self.let(f"select i1 {inside}, i64 {col}, i64 0")
+                    n = self.let(f"add i64 {n0}, {safe}")
+                    off = self.let(f"mul i64 {n}, {sb_n}")
+                    off = self.let(f"add i64 {off}, {pc}")
+                    ptrs.append(self.let(f"getelementptr inbounds i16, ptr {b0}, i64 {off}"))
+                    valid.append(inside)
+
+                def block(kb: str, half: int = half, ptrs: list[str] = ptrs, valid: list[str] = valid) -> None:
+                    kmask = self._lanes_below(kb, kc, UNIT_K)
+                    rows = []
+                    for lane in range(16):
+                        m = self.let(f"select i1 {valid[lane]}, <{UNIT_K} x i1> {kmask}, <{UNIT_K} x i1> "
+                                     "zeroinitializer")
+                        x = self._masked(self.let(f"getelementptr i16, ptr {ptrs[lane]}, i64 {kb}"), m)
+                        rows.append(self.let(f"bitcast <{UNIT_K} x i16> {x} to <16 x float>"))
+                    kp0 = self.let(f"udiv i64 {kb}, 2")
+                    for j, t in enumerate(vec.transpose(rows)):
+                        at = self.let(f"mul i64 {p}, {pairs}")  # a panel is kcp / 2 pair rows
+                        at = self.let(f"add i64 {at}, {kp0}")
+                        at = self.let(f"add i64 {at}, {j}")
+                        at = self.let(f"mul i64 {at}, {2 * UNIT_NR}")
+                        at = self.let(f"add i64 {at}, {half * 32}")
+                        q = self.let(f"getelementptr inbounds i16, ptr {packed}, i64 {at}")
+                        self.emit(f"store <16 x i32> {self.let(f'bitcast <16 x float> {t} to <16 x i32>')}, "
+                                  f"ptr {q}, align 2")
+
+                self.counted("vb", "0", kcp, block, step=UNIT_K)
+
+        self.counted("vc", "0", panels, panel)
+
+    # -- the micro-kernels
+    def unit_kernel(self) -> str:
+        """``c[r][0:32] += sum over k of A[r][k] * panel[k][0:32]`` for the unit's rows, k a multiple of 32."""
+        return self._amx_kernel() if self.unit == AMX else self._dp_kernel()
+
+    def tile_config(self) -> None:
+        """Load the AMX configuration (palette 1; tiles 0-7 of 16 rows × 64 bytes) for this call."""
+        cfg = self._pro("alloca [64 x i8], align 64")
+        self.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
+        self.declare("declare void @llvm.x86.ldtilecfg(ptr)")
+        self.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {cfg}, i8 0, i64 64, i1 false)")
+        self.emit(f"store i8 1, ptr {cfg}")
+        for t in range(8):
+            colsb = self.let(f"getelementptr inbounds i8, ptr {cfg}, i64 {16 + 2 * t}")
+            self.emit(f"store i16 64, ptr {colsb}")
+            rows = self.let(f"getelementptr inbounds i8, ptr {cfg}, i64 {48 + t}")
+            self.emit(f"store i8 16, ptr {rows}")
+        self.emit(f"call void @llvm.x86.ldtilecfg(ptr {cfg})")
+
+    def tile_release(self) -> None:
+        self.declare("declare void @llvm.x86.tilerelease()")
+        self.emit("call void @llvm.x86.tilerelease()")
+
+    def _amx_kernel(self) -> str:
+        for line in ("declare void @llvm.x86.tileloadd64(i8, ptr, i64)", "declare void @llvm.x86.tdpbf16ps(i8, i8, i8)",
+                     "declare void @llvm.x86.tilestored64(i8, ptr, i64)"):
+            self.declare(line)
+        sc = 4 * self.blk.nc
+        lines = [f"define internal void @\"{self.name}.unit\"(ptr %a, i64 %sa, i64 %ka, i64 %a16, ptr %bp, i64 %kc, "
+                 "ptr %c) nounwind {", "entry:", "  %c1 = getelementptr inbounds i8, ptr %c, i64 64",
+                 f"  %c2 = getelementptr inbounds i8, ptr %c, i64 {16 * sc}",
+                 f"  %c3 = getelementptr inbounds i8, ptr %c, i64 {16 * sc + 64}",
+                 "  %a1 = getelementptr i8, ptr %a, i64 %a16"]
+        for t, p in enumerate(("%c", "%c1", "%c2", "%c3")):
+            lines.append(f"  call void @llvm.x86.tileloadd64(i8 {t}, ptr {p}, i64 {sc})")
+        lines += ["  br label %loop", "loop:", "  %kk = phi i64 [ 0, %entry ], [ %kk1, %loop ]",
+                  "  %ao = mul i64 %kk, %ka",
+                  "  %ap0 = getelementptr i8, ptr %a, i64 %ao", "  %ap1 = getelementptr i8, ptr %a1, i64 %ao",
+                  "  %bo = mul i64 %kk, 64",  # k/2 pair rows of 32 columns × 4 bytes
+                  "  %bq0 = getelementptr inbounds i8, ptr %bp, i64 %bo",
+                  "  %bq1 = getelementptr inbounds i8, ptr %bq0, i64 64",
+                  # each load issued just before the first product that needs it, so loads overlap products
+                  f"  call void @llvm.x86.tileloadd64(i8 6, ptr %bq0, i64 {4 * UNIT_NR})",
+                  "  call void @llvm.x86.tileloadd64(i8 4, ptr %ap0, i64 %sa)",
+                  "  call void @llvm.x86.tdpbf16ps(i8 0, i8 4, i8 6)",
+                  f"  call void @llvm.x86.tileloadd64(i8 7, ptr %bq1, i64 {4 * UNIT_NR})",
+                  "  call void @llvm.x86.tdpbf16ps(i8 1, i8 4, i8 7)",
+                  "  call void @llvm.x86.tileloadd64(i8 5, ptr %ap1, i64 %sa)",
+                  "  call void @llvm.x86.tdpbf16ps(i8 2, i8 5, i8 6)",
+                  "  call void @llvm.x86.tdpbf16ps(i8 3, i8 5, i8 7)",
+                  f"  %kk1 = add i64 %kk, {UNIT_K}", "  %more = icmp slt i64 %kk1, %kc",
+                  "  br i1 %more, label %loop, label %exit", "exit:"]
+        for t, p in enumerate(("%c", "%c1", "%c2", "%c3")):
+            lines.append(f"  call void @llvm.x86.tilestored64(i8 {t}, ptr {p}, i64 {sc})")
+        lines += ["  ret void", "}"]
+        return "\n".join(lines)
+
+    def _dp_kernel(self) -> str:
+        mr, nc = self.blk.mr, self.blk.nc
+        vec, pairs = "<16 x float>", "<32 x bfloat>"
+        dp = "@llvm.x86.avx512bf16.dpbf16ps.512"
+        self.declare(f"declare {vec} {dp}({vec}, {pairs}, {pairs})")
+        lines = [f"define internal void @\"{self.name}.unit\"(ptr noalias %a, i64 %sa, i64 %ka, i64 %a16, "
+                 "ptr noalias %bp, i64 %kc, ptr noalias %c) nounwind {", "entry:"]
+        for r in range(mr):
+            lines.append(f"  %ro{r} = mul i64 %sa, {r}")
+            lines.append(f"  %a{r} = getelementptr i8, ptr %a, i64 %ro{r}")
+            for v in range(2):
+                lines.append(f"  %cp{r}.{v} = getelementptr inbounds float, ptr %c, i64 {r * nc + 16 * v}")
+                lines.append(f"  %c{r}.{v} = load {vec}, ptr %cp{r}.{v}, align 4")
+        lines += ["  br label %loop", "loop:", "  %kk = phi i64 [ 0, %entry ], [ %kk1, %loop ]"]
+        lines += [f"  %acc{r}.{v} = phi {vec} [ %c{r}.{v}, %entry ], [ %n{r}.{v}, %loop ]"
+                  for r in range(mr) for v in range(2)]
+        lines.append("  %bo = mul i64 %kk, 64")  # pair row kk / 2: 32 columns × 4 bytes
+        for v in range(2):
+            lines.append(f"  %bq{v} = getelementptr inbounds i8, ptr %bp, i64 %bo")
+            lines.append(f"  %bv{v} = getelementptr inbounds i8, ptr %bq{v}, i64 {64 * v}")
+            lines.append(f"  %b{v} = load {pairs}, ptr %bv{v}, align 4")
+        lines.append("  %ao = mul i64 %kk, 2")
+        for r in range(mr):
+            lines.append(f"  %aq{r} = getelementptr i8, ptr %a{r}, i64 %ao")
+            lines.append(f"  %aw{r} = load i32, ptr %aq{r}, align 2")
+            lines.append(f"  %ai{r} = insertelement <16 x i32> poison, i32 %aw{r}, i64 0")
+            lines.append(f"  %as{r} = shufflevector <16 x i32> %ai{r}, <16 x i32> poison, <16 x i32> zeroinitializer")
+            lines.append(f"  %ab{r} = bitcast <16 x i32> %as{r} to {pairs}")
+            for v in range(2):
+                lines.append(f"  %n{r}.{v} = call {vec} {dp}({vec} %acc{r}.{v}, {pairs} %ab{r}, {pairs} %b{v})")
+        lines += ["  %kk1 = add i64 %kk, 2", "  %more = icmp slt i64 %kk1, %kc",
+                  "  br i1 %more, label %loop, label %exit", "exit:"]
+        for r in range(mr):
+            for v in range(2):
+                lines.append(f"  store {vec} %n{r}.{v}, ptr %cp{r}.{v}, align 4")
+        lines += ["  ret void", "}"]
+        return "\n".join(lines)
+
+
+__all__ = ["AMX", "DPBF16", "UNIT_K", "UNIT_NR", "GemmMatrix", "matrix_unit", "unit_blocking"]
