@@ -53,9 +53,11 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Measurement, format_seconds, measure
+from unit_peak import matrix_unit_peak
 
 import arke
 from arke.lang.checker import stdlib_path
+from arke.targets.llvm.isa import INT8_UNITS
 
 console = Console(width=None if sys.stdout.isatty() else 190)  # a wide table, also when piped
 
@@ -147,18 +149,8 @@ class Limits:
     threads: int
     unit: str = ""  # the bf16 matrix unit arke uses here (AMX, AVX512-BF16), "" if none
     unit_flops: float = 0.0  # its measured peak, FLOP/s (benchmarks/unit_peak.py)
-
-
-def matrix_unit_peak(threads: int, seconds: float) -> tuple[str, float]:
-    """The best bf16 matrix unit this host lets arke use, and its peak measured now ("", 0 if none)."""
-    from unit_peak import unit_peak
-
-    from arke.targets.llvm.isa import UNITS, host_units
-
-    for unit in UNITS:
-        if unit in host_units():
-            return unit, unit_peak(unit, threads, seconds)
-    return "", 0.0
+    int8_unit: str = ""  # the int8 one (AMX-INT8), "" if none
+    int8_ops: float = 0.0  # its measured peak, operations/s
 
 
 # ---------------------------------------------------------------- kernels
@@ -177,7 +169,7 @@ class Bench:
     flops: float = 0.0  # useful floating-point operations (compute-bound kernels)
     nbytes: float = 0.0  # bytes that must move at least once (memory-bound kernels)
     tol: float = 1e-4  # the check: max |arke - torch| / max |torch| (bf16 results: one bf16 rounding)
-    unit: bool = False  # compute-bound on the bf16 matrix unit: a % of its peak, not of the FMA peak
+    unit: str = ""  # compute-bound on a matrix unit ("bf16", "int8"): a % of its peak, not of the FMA peak
 
     @property
     def bound(self) -> str:
@@ -223,7 +215,27 @@ def linear_bf16(m: int, k: int, n: int) -> Bench:
         return randn(g, m, k).bfloat16(), randn(g, n, k).bfloat16()
 
     return Bench(f"linear bf16 {m}×{k}×{n}", f"bf16 [{m},{k}]·[{n},{k}]ᵀ", "std.nn", "linear_bf16", make, F.linear,
-                 flops=2.0 * m * k * n, tol=1e-2, unit=True)
+                 flops=2.0 * m * k * n, tol=1e-2, unit="bf16")
+
+
+def linear_w8a8(m: int, k: int, n: int) -> Bench:
+    """int8 activations (per-row scales) × int8 weights (per-channel scales), against torch's bf16 linear of
+    the same (dequantised) values: the issue's comparison. Its rate is a % of the int8 unit's peak
+    (twice the bf16 one on AMX: ``TDPBSSD`` does 64 products per 32-bit lane pair where ``TDPBF16PS`` does 32)."""
+    bf16: dict[str, torch.Tensor] = {}
+
+    def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
+        x = torch.randint(-127, 128, (m, k), generator=g, dtype=torch.int8)
+        w = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+        sx, sw = torch.rand(m, generator=g) / 127, torch.rand(n, generator=g) / 127
+        bf16["x"], bf16["w"] = (x * sx[:, None]).bfloat16(), (w * sw[:, None]).bfloat16()
+        return x, sx, w, sw
+
+    def ref(*_: torch.Tensor) -> torch.Tensor:
+        return F.linear(bf16["x"], bf16["w"])
+
+    return Bench(f"linear w8a8 {m}×{k}×{n}", f"i8 [{m},{k}]·i8[{n},{k}]ᵀ vs bf16", "std.nn", "linear_w8a8", make, ref,
+                 flops=2.0 * m * k * n, tol=2e-2, unit="int8")
 
 
 def rmsnorm(m: int, n: int) -> Bench:
@@ -269,7 +281,8 @@ def benches(quick: bool) -> list[Bench]:
                 attention(32, 8, 1, 1024, 64)]
     return [matmul(1024, 1024, 1024), matmul(2048, 2048, 2048), matmul(128, 8192, 2048), decode_linear(8192, 2048),
             decode_linear_int8(8192, 2048), decode_linear_bf16(8192, 2048), linear_bf16(2048, 2048, 2048),
-            linear_bf16(128, 2048, 8192), linear_bf16(512, 2048, 2048),
+            linear_bf16(128, 2048, 8192), linear_bf16(512, 2048, 2048), linear_w8a8(128, 2048, 8192),
+            linear_w8a8(2048, 2048, 2048),
             rmsnorm(4096, 4096), softmax(4096, 4096), attention(32, 8, 512, 512, 64), attention(32, 8, 1, 4096, 64)]
 
 
@@ -371,8 +384,10 @@ def rate(bench: Bench, seconds: float) -> str:
 
 
 def of_limit(bench: Bench, seconds: float, limits: Limits) -> str:
-    if bench.unit and limits.unit_flops:
+    if bench.unit == "bf16" and limits.unit_flops:
         return f"{bench.flops / seconds / limits.unit_flops * 100:.1f}% ({limits.unit})"
+    if bench.unit == "int8" and limits.int8_ops:
+        return f"{bench.flops / seconds / limits.int8_ops * 100:.1f}% ({limits.int8_unit})"
     fraction = bench.flops / seconds / limits.flops if bench.flops else bench.nbytes / seconds / limits.bandwidth
     return f"{fraction * 100:.1f}%"
 
@@ -403,6 +418,7 @@ def report(rows: list[Row], limits: Limits, quick: bool, wall_s: float) -> None:
     console.print(f"limits: FMA peak {limits.flops / 1e9:.0f} GFLOP/s on {limits.threads} threads, read bandwidth "
                   f"{limits.bandwidth / 1e9:.1f} GB/s"
                   + (f", bf16 {limits.unit} peak {limits.unit_flops / 1e9:.0f} GFLOP/s" if limits.unit else "")
+                  + (f", int8 {limits.int8_unit} peak {limits.int8_ops / 1e9:.0f} GOP/s" if limits.int8_unit else "")
                   + ". Compute-bound rows are % of the FMA peak (bf16 linear rows: of the matrix unit's), memory-bound "
                   "rows % of the read bandwidth. Ratios below 1× mean arke is faster. Times: median ± interquartile "
                   "range, over interleaved rounds.")
@@ -470,8 +486,10 @@ def main(argv: list[str] | None = None) -> int:
     threads = library("std.nn").threads
     console.print(f"measuring this machine's limits on {threads} threads …")
     unit, unit_flops = matrix_unit_peak(threads, 0.2 if quick else 0.5)
+    int8_unit, int8_ops = matrix_unit_peak(threads, 0.2 if quick else 0.5, INT8_UNITS)
     limits = Limits(fma_peak(threads, 0.2 if quick else 0.5),
-                    read_bandwidth((256 if quick else 1024) << 20, 1.0 if quick else 3.0), threads, unit, unit_flops)
+                    read_bandwidth((256 if quick else 1024) << 20, 1.0 if quick else 3.0), threads, unit, unit_flops,
+                    int8_unit, int8_ops)
     console.print(f"  FMA peak {limits.flops / 1e9:.0f} GFLOP/s, read bandwidth {limits.bandwidth / 1e9:.1f} GB/s"
                   + (f", {unit} peak {unit_flops / 1e9:.0f} GFLOP/s" if unit else ", no bf16 matrix unit"))
     rows = []

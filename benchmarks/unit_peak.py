@@ -4,6 +4,7 @@ are a percentage of (as the f32 rows are of the FMA peak).
 * **AMX** — ``TDPBF16PS`` on tiles that stay in registers: four accumulator tiles (tmm0-3, 16 × 16
   f32) each multiplied by two operand tiles (tmm4-7) per step, 16 × 16 × 32 × 2 = 16,384 flops per
   instruction; no loads, so it is the unit's own rate.
+* **AMX-INT8** — ``TDPBSSD`` the same way: 16 × 16 × 64 × 2 = 32,768 integer operations per instruction.
 * **AVX512-BF16** — ``VDPBF16PS`` on 16 independent ``<16 x float>`` accumulators, 64 flops each.
 
 One Python thread per core runs the JIT'd loop (ctypes releases the GIL); the best of three rounds.
@@ -17,21 +18,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from arke.targets.llvm.isa import AMX, DPBF16, amx_permitted
+from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, amx_permitted
 
 CHAINS = 16
 
 
-def _amx_ir() -> str:
+def _amx_ir(tdp: str = "tdpbf16ps") -> str:
     cfg = ["  call void @llvm.memset.p0.i64(ptr align 64 %cfg, i8 0, i64 64, i1 false)", "  store i8 1, ptr %cfg"]
     for t in range(8):
         cfg += [f"  %cb{t} = getelementptr inbounds i8, ptr %cfg, i64 {16 + 2 * t}", f"  store i16 64, ptr %cb{t}",
                 f"  %rw{t} = getelementptr inbounds i8, ptr %cfg, i64 {48 + t}", f"  store i8 16, ptr %rw{t}"]
-    steps = [f"  call void @llvm.x86.tdpbf16ps(i8 {c}, i8 {a}, i8 {b})" for c, (a, b) in
+    steps = [f"  call void @llvm.x86.{tdp}(i8 {c}, i8 {a}, i8 {b})" for c, (a, b) in
              enumerate(((4, 6), (4, 7), (5, 6), (5, 7)))]
     return "\n".join([
         "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)", "declare void @llvm.x86.ldtilecfg(ptr)",
-        "declare void @llvm.x86.tilezero(i8)", "declare void @llvm.x86.tdpbf16ps(i8, i8, i8)",
+        "declare void @llvm.x86.tilezero(i8)", f"declare void @llvm.x86.{tdp}(i8, i8, i8)",
         "declare void @llvm.x86.tilestored64(i8, ptr, i64)", "declare void @llvm.x86.tilerelease()",
         "define void @unit(i64 %n, ptr %out) {", "entry:", "  %cfg = alloca [64 x i8], align 64", *cfg,
         "  call void @llvm.x86.ldtilecfg(ptr %cfg)",
@@ -61,7 +62,7 @@ def _dp_ir() -> str:
 
 
 #: flops per loop step of each unit's microbenchmark
-FLOPS = {AMX: 4 * 16 * 16 * 32 * 2, DPBF16: CHAINS * 16 * 2 * 2}
+FLOPS = {AMX: 4 * 16 * 16 * 32 * 2, AMX_INT8: 4 * 16 * 16 * 64 * 2, DPBF16: CHAINS * 16 * 2 * 2}
 
 
 def _jit(unit: str) -> tuple[Any, Callable[[int, Any], None]]:
@@ -71,7 +72,8 @@ def _jit(unit: str) -> tuple[Any, Callable[[int, Any], None]]:
     llvm.initialize_native_asmprinter()
     tm = llvm.Target.from_default_triple().create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3)
-    module = llvm.parse_assembly(_amx_ir() if unit == AMX else _dp_ir())
+    source = {AMX: _amx_ir(), AMX_INT8: _amx_ir("tdpbssd")}.get(unit) or _dp_ir()
+    module = llvm.parse_assembly(source)
     module.verify()
     engine = llvm.create_mcjit_compiler(module, tm)
     engine.finalize_object()
@@ -80,8 +82,9 @@ def _jit(unit: str) -> tuple[Any, Callable[[int, Any], None]]:
 
 
 def unit_peak(unit: str, threads: int, seconds: float) -> float:
-    """FLOP/s of ``unit`` (:data:`~arke.targets.llvm.isa.AMX` or ``DPBF16``) on ``threads`` threads at once."""
-    if unit == AMX and not amx_permitted():
+    """Operations/s (multiply-adds count 2) of ``unit`` (:data:`~arke.targets.llvm.isa.AMX`, ``AMX_INT8`` or
+    ``DPBF16``) on ``threads`` threads at once."""
+    if unit in (AMX, AMX_INT8) and not amx_permitted():
         raise RuntimeError("Linux refused the AMX tile data permission")
     engine, fn = _jit(unit)
     outs = [(ctypes.c_float * 256)() for _ in range(threads)]
@@ -105,6 +108,17 @@ def unit_peak(unit: str, threads: int, seconds: float) -> float:
         best = max(best, threads * n * FLOPS[unit] / (time.perf_counter() - start))
     del engine
     return best
+
+
+def matrix_unit_peak(threads: int, seconds: float, units: tuple[str, ...] | None = None) -> tuple[str, float]:
+    """The best of ``units`` (default: the bf16 ones) this host lets arke use, and its peak measured now
+    ("", 0 if none)."""
+    from arke.targets.llvm.isa import UNITS, host_units
+
+    for unit in units or UNITS:
+        if unit in host_units():
+            return unit, unit_peak(unit, threads, seconds)
+    return "", 0.0
 
 
 if __name__ == "__main__":

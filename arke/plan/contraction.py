@@ -54,6 +54,12 @@ BATCH_REDUCE = "batch-reduce"
 #: Operand storage types the micro-kernels read (converted to f32 as they are loaded or packed).
 OPERAND_DTYPES = frozenset({DType.F32, DType.BF16, DType.F16, DType.I8})
 
+#: The form a renderer lists among its ``families`` when it runs an *integer* contraction: ``sum(i32(a[m, k])
+#: * i32(b[n, k]) for k)`` of two int8 loads, both contiguous along k, into an i32 result (exact: the sums
+#: are the interpreter's bits), on a unit that multiplies int8 (AMX's ``TDPBSSD``). Plans for other
+#: renderers leave such a sum to the generic loop nest.
+INT8_CONTRACTION = "int8-contraction"
+
 
 @dataclass(frozen=True)
 class Contraction:
@@ -98,7 +104,7 @@ def _plain_position(load: ir.Load, axis: str) -> int | None:
 
 def _plain_operand(e: ir.SExpr, axes: tuple[str | None, ...]) -> ir.Load | None:
     """The load under an (optional) cast to f32, if the micro-kernels can read it in place."""
-    if isinstance(e, ir.Cast) and e.dtype is DType.F32:
+    if isinstance(e, ir.Cast) and e.dtype in (DType.F32, DType.I32):  # (i32: an integer contraction's int8)
         e = e.x
     if not isinstance(e, ir.Load) or e.dtype not in OPERAND_DTYPES:
         return None
@@ -127,9 +133,12 @@ def _product(fs: list[ir.SExpr]) -> ir.SExpr:
     return out
 
 
-def contraction_of(op: PlanOp, batch_reduce: bool = False) -> Contraction | None:
+def contraction_of(op: PlanOp, batch_reduce: bool = False, integer: bool = False) -> Contraction | None:
     """``op`` as a contraction, or None when it is not one the micro-kernels can run; ``batch_reduce``:
-    a sum over several reduce axes may be one (its renderer loops over the extra ones)."""
+    a sum over several reduce axes may be one (its renderer loops over the extra ones); ``integer``: an
+    int8 × int8 → i32 sum may be one (:data:`INT8_CONTRACTION`)."""
+    if integer and op.dtype is DType.I32:
+        return _integer_contraction(op)
     if isinstance(op, ir.ContractOp):
         if op.lhs.dtype is not DType.F32 and op.lhs.dtype not in OPERAND_DTYPES:
             return None
@@ -162,6 +171,33 @@ def contraction_of(op: PlanOp, batch_reduce: bool = False) -> Contraction | None
     batch = tuple(x.name for x in op.axes[:-1] if x.name != m)
     outer = tuple(r for r in reduced if r != k)
     return Contraction(op.result, _product(a_side), _product(b_side), m, n, k, batch, outer=outer)
+
+
+def _integer_contraction(op: PlanOp) -> Contraction | None:
+    """``sum(i32(a[.., m, k]) * i32(b[.., n, k]) for k)`` of two int8 loads contiguous along k, as a contraction."""
+    if not isinstance(op, ir.ReduceOp) or op.kind != "sum" or op.limits or len(op.reduce_axes) != 1 or not op.axes:
+        return None
+    body = op.body
+    if not (isinstance(body, ir.Binary) and body.op == "mul" and body.dtype is DType.I32):
+        return None
+    sides = []
+    for f in (body.a, body.b):
+        if not (isinstance(f, ir.Cast) and f.dtype is DType.I32 and isinstance(f.x, ir.Load) and f.x.dtype is DType.I8):
+            return None
+        sides.append(f)
+    n, k = op.axes[-1].name, op.reduce_axes[0].name
+    a_side = [f for f in sides if n not in _axes(f)]
+    b_side = [f for f in sides if n in _axes(f)]
+    if len(a_side) != 1 or len(b_side) != 1:
+        return None
+    a_axes, b_axes = _axes(a_side[0]), _axes(b_side[0])
+    only_a = [x.name for x in op.axes[:-1] if x.name in a_axes and x.name not in b_axes]
+    m = only_a[-1] if only_a else None
+    c = Contraction(op.result, a_side[0], b_side[0], m, n, k, tuple(x.name for x in op.axes[:-1] if x.name != m))
+    pa, pb = c.plain_a(), c.plain_b()
+    if pa is None or pb is None or pa.indices[-1] != ir.Idx(k) or pb.indices[-1] != ir.Idx(k):
+        return None
+    return c
 
 
 def _depth(reduced: list[str], a_side: list[ir.SExpr], b_side: list[ir.SExpr]) -> str | None:
@@ -218,11 +254,13 @@ def row_condition(c: Contraction, axes: tuple[ir.Axis, ...], epi: ir.MapOp) -> i
 
 
 def match_contraction(fn: ir.Function, ops: list[PlanOp], start: int,
-                      strategy: sir.Strategy | None, batch_reduce: bool = False) -> Dispatch | None:
+                      strategy: sir.Strategy | None, batch_reduce: bool = False,
+                      integer: bool = False) -> Dispatch | None:
     """A contraction dispatch at ``ops[start]`` (with its epilogue), or None; ``batch_reduce``: the
-    target renders contractions over several reduce axes (:data:`BATCH_REDUCE`)."""
+    target renders contractions over several reduce axes (:data:`BATCH_REDUCE`); ``integer``: it
+    renders int8 × int8 → i32 ones (:data:`INT8_CONTRACTION`)."""
     op = ops[start]
-    c = contraction_of(op, batch_reduce)
+    c = contraction_of(op, batch_reduce, integer)
     if c is None:
         return None
     # workers always split the batch axes and the n range (a `parallel` decision cannot change
@@ -234,4 +272,4 @@ def match_contraction(fn: ir.Function, ops: list[PlanOp], start: int,
     return Dispatch(epi, "contraction", c.n, ops=(op, epi), pattern=c, internal=(op.result,))
 
 
-__all__ = ["BATCH_REDUCE", "Contraction", "contraction_of", "match_contraction", "row_condition"]
+__all__ = ["BATCH_REDUCE", "INT8_CONTRACTION", "Contraction", "contraction_of", "match_contraction", "row_condition"]

@@ -125,13 +125,15 @@ def named_matchers(families: frozenset[str] | None = None, paged: bool = False) 
     from functools import partial
 
     from arke.plan.attention import match_attention
-    from arke.plan.contraction import BATCH_REDUCE, match_contraction
+    from arke.plan.contraction import BATCH_REDUCE, INT8_CONTRACTION, match_contraction
     from arke.plan.rows import match_rows
     from arke.plan.topk import match_topk
 
     attention: Matcher = partial(match_attention, paged=True) if paged else match_attention
     # a sum over several reduce axes is a contraction only where the renderer loops over the extra ones
-    contraction: Matcher = partial(match_contraction, batch_reduce=families is None or BATCH_REDUCE in families)
+    # ... and an int8 × int8 → i32 sum only where the renderer names the form (its CPU has the unit)
+    contraction: Matcher = partial(match_contraction, batch_reduce=families is None or BATCH_REDUCE in families,
+                                   integer=families is not None and INT8_CONTRACTION in families)
     # a kept top-k comes before rows: a rows group must never take one (it has no generic form)
     found = (("attention", attention), ("contraction", contraction), (TOPK, match_topk), ("rows", match_rows))
     return tuple((f, m) for f, m in found if families is None or f in families)

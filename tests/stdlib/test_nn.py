@@ -34,7 +34,8 @@ def test_module_has_the_documented_kernels() -> None:
     assert set(std_module(NN).names) == {
         "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "add", "mul", "softmax", "logsumexp",
         "log_softmax", "layernorm", "rmsnorm", "matmul", "bmm", "linear", "linear_bias", "linear_int8",
-        "linear_bf16", "swiglu", "geglu", "embedding", "cross_entropy", "cross_entropy_mean", "greedy",
+        "linear_bf16", "quantize_rows", "linear_w8a8", "swiglu", "geglu", "embedding", "cross_entropy",
+        "cross_entropy_mean", "greedy",
         "route_top2",
     }
 
@@ -227,6 +228,34 @@ def test_linear_bf16(m: int, kk: int, n: int, rng: np.random.Generator) -> None:
     assert out.dtype == torch.bfloat16
     ref = F.linear(x.double(), w.double())
     torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=1e-2 * max(1.0, kk ** 0.5))
+
+
+@pytest.mark.parametrize(("m", "kk"), [(1, 1), (3, 67), (17, 4097)])
+def test_quantize_rows(m: int, kk: int, rng: np.random.Generator) -> None:
+    """Per-row scale max|x| / 127 and q = x / s rounded half away from zero (an all-zero row: scale 1)."""
+    x = randn(rng, m, kk) * 3
+    x[0] = 0.0
+    q, s = k("quantize_rows")(x)
+    xt = torch.from_numpy(x).double()
+    amax = xt.abs().amax(1)
+    want_s = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+    torch.testing.assert_close(torch.as_tensor(s).double(), want_s, rtol=1e-6, atol=0)
+    r = xt / torch.as_tensor(s).double()[:, None]
+    want_q = (torch.sign(r) * torch.floor(r.abs() + 0.5)).clamp(-127, 127).to(torch.int8)
+    assert torch.equal(torch.as_tensor(q), want_q)
+
+
+@pytest.mark.parametrize(("m", "kk", "n"), MATMUL_SHAPES)
+def test_linear_w8a8(m: int, kk: int, n: int, rng: np.random.Generator) -> None:
+    """int8 activations and weights: the i32 sums are exact, then scaled per row and channel, one bf16 rounding."""
+    x = rng.integers(-127, 128, (m, kk)).astype(np.int8)
+    w = rng.integers(-127, 128, (n, kk)).astype(np.int8)
+    sx, sw = np.abs(randn(rng, m)) / 127, np.abs(randn(rng, n)) / 127
+    out = torch.as_tensor(k("linear_w8a8")(x, sx, w, sw))
+    exact = torch.from_numpy(x).long() @ torch.from_numpy(w).long().T
+    ref = (exact.float() * torch.from_numpy(sx)[:, None] * torch.from_numpy(sw)).to(torch.bfloat16)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref.float(), rtol=8e-3, atol=0)
 
 
 GATES = {"swiglu": F.silu, "geglu": F.gelu}  # geglu uses the exact (erf) GELU

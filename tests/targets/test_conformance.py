@@ -94,6 +94,8 @@ CASES: list[Case] = [
     Case(NN, "linear", {"M": 1, "K": 129, "N": 33}),  # decode: one row
     *cases(NN, "linear_bias linear_int8", MATMUL),
     *cases(NN, "linear_bf16", MATMUL),
+    *cases(NN, "linear_w8a8", MATMUL),
+    *cases(NN, "quantize_rows", [{"M": 1, "K": 1}, {"M": 3, "K": 67}, {"M": 5, "K": 4097}]),
     Case(NN, "linear_int8", {"M": 1, "K": 129, "N": 33}),  # int8 weights up to 100: sums cancel
     *cases(NN, "bmm", [{"B": 1, "M": 1, "K": 1, "N": 1}, {"B": 3, "M": 5, "K": 17, "N": 33}]),
     *cases(NN, "swiglu geglu", [{"T": 1, "D": 1, "F": 1}, {"T": 3, "D": 17, "F": 33}, {"T": 17, "D": 33, "F": 5}]),

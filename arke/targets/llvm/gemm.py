@@ -50,7 +50,7 @@ from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import LaunchSpec
 from arke.targets.llvm.declarations import vector_fma
 from arke.targets.llvm.gemm_base import GEMV_ROWS, Blocking
-from arke.targets.llvm.gemm_bf16 import A_PAD, AMX, matrix_unit, unit_blocking
+from arke.targets.llvm.gemm_bf16 import A_PAD, AMX, AMX_INT8, matrix_unit, unit_blocking
 from arke.targets.llvm.gemm_routed import GemmRouted
 from arke.targets.llvm.scalar import STORAGE
 
@@ -93,7 +93,10 @@ def render_contraction(plan: KernelPlan, d: Dispatch, entry: str, declare: Calla
     the code may use (:mod:`arke.targets.llvm.isa`; bf16 operands run on the best of them).
     """
     assert isinstance(d.pattern, Contraction)
-    unit = matrix_unit(plan, d.pattern, units) if vector_bits >= 512 else None
+    integer = d.members[0].dtype is DType.I32
+    unit = matrix_unit(plan, d.pattern, units, integer) if vector_bits >= 512 else None
+    if unit is None and integer:
+        raise ValueError(f"{entry}: an int8 contraction was planned for a renderer without an int8 unit ({units})")
     blk = unit_blocking(plan, d.pattern, unit) if unit is not None else blocking(plan, d.pattern, vector_bits)
     g = _Gemm(plan, d, entry, declare, blk, vector_bits, unit)
     g.panel_slot = panel_slot if g.panel_operand() is not None else None
@@ -112,6 +115,7 @@ class _Gemm(GemmRouted):
                  vector_bits: int = 512, unit: str | None = None):
         assert isinstance(d.pattern, Contraction)
         self.c, self.blk, self.unit = d.pattern, blk, unit
+        self.integer = d.members[0].dtype is DType.I32  # int8 × int8 → i32 sums (on the unit only)
         self.contract = d.members[0]
         self.accumulated: str | None = None  # the finished sum while the epilogue is rendered
         self.a_once: str | None = None  # decode: where the evaluated rows of A are (see rows_once)
@@ -231,10 +235,10 @@ class _Gemm(GemmRouted):
             word = self._pro(f"load i64, ptr {word}")
             self.has_pre = self._pro(f"icmp ne i64 {word}, 0")
             self.pre = self._pro(f"inttoptr i64 {word} to ptr")
-        if self.unit == AMX:
+        if self.unit in (AMX, AMX_INT8):
             self.tile_config()
         self.counted("task", "%lo", "%hi", task)
-        if self.unit == AMX:
+        if self.unit in (AMX, AMX_INT8):
             self.tile_release()
         self.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
         self.declare(vector_fma(blk.lanes)[1])
@@ -285,7 +289,8 @@ class _Gemm(GemmRouted):
         m_ext = self.dim(self.rows())
         a0, b0 = self.bases()
         pa, pb = self.plain_a, self.plain_b
-        dots_ok = pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb)
+        dots_ok = (pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb)
+                   and not self.integer)  # the f32 dot products would round an integer sum
         if dots_ok and pa is not None and pb is not None:
             few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
             self.branch(few, lambda: self.either_dots(pa, pb, a0, b0, n0, nc, tile),
@@ -303,7 +308,8 @@ class _Gemm(GemmRouted):
         m_ext = self.dim(self.rows())
         a0, b0 = self.bases()
         pa, pb = self.plain_a, self.plain_b
-        dots_ok = pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb)
+        dots_ok = (pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb)
+                   and not self.integer)
         # the listed rows take the path the dense form takes at this M (the same sums, in the same
         # order): dot products below GEMV_ROWS rows, else blocks; decode through prepacked panels or
         # evaluated rows stays dense (its rows are few)
@@ -431,15 +437,16 @@ class _Gemm(GemmRouted):
                 self.current[c.n] = self.let(f"add i64 {n0}, {col}")
                 at = self.let(f"add i64 {base}, {col}")
                 q = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {at}")
-                total = self.let(f"load float, ptr {q}")
+                total = self.let(f"load {'i32' if self.integer else 'float'}, ptr {q}")
+                acc = DType.I32 if self.integer else DType.F32
                 if c.epilogue is None:
-                    value = self.convert(total, DType.F32, contract.dtype)
+                    value = self.convert(total, acc, contract.dtype)
                     self.store(self.buffer(c.result), [ir.Idx(a.name) for a in contract.axes], value, contract.dtype)
                     return
                 for mine, theirs in zip(c.epilogue.axes, contract.axes):
                     self.current[mine.name] = self.current[theirs.name]
                 # the sum is rounded to the contraction's dtype first, as the interpreter stores it
-                self.accumulated = self.convert(total, DType.F32, contract.dtype)
+                self.accumulated = self.convert(total, acc, contract.dtype)
                 value = self.expr(c.epilogue.body)
                 self.accumulated = None
                 self.store(self.buffer(out_op.result), [ir.Idx(a.name) for a in out_op.axes], value, out_op.dtype)

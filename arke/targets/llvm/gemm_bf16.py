@@ -33,7 +33,7 @@ from arke.plan.dispatch import KernelPlan
 from arke.targets.llvm.declarations import masked_load, masked_load_call
 from arke.targets.llvm.gemm_base import Blocking
 from arke.targets.llvm.gemm_pack import GemmPacking
-from arke.targets.llvm.isa import AMX, DPBF16, UNITS
+from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, UNITS
 
 #: Columns of a VNNI panel (two vectors of 16 f32 sums; two AMX tiles of 16 columns).
 UNIT_NR = 32
@@ -43,8 +43,9 @@ UNIT_K = 32
 A_PAD = 32
 
 
-def matrix_unit(plan: KernelPlan, c: Contraction, units: frozenset[str]) -> str | None:
-    """The matrix unit ``c`` runs on (one of ``units``), or None for the f32 path.
+def matrix_unit(plan: KernelPlan, c: Contraction, units: frozenset[str], integer: bool = False) -> str | None:
+    """The matrix unit ``c`` runs on (one of ``units``), or None for the f32 path (``integer``: ``c``
+    sums int8 products into i32, and runs on :data:`AMX_INT8`).
 
     Both sides must be plain bf16 loads (no prologue: its f32 values would have to be rounded to
     bf16), ``A`` contiguous along k, ``B`` contiguous along n or k; a strategy that sets the register
@@ -53,6 +54,8 @@ def matrix_unit(plan: KernelPlan, c: Contraction, units: frozenset[str]) -> str 
     pa, pb = c.plain_a(), c.plain_b()
     if pa is None or pb is None or not units:
         return None
+    if integer:  # an int8 x int8 -> i32 sum: planned only where the renderer has the unit
+        return AMX_INT8 if AMX_INT8 in units else None
     if any(plan.buffers[plan.buffer_index(x.src)].dtype is not DType.BF16 for x in (pa, pb)):
         return None
     if pa.indices[-1] != ir.Idx(c.k) or pb.indices[-1] not in (ir.Idx(c.n), ir.Idx(c.k)):
@@ -69,14 +72,15 @@ def unit_blocking(plan: KernelPlan, c: Contraction, unit: str) -> Blocking:
         d = plan.decision(kind, axis)
         return int(d.value) if d is not None and isinstance(d.value, int) else None
 
-    mr = 32 if unit == AMX else 8
+    mr = 8 if unit == DPBF16 else 32
     # AMX: each micro-kernel call loads and stores its four sum tiles, a cost a deep k-block hides
     # (measured at 1024 x 1024 x 2048 on one core: k-blocks of 128, 512, 2048 gave 581, 818, 1017
     # GFLOP/s); its block of A (32 rows) and B's panels then stream from L2 in order
-    nc = value("tile", c.n) or (256 if unit == AMX else 128)
+    nc = value("tile", c.n) or (128 if unit == DPBF16 else 256)
     nc = max(UNIT_NR, -(-nc // UNIT_NR) * UNIT_NR)
-    kc = value("tile", c.k) or (2048 if unit == AMX else 512)
-    kc = max(UNIT_K, -(-kc // UNIT_K) * UNIT_K)
+    kc = value("tile", c.k) or {AMX: 2048, AMX_INT8: 4096}.get(unit, 512)  # (4096 int8: as many bytes)
+    step = 2 * UNIT_K if unit == AMX_INT8 else UNIT_K
+    kc = max(step, -(-kc // step) * step)
     return Blocking(16, mr, 2, kc, nc, 1)
 
 
@@ -84,6 +88,21 @@ class GemmMatrix(GemmPacking):
     """The matrix-unit form of a contraction's packed blocks (see the module's docstring)."""
 
     unit: str | None
+
+    @property
+    def uk(self) -> int:
+        """Elements of k per 64-byte tile row: 32 bf16 or 64 int8."""
+        return 2 * UNIT_K if self.unit == AMX_INT8 else UNIT_K
+
+    @property
+    def el(self) -> str:
+        """The LLVM type of one operand element."""
+        return "i8" if self.unit == AMX_INT8 else "i16"
+
+    @property
+    def es(self) -> int:
+        """Bytes per operand element (a 32-bit word of a VNNI panel holds 4 / es of them)."""
+        return 1 if self.unit == AMX_INT8 else 2
 
     def listed_row(self, at: str, i: str) -> str:
         """The row at position ``i`` of a routed contraction's list at ``at``."""
@@ -110,8 +129,8 @@ class GemmMatrix(GemmPacking):
         def depth(pc: str) -> None:
             left = self.let(f"sub i64 {k_ext}, {pc}")
             kc = self.smin(left, str(blk.kc))
-            kcp = self.let(f"add i64 {kc}, {UNIT_K - 1}")
-            kcp = self.let(f"and i64 {kcp}, {-UNIT_K}")
+            kcp = self.let(f"add i64 {kc}, {self.uk - 1}")
+            kcp = self.let(f"and i64 {kcp}, {-self.uk}")
             self.vnni_pack(b0, n0, nc, pc, kc, kcp, panels, packed)
 
             def row_block(ir_: str) -> None:
@@ -123,8 +142,8 @@ class GemmMatrix(GemmPacking):
                 c_row = self.let(f"mul i64 {ir_}, {blk.nc}")
 
                 def panel(jr: str) -> None:
-                    bo = self.let(f"mul i64 {jr}, {kcp}")
-                    bp = self.let(f"getelementptr inbounds i16, ptr {packed}, i64 {bo}")
+                    bo = self.let(f"mul i64 {jr}, {kcp}")  # a panel: kcp elements of 32 columns
+                    bp = self.let(f"getelementptr inbounds {self.el}, ptr {packed}, i64 {bo}")
                     ct = self.let(f"add i64 {c_row}, {jr}")
                     cp = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {ct}")
                     self.emit(f"call void @\"{self.name}.unit\"(ptr {a}, i64 {sa}, i64 {ka}, i64 {half}, ptr {bp}, "
@@ -146,9 +165,10 @@ class GemmMatrix(GemmPacking):
                          f"<{lanes} x i32> zeroinitializer")
         return self.let(f"icmp slt <{lanes} x i64> {iota}, {splat}")
 
-    def _masked(self, ptr: str, mask: str, lanes: int = 32) -> str:
-        self.declare(masked_load(lanes, "i16")[1])
-        return self.let(masked_load_call(lanes, "i16", ptr, mask, 2))
+    def _masked(self, ptr: str, mask: str) -> str:
+        """A masked load of one 64-byte row of elements (0 where ``mask`` is off)."""
+        self.declare(masked_load(self.uk, self.el)[1])
+        return self.let(masked_load_call(self.uk, self.el, ptr, mask, self.es))
 
     def a_block(self, a0: str, sa_m: str, ir_: str, pc: str, kc: str, kcp: str, m_ext: str, last_row: str,
                 a_rows: str, listed: tuple[str, str] | None, slots: tuple[str, str, str, str]) -> None:
@@ -159,17 +179,17 @@ class GemmMatrix(GemmPacking):
         sequence, which the prefetchers follow, where 16 rows far apart would each be a stream of
         their own and rows 4 KiB apart collide in L1), else row by row (a cache line of padding
         after each, so rows do not lie a multiple of 4 KiB apart)."""
-        mr, amx = self.blk.mr, self.unit == AMX
+        mr, amx = self.blk.mr, self.unit != DPBF16
         ap, sp, kp_, hp = slots
         pitch = self.let(f"add i64 {kcp}, {A_PAD}")
 
         def in_place() -> None:
             off = self.let(f"mul i64 {ir_}, {sa_m}")
             off = self.let(f"add i64 {off}, {pc}")
-            self.emit(f"store ptr {self.let(f'getelementptr inbounds i16, ptr {a0}, i64 {off}')}, ptr {ap}")
-            row = self.let(f"mul i64 {sa_m}, 2")
+            self.emit(f"store ptr {self.let(f'getelementptr inbounds {self.el}, ptr {a0}, i64 {off}')}, ptr {ap}")
+            row = self.let(f"mul i64 {sa_m}, {self.es}")
             self.emit(f"store i64 {row}, ptr {sp}")
-            self.emit(f"store i64 2, ptr {kp_}")
+            self.emit(f"store i64 {self.es}, ptr {kp_}")
             self.emit(f"store i64 {self.let(f'mul i64 {row}, 16')}, ptr {hp}")
 
         def copy() -> None:
@@ -179,32 +199,33 @@ class GemmMatrix(GemmPacking):
                     at = self.listed_row(listed[0], at)
                 off = self.let(f"mul i64 {at}, {sa_m}")
                 off = self.let(f"add i64 {off}, {pc}")
-                src = self.let(f"getelementptr inbounds i16, ptr {a0}, i64 {off}")
-                if amx:  # row r of tile r / 16: element 32 * (r % 16) of every 512-element tile
+                src = self.let(f"getelementptr inbounds {self.el}, ptr {a0}, i64 {off}")
+                uk = self.uk
+                if amx:  # row r of tile r / 16: element uk * (r % 16) of every 16-row tile
                     tile = self.let(f"udiv i64 {r}, 16")
                     dst = self.let(f"urem i64 {r}, 16")
-                    dst = self.let(f"mul i64 {dst}, {UNIT_K}")
-                    dst = self.let(f"add i64 {dst}, {self.let(f'mul i64 {tile}, {16 * UNIT_K}')}")
+                    dst = self.let(f"mul i64 {dst}, {uk}")
+                    dst = self.let(f"add i64 {dst}, {self.let(f'mul i64 {tile}, {16 * uk}')}")
                 else:
                     dst = self.let(f"mul i64 {r}, {pitch}")
-                dst = self.let(f"getelementptr inbounds i16, ptr {a_rows}, i64 {dst}")
+                dst = self.let(f"getelementptr inbounds {self.el}, ptr {a_rows}, i64 {dst}")
 
                 def chunk(kk: str) -> None:
-                    mask = self._lanes_below(kk, kc, UNIT_K)
-                    s = self.let(f"getelementptr i16, ptr {src}, i64 {kk}")
+                    mask = self._lanes_below(kk, kc, uk)
+                    s = self.let(f"getelementptr {self.el}, ptr {src}, i64 {kk}")
                     v = self._masked(s, mask)
-                    at = self.let(f"mul i64 {kk}, {mr}") if amx else kk  # a k-step of 32 is mr rows of 32
-                    q = self.let(f"getelementptr inbounds i16, ptr {dst}, i64 {at}")
-                    self.emit(f"store <{UNIT_K} x i16> {v}, ptr {q}, align 2")
+                    at = self.let(f"mul i64 {kk}, {mr}") if amx else kk  # a k-step of uk is mr rows of uk
+                    q = self.let(f"getelementptr inbounds {self.el}, ptr {dst}, i64 {at}")
+                    self.emit(f"store <{uk} x {self.el}> {v}, ptr {q}, align {self.es}")
 
-                self.counted("ak", "0", kcp, chunk, step=UNIT_K)
+                self.counted("ak", "0", kcp, chunk, step=uk)
 
             self.counted("ar", "0", str(mr), row)
             self.emit(f"store ptr {a_rows}, ptr {ap}")
             if amx:
-                self.emit(f"store i64 {2 * UNIT_K}, ptr {sp}")
-                self.emit(f"store i64 {2 * mr}, ptr {kp_}")  # per element of k: mr rows of 2 bytes per 32
-                self.emit(f"store i64 {2 * 16 * UNIT_K}, ptr {hp}")
+                self.emit(f"store i64 {self.es * self.uk}, ptr {sp}")  # 64 bytes
+                self.emit(f"store i64 {self.es * mr}, ptr {kp_}")  # per element of k: mr rows of es bytes per uk
+                self.emit(f"store i64 {self.es * 16 * self.uk}, ptr {hp}")
             else:
                 bytes_ = self.let(f"mul i64 {pitch}, 2")
                 self.emit(f"store i64 {bytes_}, ptr {sp}")
@@ -274,7 +295,8 @@ class GemmMatrix(GemmPacking):
         assert self.plain_b is not None
         sb_n = self.stride(self.plain_b, self.c.n)
         vec = Vec(16, self.let, self.declare)
-        pairs = self.let(f"udiv i64 {kcp}, 2")
+        per = 4 // self.es  # elements of k per 32-bit word
+        pairs = self.let(f"udiv i64 {kcp}, {per}")
 
         def panel(p: str) -> None:
             base = self.let(f"mul i64 {p}, {UNIT_NR}")
@@ -287,36 +309,36 @@ class GemmMatrix(GemmPacking):
                     n = self.let(f"add i64 {n0}, {safe}")
                     off = self.let(f"mul i64 {n}, {sb_n}")
                     off = self.let(f"add i64 {off}, {pc}")
-                    ptrs.append(self.let(f"getelementptr inbounds i16, ptr {b0}, i64 {off}"))
+                    ptrs.append(self.let(f"getelementptr inbounds {self.el}, ptr {b0}, i64 {off}"))
                     valid.append(inside)
 
                 def block(kb: str, half: int = half, ptrs: list[str] = ptrs, valid: list[str] = valid) -> None:
-                    kmask = self._lanes_below(kb, kc, UNIT_K)
+                    uk = self.uk
+                    kmask = self._lanes_below(kb, kc, uk)
                     rows = []
                     for lane in range(16):
-                        m = self.let(f"select i1 {valid[lane]}, <{UNIT_K} x i1> {kmask}, <{UNIT_K} x i1> "
-                                     "zeroinitializer")
-                        x = self._masked(self.let(f"getelementptr i16, ptr {ptrs[lane]}, i64 {kb}"), m)
-                        rows.append(self.let(f"bitcast <{UNIT_K} x i16> {x} to <16 x float>"))
-                    kp0 = self.let(f"udiv i64 {kb}, 2")
+                        m = self.let(f"select i1 {valid[lane]}, <{uk} x i1> {kmask}, <{uk} x i1> zeroinitializer")
+                        x = self._masked(self.let(f"getelementptr {self.el}, ptr {ptrs[lane]}, i64 {kb}"), m)
+                        rows.append(self.let(f"bitcast <{uk} x {self.el}> {x} to <16 x float>"))
+                    kp0 = self.let(f"udiv i64 {kb}, {per}")
                     for j, t in enumerate(vec.transpose(rows)):
-                        at = self.let(f"mul i64 {p}, {pairs}")  # a panel is kcp / 2 pair rows
+                        at = self.let(f"mul i64 {p}, {pairs}")  # a panel is kcp / per word rows
                         at = self.let(f"add i64 {at}, {kp0}")
                         at = self.let(f"add i64 {at}, {j}")
-                        at = self.let(f"mul i64 {at}, {2 * UNIT_NR}")
-                        at = self.let(f"add i64 {at}, {half * 32}")
-                        q = self.let(f"getelementptr inbounds i16, ptr {packed}, i64 {at}")
+                        at = self.let(f"mul i64 {at}, {UNIT_NR}")
+                        at = self.let(f"add i64 {at}, {half * 16}")
+                        q = self.let(f"getelementptr inbounds i32, ptr {packed}, i64 {at}")
                         self.emit(f"store <16 x i32> {self.let(f'bitcast <16 x float> {t} to <16 x i32>')}, "
                                   f"ptr {q}, align 2")
 
-                self.counted("vb", "0", kcp, block, step=UNIT_K)
+                self.counted("vb", "0", kcp, block, step=self.uk)
 
         self.counted("vc", "0", panels, panel)
 
     # -- the micro-kernels
     def unit_kernel(self) -> str:
         """``c[r][0:32] += sum over k of A[r][k] * panel[k][0:32]`` for the unit's rows, k a multiple of 32."""
-        return self._amx_kernel() if self.unit == AMX else self._dp_kernel()
+        return self._dp_kernel() if self.unit == DPBF16 else self._amx_kernel()
 
     def tile_config(self) -> None:
         """Load the AMX configuration (palette 1; tiles 0-7 of 16 rows × 64 bytes) for this call."""
@@ -337,7 +359,8 @@ class GemmMatrix(GemmPacking):
         self.emit("call void @llvm.x86.tilerelease()")
 
     def _amx_kernel(self) -> str:
-        for line in ("declare void @llvm.x86.tileloadd64(i8, ptr, i64)", "declare void @llvm.x86.tdpbf16ps(i8, i8, i8)",
+        tdp = "@llvm.x86.tdpbssd" if self.unit == AMX_INT8 else "@llvm.x86.tdpbf16ps"
+        for line in ("declare void @llvm.x86.tileloadd64(i8, ptr, i64)", f"declare void {tdp}(i8, i8, i8)",
                      "declare void @llvm.x86.tilestored64(i8, ptr, i64)"):
             self.declare(line)
         sc = 4 * self.blk.nc
@@ -351,19 +374,19 @@ class GemmMatrix(GemmPacking):
         lines += ["  br label %loop", "loop:", "  %kk = phi i64 [ 0, %entry ], [ %kk1, %loop ]",
                   "  %ao = mul i64 %kk, %ka",
                   "  %ap0 = getelementptr i8, ptr %a, i64 %ao", "  %ap1 = getelementptr i8, ptr %a1, i64 %ao",
-                  "  %bo = mul i64 %kk, 64",  # k/2 pair rows of 32 columns × 4 bytes
+                  f"  %bo = mul i64 %kk, {4 * UNIT_NR // (4 // self.es)}",  # k / per word rows of 32 words
                   "  %bq0 = getelementptr inbounds i8, ptr %bp, i64 %bo",
                   "  %bq1 = getelementptr inbounds i8, ptr %bq0, i64 64",
                   # each load issued just before the first product that needs it, so loads overlap products
                   f"  call void @llvm.x86.tileloadd64(i8 6, ptr %bq0, i64 {4 * UNIT_NR})",
                   "  call void @llvm.x86.tileloadd64(i8 4, ptr %ap0, i64 %sa)",
-                  "  call void @llvm.x86.tdpbf16ps(i8 0, i8 4, i8 6)",
+                  f"  call void {tdp}(i8 0, i8 4, i8 6)",
                   f"  call void @llvm.x86.tileloadd64(i8 7, ptr %bq1, i64 {4 * UNIT_NR})",
-                  "  call void @llvm.x86.tdpbf16ps(i8 1, i8 4, i8 7)",
+                  f"  call void {tdp}(i8 1, i8 4, i8 7)",
                   "  call void @llvm.x86.tileloadd64(i8 5, ptr %ap1, i64 %sa)",
-                  "  call void @llvm.x86.tdpbf16ps(i8 2, i8 5, i8 6)",
-                  "  call void @llvm.x86.tdpbf16ps(i8 3, i8 5, i8 7)",
-                  f"  %kk1 = add i64 %kk, {UNIT_K}", "  %more = icmp slt i64 %kk1, %kc",
+                  f"  call void {tdp}(i8 2, i8 5, i8 6)",
+                  f"  call void {tdp}(i8 3, i8 5, i8 7)",
+                  f"  %kk1 = add i64 %kk, {self.uk}", "  %more = icmp slt i64 %kk1, %kc",
                   "  br i1 %more, label %loop, label %exit", "exit:"]
         for t, p in enumerate(("%c", "%c1", "%c2", "%c3")):
             lines.append(f"  call void @llvm.x86.tilestored64(i8 {t}, ptr {p}, i64 {sc})")
@@ -409,4 +432,4 @@ class GemmMatrix(GemmPacking):
         return "\n".join(lines)
 
 
-__all__ = ["AMX", "DPBF16", "UNIT_K", "UNIT_NR", "GemmMatrix", "matrix_unit", "unit_blocking"]
+__all__ = ["AMX", "AMX_INT8", "DPBF16", "UNIT_K", "UNIT_NR", "GemmMatrix", "matrix_unit", "unit_blocking"]

@@ -23,8 +23,12 @@ from functools import cache
 AMX = "amx-bf16"
 #: AVX512-BF16: ``VDPBF16PS`` (bf16 pairs into 16 f32 lanes) — feature ``avx512bf16``.
 DPBF16 = "avx512bf16"
-#: Every unit the LLVM target has code for, best first.
+#: AMX tiles: ``TDPBSSD`` (int8 quads, i32 sums) — features ``amx-tile`` and ``amx-int8``.
+AMX_INT8 = "amx-int8"
+#: The bf16 units the LLVM target has code for, best first.
 UNITS = (AMX, DPBF16)
+#: The int8 units (an int8 × int8 → i32 contraction is claimed only where one is present).
+INT8_UNITS = (AMX_INT8,)
 
 _ARCH_REQ_XCOMP_PERM = 0x1023
 _XFEATURE_XTILEDATA = 18
@@ -57,6 +61,8 @@ def host_units() -> frozenset[str]:
     units = set()
     if {"amx-tile", "amx-bf16"} <= have and "avx512f" in have and amx_permitted():
         units.add(AMX)
+    if {"amx-tile", "amx-int8"} <= have and "avx512f" in have and amx_permitted():
+        units.add(AMX_INT8)
     if {"avx512bf16", "avx512bw"} <= have:
         units.add(DPBF16)
     return frozenset(units)
@@ -66,6 +72,6 @@ def missing(unit: str) -> str | None:
     """Why this host cannot run ``unit``'s code (None when it can): what a skipped test says."""
     if unit in host_units():
         return None
-    if unit == AMX and {"amx-tile", "amx-bf16"} <= _features():
+    if unit in (AMX, AMX_INT8) and {"amx-tile", unit} <= _features():
         return "this CPU has AMX but Linux refused the tile data permission (arch_prctl ARCH_REQ_XCOMP_PERM)"
     return f"this CPU has no {unit}"

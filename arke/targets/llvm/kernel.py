@@ -79,7 +79,7 @@ class CPUKernel:
     def __init__(self, plan: KernelPlan, artifact: Artifact, obj: bytes, module: ir.Module, threads: int):
         self.plan, self.artifact, self.module, self.threads = plan, artifact, module, threads
         self.name = plan.name
-        if "amx-bf16" in artifact.meta.get("units", "").split(","):
+        if {"amx-bf16", "amx-int8"} & set(artifact.meta.get("units", "").split(",")):
             from arke.targets.llvm.isa import amx_permitted
 
             if not amx_permitted():  # a tile instruction would fault (SIGILL) without the permission

@@ -26,12 +26,13 @@ their functions into one module.
 from __future__ import annotations
 
 from arke.ir.shapes import dim_str
-from arke.plan.contraction import BATCH_REDUCE
+from arke.plan.contraction import BATCH_REDUCE, INT8_CONTRACTION
 from arke.plan.dispatch import KernelPlan
 from arke.plan.families import TOPK
 from arke.targets.artifact import Artifact, LaunchSpec, Renderer
 from arke.targets.llvm.declarations import Declarations
 from arke.targets.llvm.function import function_for
+from arke.targets.llvm.isa import INT8_UNITS
 from arke.targets.space import FUSED
 
 # ---------------------------------------------------------------- the renderer
@@ -57,6 +58,8 @@ class LLVMRenderer(Renderer):
     def __init__(self, vector_bits: int = 512, units: frozenset[str] = frozenset()):
         self.vector_bits = vector_bits
         self.units = frozenset(units)
+        if vector_bits >= 512 and self.units & set(INT8_UNITS):  # int8 × int8 → i32 sums on the unit
+            self.families = self.families | {INT8_CONTRACTION}
 
     def render(self, plan: KernelPlan) -> Artifact:
         # one line per symbol for the whole module: several dispatches' emitters share intrinsics

@@ -16,9 +16,10 @@ import pytest
 import torch
 from codegen_support import assert_conforms, same_bits, seeded, text_module
 
+from arke.plan.contraction import INT8_CONTRACTION
 from arke.plan.dispatch import make_plan
 from arke.targets.llvm.gemm_bf16 import matrix_unit
-from arke.targets.llvm.isa import AMX, DPBF16, UNITS, missing
+from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, UNITS, missing
 from arke.targets.llvm.jit import compile_object
 from arke.targets.llvm.kernel import CPUKernel
 from arke.targets.llvm.render import LLVMRenderer
@@ -51,10 +52,23 @@ kernel normed(x: bf16[M, K], w: bf16[N, K]) -> f32[M, N] {
 kernel full(x: f32[M, K], w: f32[N, K]) -> f32[M, N] {
   return sum(x[m, k] * w[n, k] for k)
 }
+
+kernel qlin(x: i8[M, K], w: i8[N, K]) -> i32[M, N] {
+  return sum(i32(x[m, k]) * i32(w[n, k]) for k)
+}
+
+kernel w8a8(x: i8[M, K], w: i8[N, K], sx: f32[M], sw: f32[N]) -> bf16[M, N] {
+  acc[m, n] = sum(i32(x[m, k]) * i32(w[n, k]) for k)
+  return bf16(f32(acc[m, n]) * sx[m] * sw[n])
+}
+
+kernel qmm(x: i8[M, K], w: i8[K, N]) -> i32[M, N] {
+  return sum(i32(x[m, k]) * i32(w[k, n]) for k)
+}
 """
 
 #: a CPU of the host's architecture that has each unit (the code compiles for it on any x86-64 host)
-CPUS = {AMX: "sapphirerapids", DPBF16: "cooperlake"}
+CPUS = {AMX: "sapphirerapids", AMX_INT8: "sapphirerapids", DPBF16: "cooperlake"}
 
 CASES: list[tuple[str, dict[str, int]]] = [
     ("lin", {"M": 3, "K": 67, "N": 70}),
@@ -70,8 +84,9 @@ CASES: list[tuple[str, dict[str, int]]] = [
 
 def _kernel(name: str, units: frozenset[str], threads: int = 2) -> tuple[CPUKernel, Any]:
     module = text_module(SOURCE)
-    plan = make_plan(module.semantic, module.kernel_map[name])
-    artifact = LLVMRenderer(512, units).render(plan)
+    renderer = LLVMRenderer(512, units)
+    plan = make_plan(module.semantic, module.kernel_map[name], None, renderer.families)
+    artifact = renderer.render(plan)
     return CPUKernel(plan, artifact, compile_object(artifact.source), module.semantic, threads), module
 
 
@@ -166,3 +181,61 @@ def test_an_amx_kernel_refuses_to_load_without_the_tile_permission(monkeypatch: 
     monkeypatch.setattr(isa, "amx_permitted", lambda: False)
     with pytest.raises(RuntimeError, match="tile data permission"):
         CPUKernel(plan, artifact, obj, module.semantic, 1)
+
+
+INT8_CASES: list[tuple[str, dict[str, int]]] = [
+    ("qlin", {"M": 3, "K": 67, "N": 70}),
+    ("qlin", {"M": 37, "K": 100, "N": 33}),
+    ("qlin", {"M": 65, "K": 33, "N": 4097}),
+    ("qlin", {"M": 40, "K": 5000, "N": 50}),  # two k-blocks, the last with a tail
+    ("w8a8", {"M": 1, "K": 45, "N": 17}),
+    ("w8a8", {"M": 33, "K": 130, "N": 61}),
+]
+
+
+def _int8_inputs(name: str, d: dict[str, int]) -> list[Any]:
+    rng = seeded("int8", name, *d.values())
+    x = rng.integers(-128, 128, (d["M"], d["K"])).astype(np.int8)
+    w = rng.integers(-128, 128, (d["N"], d["K"])).astype(np.int8)
+    if name == "qlin":
+        return [x, w]
+    return [x, w, rng.random(d["M"]).astype(np.float32) / 127, rng.random(d["N"]).astype(np.float32) / 127]
+
+
+@pytest.mark.parametrize(("name", "dims"), INT8_CASES,
+                         ids=[f"{n}-{'-'.join(map(str, d.values()))}" for n, d in INT8_CASES])
+def test_int8_unit_sums_are_exact(name: str, dims: dict[str, int]) -> None:
+    """int8 x int8 -> i32 on AMX: the interpreter's bits (the sums are exact), epilogue included."""
+    why = missing(AMX_INT8)
+    if why is not None:
+        pytest.skip(why)
+    kernel, module = _kernel(name, frozenset({AMX_INT8}))
+    assert [d.family for d in kernel.plan.dispatches] == ["contraction"]
+    args = _int8_inputs(name, dims)
+    got = kernel(*args)
+    if name == "qlin":
+        exact = torch.from_numpy(args[0]).long() @ torch.from_numpy(args[1]).long().T
+        assert torch.equal(torch.as_tensor(got), exact.int())
+    assert_conforms(got, module.kernels[name], *args)
+    assert same_bits(got, kernel(*args, threads=1))
+
+
+def test_int8_contractions_are_planned_only_for_a_renderer_with_the_unit() -> None:
+    module = text_module(SOURCE)
+
+    def families(name: str, units: frozenset[str]) -> list[str]:
+        plan = make_plan(module.semantic, module.kernel_map[name], None, LLVMRenderer(512, units).families)
+        return [d.family for d in plan.dispatches]
+
+    assert INT8_CONTRACTION in LLVMRenderer(512, frozenset({AMX_INT8})).families
+    assert INT8_CONTRACTION not in LLVMRenderer(256, frozenset({AMX_INT8})).families  # no AVX-512: no tiles
+    assert families("qlin", frozenset({AMX_INT8})) == ["contraction"]
+    assert families("qlin", frozenset({AMX})) != ["contraction"]  # the generic loop nest: exact anyway
+    assert families("qmm", frozenset({AMX_INT8})) != ["contraction"]  # B along n: not the unit's form
+    assert [d.family for d in make_plan(module.semantic, module.kernel_map["qlin"]).dispatches] != ["contraction"]
+    int8 = LLVMRenderer(512, frozenset({AMX_INT8}))
+    plan = make_plan(module.semantic, module.kernel_map["qlin"], None, int8.families)
+    with pytest.raises(ValueError, match="int8 unit"):
+        LLVMRenderer(512, frozenset()).render(plan)  # an internal error, never wrong code
+    source = LLVMRenderer(512, frozenset({AMX_INT8})).render(plan).source
+    assert "tdpbssd" in source and len(compile_object(source, CPUS[AMX_INT8])) > 0
