@@ -145,12 +145,16 @@ class LLVMFunction(ScalarEmitter):
         if not axes:
             inner()
             return
-        hi = self.dim(self.extent[axes[0]])
+        lo, hi = self.span(axes[0]) or ("0", self.dim(self.extent[axes[0]]))
         limit = self.op.limit(axes[0]) if isinstance(self.op, ir.ReduceOp) else None
         if limit is not None:  # a length (spec/language.md §8.11): the loop stops there
             n = self.expr(limit)
             hi = self.let(f"select i1 {self.let(f'icmp slt i64 {n}, {hi}')}, i64 {n}, i64 {hi}")
-        self.loop(axes[0], "0", hi, lambda: self.nest(axes[1:], inner))
+        self.loop(axes[0], lo, hi, lambda: self.nest(axes[1:], inner))
+
+    def span(self, axis: str) -> tuple[str, str] | None:
+        """The range ``nest`` loops ``axis`` over, when it is not the whole extent (a rows group's chunk)."""
+        return None
 
     def loop(self, axis: str, lo: str, hi: str, inner: Callable[[], None]) -> None:
         self.loops_made += 1

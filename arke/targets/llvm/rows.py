@@ -32,6 +32,7 @@ from arke.plan.dispatch import Buffer, Dispatch, KernelPlan, PlanOp
 from arke.plan.exprs import loads_in
 from arke.plan.families import subexprs
 from arke.plan.rows import RowGroup, rename
+from arke.plan.rows_split import GroupSplit, find_split
 from arke.targets.llvm.function import LLVMFunction
 from arke.targets.llvm.scalar import STORAGE
 
@@ -55,6 +56,8 @@ class RowsFunction(LLVMFunction):
         self.scratch_used: Dim = sympy.Integer(0)
         self.kept: dict[str, tuple[str, str]] = {}  # reduction -> (its terms' scratch row, its reduce axis)
         self.reused: dict[ir.SExpr, tuple[str, str]] = {}  # in the current member: expr -> (row, axis)
+        self.spans: dict[str, tuple[str, str]] = {}  # split rows: member -> its chunk of its first axis
+        self.chunk: tuple[str, str, str] | None = None  # in the current member: (axis, lo, hi) of its chunk
 
     def _buffers_used(self) -> set[str]:
         names = set()
@@ -71,16 +74,58 @@ class RowsFunction(LLVMFunction):
         self.place_internal()
         reuse = shared_terms(self.members, self.r)
         in_place = self.place_terms(reuse)
+        split = self.usable_split()
+        if split is not None:  # the workers share (row, chunk) pairs: see arke.plan.rows_split
+            self.extent["%chunk"] = split.chunks
 
         def row() -> None:
             at = [self.current[name] for name in rows]
+            if split is not None:
+                self.chunk_spans(split)
             for src, reader in in_place.items():
                 self.kept[src] = (self.result_row(reader, at), self.kept[src][1])
             for op in self.members:
                 self.member(op, at, {term: self.kept[src][0] for src, (reader, term) in reuse if reader is op})
 
-        self.parallel_extent = self.flat_loop(rows, row)
+        self.parallel_extent = self.flat_loop(rows + (["%chunk"] if split is not None else []), row)
         return self.text()
+
+    def usable_split(self) -> GroupSplit | None:
+        """The group's chunks (:func:`~arke.plan.rows_split.find_split`), where every member loops its
+        first axis after the rows itself (not as the lanes of a row of accumulators)."""
+        split = find_split(self.members, self.r)
+        if split is None:
+            return None
+        for op in self.members:
+            self.op = op
+            if self.rows_axis() == op.axes[self.r].name:
+                return None
+        return split
+
+    def chunk_spans(self, split: GroupSplit) -> None:
+        """Each member's slice of its first axis on this chunk: ``[j·w, (j+1)·w)``; where some member's
+        extent is not the chunk count times its width (the dims break a divisibility the split needs),
+        chunk 0 runs the whole row and the others nothing."""
+        j = self.current["%chunk"]
+        count = self.dim(split.chunks)
+        ok = "true"
+        for op in self.members:
+            whole = self.let(f"mul i64 {count}, {self.dim(split.widths[op.result])}")
+            fits = self.let(f"icmp eq i64 {whole}, {self.dim(op.axes[self.r].extent)}")
+            ok = self.let(f"and i1 {ok}, {fits}")
+        first = self.let(f"icmp eq i64 {j}, 0")
+        for op in self.members:
+            w = self.dim(split.widths[op.result])
+            lo = self.let(f"mul i64 {j}, {w}")
+            hi = self.let(f"add i64 {lo}, {w}")
+            everything = self.let(f"select i1 {first}, i64 {self.dim(op.axes[self.r].extent)}, i64 0")
+            self.spans[op.result] = (self.let(f"select i1 {ok}, i64 {lo}, i64 0"),
+                                     self.let(f"select i1 {ok}, i64 {hi}, i64 {everything}"))
+
+    def span(self, axis: str) -> tuple[str, str] | None:
+        if self.chunk is not None and self.chunk[0] == axis:
+            return self.chunk[1], self.chunk[2]
+        return None
 
     def place_terms(self, reuse: list[tuple[str, tuple[PlanOp, ir.SExpr]]]) -> dict[str, PlanOp]:
         """Where each reduction keeps the terms a later member reads again: in that member's own
@@ -125,8 +170,10 @@ class RowsFunction(LLVMFunction):
             self.reused = {term: (row, lane_axis) for term, row in reused.items()}
         lanes = self.rows_axis()
         outer = [a for a in rest if a != lanes]
+        if op.result in self.spans:
+            self.chunk = (op.axes[self.r].name, *self.spans[op.result])
         self.nest(outer, (lambda: self.contract_rows(lanes)) if lanes is not None else self.element)
-        self.reused = {}
+        self.reused, self.chunk = {}, None
 
     def rows_axis(self) -> str | None:
         """The single-op form's choice of a row of accumulators, among the axes after the rows."""
