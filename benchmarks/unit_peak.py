@@ -5,6 +5,7 @@ are a percentage of (as the f32 rows are of the FMA peak).
   f32) each multiplied by two operand tiles (tmm4-7) per step, 16 × 16 × 32 × 2 = 16,384 flops per
   instruction; no loads, so it is the unit's own rate.
 * **AMX-INT8** — ``TDPBSSD`` the same way: 16 × 16 × 64 × 2 = 32,768 integer operations per instruction.
+* **AVX512-VNNI** — ``VPDPBUSD`` on 16 independent ``<16 x i32>`` accumulators, 128 operations each.
 * **AVX512-BF16** — ``VDPBF16PS`` on 16 independent ``<16 x float>`` accumulators, 64 flops each.
 
 One Python thread per core runs the JIT'd loop (ctypes releases the GIL); the best of three rounds.
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, amx_permitted
+from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, VNNI, amx_permitted
 
 CHAINS = 16
 
@@ -61,8 +62,24 @@ def _dp_ir() -> str:
         "exit:", *sums, f"  store {vec} %s{CHAINS - 2}, ptr %out, align 4", "  ret void", "}"]) + "\n"
 
 
+def _vnni_ir() -> str:
+    vec = "<16 x i32>"
+    phis = [f"  %a{c} = phi {vec} [ zeroinitializer, %entry ], [ %b{c}, %loop ]" for c in range(CHAINS)]
+    steps = [f"  %b{c} = call {vec} @llvm.x86.avx512.vpdpbusd.512({vec} %a{c}, <64 x i8> %x, <64 x i8> %x)"
+             for c in range(CHAINS)]
+    sums = ["  %s0 = add " + f"{vec} %b0, %b1"] + [f"  %s{c - 1} = add {vec} %s{c - 2}, %b{c}"
+                                                  for c in range(2, CHAINS)]
+    return "\n".join([
+        f"declare {vec} @llvm.x86.avx512.vpdpbusd.512({vec}, <64 x i8>, <64 x i8>)",
+        "define void @unit(i64 %n, ptr %out) {", "entry:", "  %x = load <64 x i8>, ptr %out, align 4",
+        "  br label %loop", "loop:", "  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]", *phis, *steps,
+        "  %i1 = add i64 %i, 1", "  %more = icmp ult i64 %i1, %n", "  br i1 %more, label %loop, label %exit",
+        "exit:", *sums, f"  store {vec} %s{CHAINS - 2}, ptr %out, align 4", "  ret void", "}"]) + "\n"
+
+
 #: flops per loop step of each unit's microbenchmark
-FLOPS = {AMX: 4 * 16 * 16 * 32 * 2, AMX_INT8: 4 * 16 * 16 * 64 * 2, DPBF16: CHAINS * 16 * 2 * 2}
+FLOPS = {AMX: 4 * 16 * 16 * 32 * 2, AMX_INT8: 4 * 16 * 16 * 64 * 2, DPBF16: CHAINS * 16 * 2 * 2,
+         VNNI: CHAINS * 16 * 4 * 2}
 
 
 def _jit(unit: str) -> tuple[Any, Callable[[int, Any], None]]:
@@ -72,7 +89,7 @@ def _jit(unit: str) -> tuple[Any, Callable[[int, Any], None]]:
     llvm.initialize_native_asmprinter()
     tm = llvm.Target.from_default_triple().create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3)
-    source = {AMX: _amx_ir(), AMX_INT8: _amx_ir("tdpbssd")}.get(unit) or _dp_ir()
+    source = {AMX: _amx_ir(), AMX_INT8: _amx_ir("tdpbssd"), VNNI: _vnni_ir()}.get(unit) or _dp_ir()
     module = llvm.parse_assembly(source)
     module.verify()
     engine = llvm.create_mcjit_compiler(module, tm)

@@ -50,7 +50,7 @@ from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import LaunchSpec
 from arke.targets.llvm.declarations import vector_fma
 from arke.targets.llvm.gemm_base import GEMV_ROWS, Blocking
-from arke.targets.llvm.gemm_bf16 import A_PAD, AMX, AMX_INT8, matrix_unit, unit_blocking
+from arke.targets.llvm.gemm_bf16 import A_PAD, AMX, AMX_INT8, VNNI, matrix_unit, unit_blocking
 from arke.targets.llvm.gemm_routed import GemmRouted
 from arke.targets.llvm.scalar import STORAGE
 
@@ -208,6 +208,8 @@ class _Gemm(GemmRouted):
         packed = self.let(f"inttoptr i64 {aligned} to ptr")
         a_rows = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {blk.kc * blk.nc}")
         tile = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {blk.kc * blk.nc + self.a_panel()}")
+        if self.unit == VNNI:  # the column sums go past the int8 panels (a quarter of B's f32 room)
+            self.corr = self.let(f"getelementptr inbounds float, ptr {packed}, i64 {blk.kc * blk.nc // 4 + 16}")
         if self.rows_once:
             tile_floats = self.let(f"mul i64 {self.dim(self.padded_rows())}, {blk.nc}")
             self.a_once = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {tile_floats}")
@@ -257,6 +259,8 @@ class _Gemm(GemmRouted):
         rows_pad = self.dim(self.padded_rows())
         bytes_ = self.let(f"mul i64 {rows_pad}, {4 * blk.nc}")
         self.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {tile}, i8 0, i64 {bytes_}, i1 false)")
+        if self.unit == VNNI:
+            self.emit(f"call void @llvm.memset.p0.i64(ptr align 4 {self.corr}, i8 0, i64 {4 * blk.nc}, i1 false)")
         if listing:
             self.routed_slab(n0, nc, packed, a_rows, tile, listing)
             return
@@ -438,6 +442,8 @@ class _Gemm(GemmRouted):
                 at = self.let(f"add i64 {base}, {col}")
                 q = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {at}")
                 total = self.let(f"load {'i32' if self.integer else 'float'}, ptr {q}")
+                if self.unit == VNNI:
+                    total = self.corrected(total, col)
                 acc = DType.I32 if self.integer else DType.F32
                 if c.epilogue is None:
                     value = self.convert(total, acc, contract.dtype)

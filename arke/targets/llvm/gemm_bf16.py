@@ -32,11 +32,11 @@ from arke.plan.contraction import Contraction
 from arke.plan.dispatch import KernelPlan
 from arke.targets.llvm.declarations import masked_load, masked_load_call
 from arke.targets.llvm.gemm_base import Blocking
-from arke.targets.llvm.gemm_pack import GemmPacking
-from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, UNITS
+from arke.targets.llvm.gemm_vnni import PANEL, GemmVnni
+from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, INT8_UNITS, UNITS, VNNI
 
 #: Columns of a VNNI panel (two vectors of 16 f32 sums; two AMX tiles of 16 columns).
-UNIT_NR = 32
+UNIT_NR = PANEL
 #: Depth granule of a packed k-block: one AMX tile of A is 32 bf16 wide.
 UNIT_K = 32
 #: bf16 elements added to the pitch of a copied block of A's rows (a cache line).
@@ -55,7 +55,7 @@ def matrix_unit(plan: KernelPlan, c: Contraction, units: frozenset[str], integer
     if pa is None or pb is None or not units:
         return None
     if integer:  # an int8 x int8 -> i32 sum: planned only where the renderer has the unit
-        return AMX_INT8 if AMX_INT8 in units else None
+        return next((u for u in INT8_UNITS if u in units), None)
     if any(plan.buffers[plan.buffer_index(x.src)].dtype is not DType.BF16 for x in (pa, pb)):
         return None
     if pa.indices[-1] != ir.Idx(c.k) or pb.indices[-1] not in (ir.Idx(c.n), ir.Idx(c.k)):
@@ -72,19 +72,19 @@ def unit_blocking(plan: KernelPlan, c: Contraction, unit: str) -> Blocking:
         d = plan.decision(kind, axis)
         return int(d.value) if d is not None and isinstance(d.value, int) else None
 
-    mr = 8 if unit == DPBF16 else 32
+    mr = 8 if unit in (DPBF16, VNNI) else 32
     # AMX: each micro-kernel call loads and stores its four sum tiles, a cost a deep k-block hides
     # (measured at 1024 x 1024 x 2048 on one core: k-blocks of 128, 512, 2048 gave 581, 818, 1017
     # GFLOP/s); its block of A (32 rows) and B's panels then stream from L2 in order
-    nc = value("tile", c.n) or (128 if unit == DPBF16 else 256)
+    nc = value("tile", c.n) or (128 if unit in (DPBF16, VNNI) else 256)
     nc = max(UNIT_NR, -(-nc // UNIT_NR) * UNIT_NR)
-    kc = value("tile", c.k) or {AMX: 2048, AMX_INT8: 4096}.get(unit, 512)  # (4096 int8: as many bytes)
-    step = 2 * UNIT_K if unit == AMX_INT8 else UNIT_K
+    kc = value("tile", c.k) or {AMX: 2048, AMX_INT8: 4096, VNNI: 1024}.get(unit, 512)  # (int8: twice bf16's)
+    step = 2 * UNIT_K if unit in (AMX_INT8, VNNI) else UNIT_K
     kc = max(step, -(-kc // step) * step)
     return Blocking(16, mr, 2, kc, nc, 1)
 
 
-class GemmMatrix(GemmPacking):
+class GemmMatrix(GemmVnni):
     """The matrix-unit form of a contraction's packed blocks (see the module's docstring)."""
 
     unit: str | None
@@ -92,17 +92,17 @@ class GemmMatrix(GemmPacking):
     @property
     def uk(self) -> int:
         """Elements of k per 64-byte tile row: 32 bf16 or 64 int8."""
-        return 2 * UNIT_K if self.unit == AMX_INT8 else UNIT_K
+        return 2 * UNIT_K if self.unit in (AMX_INT8, VNNI) else UNIT_K
 
     @property
     def el(self) -> str:
         """The LLVM type of one operand element."""
-        return "i8" if self.unit == AMX_INT8 else "i16"
+        return "i8" if self.unit in (AMX_INT8, VNNI) else "i16"
 
     @property
     def es(self) -> int:
         """Bytes per operand element (a 32-bit word of a VNNI panel holds 4 / es of them)."""
-        return 1 if self.unit == AMX_INT8 else 2
+        return 1 if self.unit in (AMX_INT8, VNNI) else 2
 
     def listed_row(self, at: str, i: str) -> str:
         """The row at position ``i`` of a routed contraction's list at ``at``."""
@@ -132,6 +132,8 @@ class GemmMatrix(GemmPacking):
             kcp = self.let(f"add i64 {kc}, {self.uk - 1}")
             kcp = self.let(f"and i64 {kcp}, {-self.uk}")
             self.vnni_pack(b0, n0, nc, pc, kc, kcp, panels, packed)
+            if self.unit == VNNI:  # what flipping A's sign bits adds to each column (gemm_vnni.py)
+                self.column_sums(kcp, panels, packed)
 
             def row_block(ir_: str) -> None:
                 self.a_block(a0, sa_m, ir_, pc, kc, kcp, m_ext, last_row, a_rows, listed, (ap, sp, kp_, hp))
@@ -179,7 +181,7 @@ class GemmMatrix(GemmPacking):
         sequence, which the prefetchers follow, where 16 rows far apart would each be a stream of
         their own and rows 4 KiB apart collide in L1), else row by row (a cache line of padding
         after each, so rows do not lie a multiple of 4 KiB apart)."""
-        mr, amx = self.blk.mr, self.unit != DPBF16
+        mr, amx = self.blk.mr, self.unit in (AMX, AMX_INT8)
         ap, sp, kp_, hp = slots
         pitch = self.let(f"add i64 {kcp}, {A_PAD}")
 
@@ -227,9 +229,9 @@ class GemmMatrix(GemmPacking):
                 self.emit(f"store i64 {self.es * mr}, ptr {kp_}")  # per element of k: mr rows of es bytes per uk
                 self.emit(f"store i64 {self.es * 16 * self.uk}, ptr {hp}")
             else:
-                bytes_ = self.let(f"mul i64 {pitch}, 2")
+                bytes_ = self.let(f"mul i64 {pitch}, {self.es}")
                 self.emit(f"store i64 {bytes_}, ptr {sp}")
-                self.emit(f"store i64 2, ptr {kp_}")
+                self.emit(f"store i64 {self.es}, ptr {kp_}")
                 self.emit(f"store i64 {self.let(f'mul i64 {bytes_}, 16')}, ptr {hp}")
 
         if listed is not None:
@@ -338,6 +340,8 @@ class GemmMatrix(GemmPacking):
     # -- the micro-kernels
     def unit_kernel(self) -> str:
         """``c[r][0:32] += sum over k of A[r][k] * panel[k][0:32]`` for the unit's rows, k a multiple of 32."""
+        if self.unit == VNNI:
+            return self.vnni_kernel()
         return self._dp_kernel() if self.unit == DPBF16 else self._amx_kernel()
 
     def tile_config(self) -> None:
@@ -432,4 +436,4 @@ class GemmMatrix(GemmPacking):
         return "\n".join(lines)
 
 
-__all__ = ["AMX", "AMX_INT8", "DPBF16", "UNIT_K", "UNIT_NR", "GemmMatrix", "matrix_unit", "unit_blocking"]
+__all__ = ["AMX", "AMX_INT8", "DPBF16", "UNIT_K", "UNIT_NR", "VNNI", "GemmMatrix", "matrix_unit", "unit_blocking"]

@@ -25,10 +25,12 @@ AMX = "amx-bf16"
 DPBF16 = "avx512bf16"
 #: AMX tiles: ``TDPBSSD`` (int8 quads, i32 sums) — features ``amx-tile`` and ``amx-int8``.
 AMX_INT8 = "amx-int8"
+#: AVX512-VNNI: ``VPDPBUSD`` (unsigned × signed int8 quads into 16 i32 lanes) — feature ``avx512vnni``.
+VNNI = "avx512vnni"
 #: The bf16 units the LLVM target has code for, best first.
 UNITS = (AMX, DPBF16)
 #: The int8 units (an int8 × int8 → i32 contraction is claimed only where one is present).
-INT8_UNITS = (AMX_INT8,)
+INT8_UNITS = (AMX_INT8, VNNI)
 
 _ARCH_REQ_XCOMP_PERM = 0x1023
 _XFEATURE_XTILEDATA = 18
@@ -65,6 +67,8 @@ def host_units() -> frozenset[str]:
         units.add(AMX_INT8)
     if {"avx512bf16", "avx512bw"} <= have:
         units.add(DPBF16)
+    if {"avx512vnni", "avx512bw"} <= have:
+        units.add(VNNI)
     return frozenset(units)
 
 

@@ -19,7 +19,7 @@ from codegen_support import assert_conforms, same_bits, seeded, text_module
 from arke.plan.contraction import INT8_CONTRACTION
 from arke.plan.dispatch import make_plan
 from arke.targets.llvm.gemm_bf16 import matrix_unit
-from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, UNITS, missing
+from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, INT8_UNITS, UNITS, VNNI, missing
 from arke.targets.llvm.jit import compile_object
 from arke.targets.llvm.kernel import CPUKernel
 from arke.targets.llvm.render import LLVMRenderer
@@ -68,7 +68,7 @@ kernel qmm(x: i8[M, K], w: i8[K, N]) -> i32[M, N] {
 """
 
 #: a CPU of the host's architecture that has each unit (the code compiles for it on any x86-64 host)
-CPUS = {AMX: "sapphirerapids", AMX_INT8: "sapphirerapids", DPBF16: "cooperlake"}
+CPUS = {AMX: "sapphirerapids", AMX_INT8: "sapphirerapids", DPBF16: "cooperlake", VNNI: "cascadelake"}
 
 CASES: list[tuple[str, dict[str, int]]] = [
     ("lin", {"M": 3, "K": 67, "N": 70}),
@@ -202,14 +202,16 @@ def _int8_inputs(name: str, d: dict[str, int]) -> list[Any]:
     return [x, w, rng.random(d["M"]).astype(np.float32) / 127, rng.random(d["N"]).astype(np.float32) / 127]
 
 
+@pytest.mark.parametrize("unit", INT8_UNITS)
 @pytest.mark.parametrize(("name", "dims"), INT8_CASES,
                          ids=[f"{n}-{'-'.join(map(str, d.values()))}" for n, d in INT8_CASES])
-def test_int8_unit_sums_are_exact(name: str, dims: dict[str, int]) -> None:
-    """int8 x int8 -> i32 on AMX: the interpreter's bits (the sums are exact), epilogue included."""
-    why = missing(AMX_INT8)
+def test_int8_unit_sums_are_exact(unit: str, name: str, dims: dict[str, int]) -> None:
+    """int8 x int8 -> i32 on AMX or VNNI (sign bits flipped, corrected per column): the interpreter's
+    bits (the sums are exact), epilogue included."""
+    why = missing(unit)
     if why is not None:
         pytest.skip(why)
-    kernel, module = _kernel(name, frozenset({AMX_INT8}))
+    kernel, module = _kernel(name, frozenset({unit}))
     assert [d.family for d in kernel.plan.dispatches] == ["contraction"]
     args = _int8_inputs(name, dims)
     got = kernel(*args)
@@ -239,3 +241,6 @@ def test_int8_contractions_are_planned_only_for_a_renderer_with_the_unit() -> No
         LLVMRenderer(512, frozenset()).render(plan)  # an internal error, never wrong code
     source = LLVMRenderer(512, frozenset({AMX_INT8})).render(plan).source
     assert "tdpbssd" in source and len(compile_object(source, CPUS[AMX_INT8])) > 0
+    source = LLVMRenderer(512, frozenset({VNNI})).render(plan).source
+    assert "vpdpbusd" in source and len(compile_object(source, CPUS[VNNI])) > 0
+    assert "tdpbssd" in LLVMRenderer(512, frozenset({AMX_INT8, VNNI})).render(plan).source  # AMX first
