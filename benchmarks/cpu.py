@@ -32,7 +32,6 @@ import ctypes
 import math
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,7 +52,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Measurement, format_seconds, measure
-from unit_peak import matrix_unit_peak
+from unit_peak import loop_rate, matrix_unit_peak
 
 import arke
 from arke.lang.checker import stdlib_path
@@ -111,26 +110,7 @@ def jit_fma() -> tuple[Any, Callable[[int, Any], None]]:
 def fma_peak(threads: int, seconds: float) -> float:
     """FLOP/s of independent vector FMA chains on ``threads`` threads at once (best of 3)."""
     engine, fn = jit_fma()
-    outs = [(ctypes.c_float * 16)() for _ in range(threads)]
-    flops_per_step = FMA_CHAINS * 16 * 2
-    n = 1 << 16
-    while True:  # calibrate on one core: each thread should run about `seconds`
-        start = time.perf_counter()
-        fn(n, ctypes.addressof(outs[0]))
-        took = time.perf_counter() - start
-        if took > 0.05:
-            break
-        n *= 4
-    n = max(1, int(n * seconds / took))
-    best = 0.0
-    for _ in range(3):
-        workers = [threading.Thread(target=fn, args=(n, ctypes.addressof(outs[t]))) for t in range(threads)]
-        start = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        best = max(best, threads * n * flops_per_step / (time.perf_counter() - start))
+    best = loop_rate(fn, FMA_CHAINS * 16 * 2, threads, seconds)
     del engine
     return best
 

@@ -98,12 +98,9 @@ def _jit(unit: str) -> tuple[Any, Callable[[int, Any], None]]:
     return engine, proto(engine.get_function_address("unit"))
 
 
-def unit_peak(unit: str, threads: int, seconds: float) -> float:
-    """Operations/s (multiply-adds count 2) of ``unit`` (:data:`~arke.targets.llvm.isa.AMX`, ``AMX_INT8`` or
-    ``DPBF16``) on ``threads`` threads at once."""
-    if unit in (AMX, AMX_INT8) and not amx_permitted():
-        raise RuntimeError("Linux refused the AMX tile data permission")
-    engine, fn = _jit(unit)
+def loop_rate(fn: Callable[[int, Any], None], per_step: float, threads: int, seconds: float) -> float:
+    """Operations/s of a JIT'd loop ``fn(n, out)`` doing ``per_step`` operations per step, on ``threads``
+    threads at once (one Python thread per core: ctypes releases the GIL), the best of three rounds."""
     outs = [(ctypes.c_float * 256)() for _ in range(threads)]
     n = 1 << 12
     while True:  # calibrate on one core: each thread should run about `seconds`
@@ -122,7 +119,17 @@ def unit_peak(unit: str, threads: int, seconds: float) -> float:
             w.start()
         for w in workers:
             w.join()
-        best = max(best, threads * n * FLOPS[unit] / (time.perf_counter() - start))
+        best = max(best, threads * n * per_step / (time.perf_counter() - start))
+    return best
+
+
+def unit_peak(unit: str, threads: int, seconds: float) -> float:
+    """Operations/s (multiply-adds count 2) of ``unit`` (:data:`~arke.targets.llvm.isa.AMX`, ``AMX_INT8``,
+    ``DPBF16`` or ``VNNI``) on ``threads`` threads at once."""
+    if unit in (AMX, AMX_INT8) and not amx_permitted():
+        raise RuntimeError("Linux refused the AMX tile data permission")
+    engine, fn = _jit(unit)
+    best = loop_rate(fn, FLOPS[unit], threads, seconds)
     del engine
     return best
 

@@ -398,42 +398,10 @@ class GemmMatrix(GemmVnni):
         return "\n".join(lines)
 
     def _dp_kernel(self) -> str:
-        mr, nc = self.blk.mr, self.blk.nc
         vec, pairs = "<16 x float>", "<32 x bfloat>"
         dp = "@llvm.x86.avx512bf16.dpbf16ps.512"
         self.declare(f"declare {vec} {dp}({vec}, {pairs}, {pairs})")
-        lines = [f"define internal void @\"{self.name}.unit\"(ptr noalias %a, i64 %sa, i64 %ka, i64 %a16, "
-                 "ptr noalias %bp, i64 %kc, ptr noalias %c) nounwind {", "entry:"]
-        for r in range(mr):
-            lines.append(f"  %ro{r} = mul i64 %sa, {r}")
-            lines.append(f"  %a{r} = getelementptr i8, ptr %a, i64 %ro{r}")
-            for v in range(2):
-                lines.append(f"  %cp{r}.{v} = getelementptr inbounds float, ptr %c, i64 {r * nc + 16 * v}")
-                lines.append(f"  %c{r}.{v} = load {vec}, ptr %cp{r}.{v}, align 4")
-        lines += ["  br label %loop", "loop:", "  %kk = phi i64 [ 0, %entry ], [ %kk1, %loop ]"]
-        lines += [f"  %acc{r}.{v} = phi {vec} [ %c{r}.{v}, %entry ], [ %n{r}.{v}, %loop ]"
-                  for r in range(mr) for v in range(2)]
-        lines.append("  %bo = mul i64 %kk, 64")  # pair row kk / 2: 32 columns × 4 bytes
-        for v in range(2):
-            lines.append(f"  %bq{v} = getelementptr inbounds i8, ptr %bp, i64 %bo")
-            lines.append(f"  %bv{v} = getelementptr inbounds i8, ptr %bq{v}, i64 {64 * v}")
-            lines.append(f"  %b{v} = load {pairs}, ptr %bv{v}, align 4")
-        lines.append("  %ao = mul i64 %kk, 2")
-        for r in range(mr):
-            lines.append(f"  %aq{r} = getelementptr i8, ptr %a{r}, i64 %ao")
-            lines.append(f"  %aw{r} = load i32, ptr %aq{r}, align 2")
-            lines.append(f"  %ai{r} = insertelement <16 x i32> poison, i32 %aw{r}, i64 0")
-            lines.append(f"  %as{r} = shufflevector <16 x i32> %ai{r}, <16 x i32> poison, <16 x i32> zeroinitializer")
-            lines.append(f"  %ab{r} = bitcast <16 x i32> %as{r} to {pairs}")
-            for v in range(2):
-                lines.append(f"  %n{r}.{v} = call {vec} {dp}({vec} %acc{r}.{v}, {pairs} %ab{r}, {pairs} %b{v})")
-        lines += ["  %kk1 = add i64 %kk, 2", "  %more = icmp slt i64 %kk1, %kc",
-                  "  br i1 %more, label %loop, label %exit", "exit:"]
-        for r in range(mr):
-            for v in range(2):
-                lines.append(f"  store {vec} %n{r}.{v}, ptr %cp{r}.{v}, align 4")
-        lines += ["  ret void", "}"]
-        return "\n".join(lines)
+        return self.register_block(vec, pairs, dp, per_word=2)
 
 
 __all__ = ["AMX", "AMX_INT8", "DPBF16", "UNIT_K", "UNIT_NR", "VNNI", "GemmMatrix", "matrix_unit", "unit_blocking"]

@@ -71,36 +71,46 @@ class GemmVnni(GemmPacking):
     def vnni_kernel(self) -> str:
         """``c[r][0:32] += Σ over k of A[r][k] · panel[k][0:32]`` for 8 rows, k a multiple of 64."""
         self.declare(_DECLARATION)
+        return self.register_block("<16 x i32>", "<64 x i8>", DPBUSD, per_word=4, flip=FLIP)
+
+    def register_block(self, vec: str, operand: str, dot: str, per_word: int, flip: int | None = None) -> str:
+        """The vector micro-kernel of a dot-product unit (``VDPBF16PS``, ``VPDPBUSD``): an ``mr × 32`` block of
+        sums in ``2·mr`` registers of 16 lanes; per ``per_word`` k each row's word of A (its bits xor-ed
+        with ``flip`` first, if given) is broadcast and ``dot(acc, word, panel row)`` runs on both vectors."""
         mr, nc = self.blk.mr, self.blk.nc
-        vec = "<16 x i32>"
+        lane = vec.split(" x ")[1].rstrip(">")
         lines = [f"define internal void @\"{self.name}.unit\"(ptr noalias %a, i64 %sa, i64 %ka, i64 %a16, "
                  "ptr noalias %bp, i64 %kc, ptr noalias %c) nounwind {", "entry:"]
         for r in range(mr):
             lines.append(f"  %ro{r} = mul i64 %sa, {r}")
             lines.append(f"  %a{r} = getelementptr i8, ptr %a, i64 %ro{r}")
             for v in range(2):
-                lines.append(f"  %cp{r}.{v} = getelementptr inbounds i32, ptr %c, i64 {r * nc + 16 * v}")
+                lines.append(f"  %cp{r}.{v} = getelementptr inbounds {lane}, ptr %c, i64 {r * nc + 16 * v}")
                 lines.append(f"  %c{r}.{v} = load {vec}, ptr %cp{r}.{v}, align 4")
         lines += ["  br label %loop", "loop:", "  %kk = phi i64 [ 0, %entry ], [ %kk1, %loop ]"]
         lines += [f"  %acc{r}.{v} = phi {vec} [ %c{r}.{v}, %entry ], [ %n{r}.{v}, %loop ]"
                   for r in range(mr) for v in range(2)]
-        lines.append(f"  %bo = mul i64 %kk, {4 * UNIT_NR // 4}")  # row kk / 4 of 32 words
+        lines.append(f"  %bo = mul i64 %kk, {4 * PANEL // per_word}")  # panel row kk / per_word: 32 words
         for v in range(2):
             lines.append(f"  %bq{v} = getelementptr inbounds i8, ptr %bp, i64 %bo")
             lines.append(f"  %bv{v} = getelementptr inbounds i8, ptr %bq{v}, i64 {64 * v}")
-            lines.append(f"  %b{v} = load <64 x i8>, ptr %bv{v}, align 4")
+            lines.append(f"  %b{v} = load {operand}, ptr %bv{v}, align 4")
+        lines.append(f"  %ao = mul i64 %kk, {4 // per_word}")  # bytes of A per k
         for r in range(mr):
-            lines.append(f"  %aq{r} = getelementptr i8, ptr %a{r}, i64 %kk")
+            lines.append(f"  %aq{r} = getelementptr i8, ptr %a{r}, i64 %ao")
             lines.append(f"  %aw{r} = load i32, ptr %aq{r}, align 1")
-            # the sign bits flipped on the scalar word: on the broadcast vector, LLVM 22's instruction
-            # selection spends minutes on the kernel (xor of a splat feeding the <64 x i8> operand)
-            lines.append(f"  %au{r} = xor i32 %aw{r}, {FLIP}")
-            lines.append(f"  %ai{r} = insertelement {vec} poison, i32 %au{r}, i64 0")
-            lines.append(f"  %as{r} = shufflevector {vec} %ai{r}, {vec} poison, <16 x i32> zeroinitializer")
-            lines.append(f"  %ab{r} = bitcast {vec} %as{r} to <64 x i8>")
+            word = f"%aw{r}"
+            if flip is not None:
+                # on the scalar word: on the broadcast vector, LLVM 22's instruction selection spends
+                # minutes on the kernel (an xor of a splat feeding VPDPBUSD's <64 x i8> operand)
+                lines.append(f"  %au{r} = xor i32 %aw{r}, {flip}")
+                word = f"%au{r}"
+            lines.append(f"  %ai{r} = insertelement <16 x i32> poison, i32 {word}, i64 0")
+            lines.append(f"  %as{r} = shufflevector <16 x i32> %ai{r}, <16 x i32> poison, <16 x i32> zeroinitializer")
+            lines.append(f"  %ab{r} = bitcast <16 x i32> %as{r} to {operand}")
             for v in range(2):
-                lines.append(f"  %n{r}.{v} = call {vec} {DPBUSD}({vec} %acc{r}.{v}, <64 x i8> %ab{r}, <64 x i8> %b{v})")
-        lines += ["  %kk1 = add i64 %kk, 4", "  %more = icmp slt i64 %kk1, %kc",
+                lines.append(f"  %n{r}.{v} = call {vec} {dot}({vec} %acc{r}.{v}, {operand} %ab{r}, {operand} %b{v})")
+        lines += [f"  %kk1 = add i64 %kk, {per_word}", "  %more = icmp slt i64 %kk1, %kc",
                   "  br i1 %more, label %loop, label %exit", "exit:"]
         for r in range(mr):
             for v in range(2):
