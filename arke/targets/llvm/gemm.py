@@ -50,7 +50,7 @@ from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import LaunchSpec
 from arke.targets.llvm.declarations import vector_fma
 from arke.targets.llvm.gemm_base import GEMV_ROWS, Blocking
-from arke.targets.llvm.gemm_bf16 import A_PAD, AMX, AMX_INT8, VNNI, matrix_unit, unit_blocking
+from arke.targets.llvm.gemm_bf16 import A_PAD, VNNI, matrix_unit, unit_blocking
 from arke.targets.llvm.gemm_routed import GemmRouted
 from arke.targets.llvm.scalar import STORAGE
 
@@ -237,10 +237,11 @@ class _Gemm(GemmRouted):
             word = self._pro(f"load i64, ptr {word}")
             self.has_pre = self._pro(f"icmp ne i64 {word}, 0")
             self.pre = self._pro(f"inttoptr i64 {word} to ptr")
-        if self.unit in (AMX, AMX_INT8):
+        tiles = self.unit is not None and self.form.tiles
+        if tiles:
             self.tile_config()
         self.counted("task", "%lo", "%hi", task)
-        if self.unit in (AMX, AMX_INT8):
+        if tiles:
             self.tile_release()
         self.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
         self.declare(vector_fma(blk.lanes)[1])

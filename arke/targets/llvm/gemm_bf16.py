@@ -1,4 +1,6 @@
-"""bf16 contractions on the CPU's matrix units, for the LLVM contraction renderer (:mod:`arke.targets.llvm.gemm`).
+"""Contractions on the CPU's matrix units, for the LLVM contraction renderer (:mod:`arke.targets.llvm.gemm`):
+bf16 on AMX or AVX512-BF16 (below), int8 × int8 → i32 on AMX-INT8 (``TDPBSSD``, the AMX form on
+bytes) or AVX512-VNNI (:mod:`arke.targets.llvm.gemm_vnni`), the panels and blocks shared by all.
 
 A contraction whose two sides are plain bf16 loads (``sum(f32(x[m, k]) * f32(w[n, k]) for k)``, ``A``
 contiguous along k) runs on the best unit the renderer was given (:mod:`arke.targets.llvm.isa`):
@@ -26,6 +28,8 @@ whatever MXCSR says, treat bf16 subnormal inputs as zero, and flush subnormal su
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.plan.contraction import Contraction
@@ -34,6 +38,7 @@ from arke.targets.llvm.declarations import masked_load, masked_load_call
 from arke.targets.llvm.gemm_base import Blocking
 from arke.targets.llvm.gemm_vnni import PANEL, GemmVnni
 from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, INT8_UNITS, UNITS, VNNI
+from arke.targets.llvm.vec import Vec
 
 #: Columns of a VNNI panel (two vectors of 16 f32 sums; two AMX tiles of 16 columns).
 UNIT_NR = PANEL
@@ -43,9 +48,28 @@ UNIT_K = 32
 A_PAD = 32
 
 
+@dataclass(frozen=True)
+class UnitForm:
+    """What the code for one unit looks like: register rows, default slab and k-block, operand type."""
+
+    mr: int  # rows of a micro-kernel block
+    nc: int  # default columns per task
+    kc: int  # default k-block (elements)
+    int8: bool  # int8 operands (64 per 64-byte row), else bf16 (32)
+    tiles: bool  # AMX: tile registers, a tile configuration, A copied tile by tile
+
+
+#: AMX: each micro-kernel call loads and stores its four sum tiles, a cost a deep k-block hides
+#: (measured at 1024 x 1024 x 2048 on one core: k-blocks of 128, 512, 2048 gave 581, 818, 1017
+#: GFLOP/s); its block of A (32 rows) and B's panels then stream from L2 in order. int8 k-blocks
+#: hold twice the elements of bf16 ones in as many bytes.
+FORMS = {AMX: UnitForm(32, 256, 2048, False, True), AMX_INT8: UnitForm(32, 256, 4096, True, True),
+         DPBF16: UnitForm(8, 128, 512, False, False), VNNI: UnitForm(8, 128, 1024, True, False)}
+
+
 def matrix_unit(plan: KernelPlan, c: Contraction, units: frozenset[str], integer: bool = False) -> str | None:
     """The matrix unit ``c`` runs on (one of ``units``), or None for the f32 path (``integer``: ``c``
-    sums int8 products into i32, and runs on :data:`AMX_INT8`).
+    sums int8 products into i32, and runs on one of :data:`~arke.targets.llvm.isa.INT8_UNITS`).
 
     Both sides must be plain bf16 loads (no prologue: its f32 values would have to be rounded to
     bf16), ``A`` contiguous along k, ``B`` contiguous along n or k; a strategy that sets the register
@@ -72,16 +96,13 @@ def unit_blocking(plan: KernelPlan, c: Contraction, unit: str) -> Blocking:
         d = plan.decision(kind, axis)
         return int(d.value) if d is not None and isinstance(d.value, int) else None
 
-    mr = 8 if unit in (DPBF16, VNNI) else 32
-    # AMX: each micro-kernel call loads and stores its four sum tiles, a cost a deep k-block hides
-    # (measured at 1024 x 1024 x 2048 on one core: k-blocks of 128, 512, 2048 gave 581, 818, 1017
-    # GFLOP/s); its block of A (32 rows) and B's panels then stream from L2 in order
-    nc = value("tile", c.n) or (128 if unit in (DPBF16, VNNI) else 256)
+    form = FORMS[unit]
+    nc = value("tile", c.n) or form.nc
     nc = max(UNIT_NR, -(-nc // UNIT_NR) * UNIT_NR)
-    kc = value("tile", c.k) or {AMX: 2048, AMX_INT8: 4096, VNNI: 1024}.get(unit, 512)  # (int8: twice bf16's)
-    step = 2 * UNIT_K if unit in (AMX_INT8, VNNI) else UNIT_K
+    kc = value("tile", c.k) or form.kc
+    step = 2 * UNIT_K if form.int8 else UNIT_K
     kc = max(step, -(-kc // step) * step)
-    return Blocking(16, mr, 2, kc, nc, 1)
+    return Blocking(16, form.mr, 2, kc, nc, 1)
 
 
 class GemmMatrix(GemmVnni):
@@ -90,19 +111,24 @@ class GemmMatrix(GemmVnni):
     unit: str | None
 
     @property
+    def form(self) -> UnitForm:
+        assert self.unit is not None
+        return FORMS[self.unit]
+
+    @property
     def uk(self) -> int:
         """Elements of k per 64-byte tile row: 32 bf16 or 64 int8."""
-        return 2 * UNIT_K if self.unit in (AMX_INT8, VNNI) else UNIT_K
+        return 2 * UNIT_K if self.form.int8 else UNIT_K
 
     @property
     def el(self) -> str:
         """The LLVM type of one operand element."""
-        return "i8" if self.unit in (AMX_INT8, VNNI) else "i16"
+        return "i8" if self.form.int8 else "i16"
 
     @property
     def es(self) -> int:
         """Bytes per operand element (a 32-bit word of a VNNI panel holds 4 / es of them)."""
-        return 1 if self.unit in (AMX_INT8, VNNI) else 2
+        return 1 if self.form.int8 else 2
 
     def listed_row(self, at: str, i: str) -> str:
         """The row at position ``i`` of a routed contraction's list at ``at``."""
@@ -160,12 +186,7 @@ class GemmMatrix(GemmVnni):
 
     def _lanes_below(self, start: str, limit: str, lanes: int) -> str:
         """``<lanes x i1>``: ``start + l < limit`` for each lane ``l``."""
-        iota = "<" + ", ".join(f"i64 {i}" for i in range(lanes)) + ">"
-        room = self.let(f"sub i64 {limit}, {start}")
-        one = self.let(f"insertelement <{lanes} x i64> poison, i64 {room}, i64 0")
-        splat = self.let(f"shufflevector <{lanes} x i64> {one}, <{lanes} x i64> poison, "
-                         f"<{lanes} x i32> zeroinitializer")
-        return self.let(f"icmp slt <{lanes} x i64> {iota}, {splat}")
+        return Vec(lanes, self.let, self.declare).lanes_below(start, limit)
 
     def _masked(self, ptr: str, mask: str) -> str:
         """A masked load of one 64-byte row of elements (0 where ``mask`` is off)."""
@@ -176,12 +197,12 @@ class GemmMatrix(GemmVnni):
                 a_rows: str, listed: tuple[str, str] | None, slots: tuple[str, str, str, str]) -> None:
         """Where the unit reads rows ``ir_ ..`` of A's k-block: its address, the bytes between rows,
         between k-steps of a row and from row 0 to row 16, stored to ``slots``. In place when the
-        block is whole (AVX512-BF16 only), else copied into the zero-padded block at ``a_rows``:
+        block is whole (mr rows inside M, no k tail), else copied into the zero-padded block at ``a_rows``:
         for AMX tile by tile (``[k / 32][16-row tile][16][32]``: each tile load reads 1 KiB in
         sequence, which the prefetchers follow, where 16 rows far apart would each be a stream of
         their own and rows 4 KiB apart collide in L1), else row by row (a cache line of padding
         after each, so rows do not lie a multiple of 4 KiB apart)."""
-        mr, amx = self.blk.mr, self.unit in (AMX, AMX_INT8)
+        mr, amx = self.blk.mr, self.form.tiles
         ap, sp, kp_, hp = slots
         pitch = self.let(f"add i64 {kcp}, {A_PAD}")
 
@@ -292,8 +313,6 @@ class GemmMatrix(GemmVnni):
     def _pack_columns(self, b0: str, n0: str, nc: str, pc: str, kc: str, kcp: str, panels: str, packed: str) -> None:
         """B contiguous along k (``w[n, k]``): per 16 columns, 32 k of each column loaded as 16 pairs
         and the 16 × 16 block of pairs transposed in registers into 16 pair rows of the panel."""
-        from arke.targets.llvm.vec import Vec
-
         assert self.plain_b is not None
         sb_n = self.stride(self.plain_b, self.c.n)
         vec = Vec(16, self.let, self.declare)
@@ -340,9 +359,9 @@ class GemmMatrix(GemmVnni):
     # -- the micro-kernels
     def unit_kernel(self) -> str:
         """``c[r][0:32] += sum over k of A[r][k] * panel[k][0:32]`` for the unit's rows, k a multiple of 32."""
-        if self.unit == VNNI:
-            return self.vnni_kernel()
-        return self._dp_kernel() if self.unit == DPBF16 else self._amx_kernel()
+        if self.form.tiles:
+            return self._amx_kernel()
+        return self.vnni_kernel() if self.unit == VNNI else self._dp_kernel()
 
     def tile_config(self) -> None:
         """Load the AMX configuration (palette 1; tiles 0-7 of 16 rows × 64 bytes) for this call."""
@@ -404,4 +423,5 @@ class GemmMatrix(GemmVnni):
         return self.register_block(vec, pairs, dp, per_word=2)
 
 
-__all__ = ["AMX", "AMX_INT8", "DPBF16", "UNIT_K", "UNIT_NR", "VNNI", "GemmMatrix", "matrix_unit", "unit_blocking"]
+__all__ = ["AMX", "AMX_INT8", "DPBF16", "FORMS", "UNIT_K", "UNIT_NR", "VNNI", "GemmMatrix", "UnitForm", "matrix_unit",
+           "unit_blocking"]
