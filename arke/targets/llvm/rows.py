@@ -75,13 +75,15 @@ class RowsFunction(LLVMFunction):
         reuse = shared_terms(self.members, self.r)
         in_place = self.place_terms(reuse)
         split = self.usable_split()
+        fits = ""
         if split is not None:  # the workers share (row, chunk) pairs: see arke.plan.rows_split
             self.extent["%chunk"] = split.chunks
+            fits = self.split_fits(split)
 
         def row() -> None:
             at = [self.current[name] for name in rows]
             if split is not None:
-                self.chunk_spans(split)
+                self.chunk_spans(split, fits)
             for src, reader in in_place.items():
                 self.kept[src] = (self.result_row(reader, at), self.kept[src][1])
             for op in self.members:
@@ -102,17 +104,21 @@ class RowsFunction(LLVMFunction):
                 return None
         return split
 
-    def chunk_spans(self, split: GroupSplit) -> None:
-        """Each member's slice of its first axis on this chunk: ``[j·w, (j+1)·w)``; where some member's
-        extent is not the chunk count times its width (the dims break a divisibility the split needs),
-        chunk 0 runs the whole row and the others nothing."""
-        j = self.current["%chunk"]
+    def split_fits(self, split: GroupSplit) -> str:
+        """Whether, at this call's dims, every member's extent is the chunk count times its width
+        (the dims may break a divisibility the split needs): once per call, before the rows."""
         count = self.dim(split.chunks)
         ok = "true"
         for op in self.members:
             whole = self.let(f"mul i64 {count}, {self.dim(split.widths[op.result])}")
             fits = self.let(f"icmp eq i64 {whole}, {self.dim(op.axes[self.r].extent)}")
             ok = self.let(f"and i1 {ok}, {fits}")
+        return ok
+
+    def chunk_spans(self, split: GroupSplit, ok: str) -> None:
+        """Each member's slice of its first axis on this chunk: ``[j·w, (j+1)·w)``; where the dims do not
+        divide (``ok`` false: :meth:`split_fits`), chunk 0 runs the whole row and the others nothing."""
+        j = self.current["%chunk"]
         first = self.let(f"icmp eq i64 {j}, 0")
         for op in self.members:
             w = self.dim(split.widths[op.result])
