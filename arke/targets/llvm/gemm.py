@@ -84,13 +84,14 @@ def blocking(plan: KernelPlan, c: Contraction, vector_bits: int) -> Blocking:
 
 def render_contraction(plan: KernelPlan, d: Dispatch, entry: str, declare: Callable[[str], None],
                        vector_bits: int, panel_slot: int | None = None,
-                       units: frozenset[str] = frozenset()) -> tuple[str, LaunchSpec, str | None]:
+                       units: frozenset[str] = frozenset()) -> tuple[str, LaunchSpec, str | None, str | None]:
     """The LLVM functions of one contraction dispatch and how to launch them.
 
     ``panel_slot``: the word of the dims array that may hold the address of ``B`` packed once
     into panels (see :meth:`_Gemm.panel_operand`); 0 there means "pack as you go". The third
     result, when B can come prepacked: ``"<B's buffer index>,<nr>"``. ``units``: the matrix units
-    the code may use (:mod:`arke.targets.llvm.isa`; bf16 operands run on the best of them).
+    the code may use (:mod:`arke.targets.llvm.isa`; bf16 and int8 operands run on the best of them);
+    the fourth result is the one it uses, if any.
     """
     assert isinstance(d.pattern, Contraction)
     integer = d.members[0].dtype is DType.I32
@@ -105,7 +106,7 @@ def render_contraction(plan: KernelPlan, d: Dispatch, entry: str, declare: Calla
     launch = LaunchSpec(entry, extent, tuple(plan.buffer_index(b) for b in g.args), dim_str(g.scratch_words()))
     operand = g.panel_operand()
     panel = f"{plan.buffer_index(operand.src)},{g.blk.nr}" if g.panel_slot is not None and operand else None
-    return text, launch, panel
+    return text, launch, panel, unit
 
 
 class _Gemm(GemmRouted):

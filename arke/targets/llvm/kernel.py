@@ -79,10 +79,11 @@ class CPUKernel:
     def __init__(self, plan: KernelPlan, artifact: Artifact, obj: bytes, module: ir.Module, threads: int):
         self.plan, self.artifact, self.module, self.threads = plan, artifact, module, threads
         self.name = plan.name
-        if {"amx-bf16", "amx-int8"} & set(artifact.meta.get("units", "").split(",")):
-            from arke.targets.llvm.isa import amx_permitted
+        if artifact.meta.get("units"):
+            from arke.targets.llvm.isa import AMX, AMX_INT8, amx_permitted
 
-            if not amx_permitted():  # a tile instruction would fault (SIGILL) without the permission
+            # a tile instruction would fault (SIGILL) without the permission
+            if {AMX, AMX_INT8} & set(artifact.meta["units"].split(",")) and not amx_permitted():
                 raise RuntimeError("this kernel was rendered for AMX tiles, but Linux refused this process the tile "
                                    "data permission (arch_prctl ARCH_REQ_XCOMP_PERM): rebuild it with "
                                    "LLVMRenderer(units=host_units()) for this machine")

@@ -67,8 +67,7 @@ class LLVMRenderer(Renderer):
 
         functions, launches = [], []
         meta = {"vector_bits": str(self.vector_bits)}
-        if self.units:
-            meta["units"] = ",".join(sorted(self.units))
+        used: set[str] = set()  # the matrix units the code runs on (AMX needs Linux's permission to load)
         for k, d in enumerate(plan.dispatches):
             entry = f"{plan.name}.d{k}"
             if d.family == "attention":
@@ -79,10 +78,12 @@ class LLVMRenderer(Renderer):
                 from arke.targets.llvm.gemm import render_contraction
 
                 # dims word len(dims) + k may carry the address of B's prepacked panels (runtime.cpu)
-                text, launch, panel = render_contraction(plan, d, entry, declare, self.vector_bits,
-                                                         panel_slot=len(plan.dims) + k, units=self.units)
+                text, launch, panel, unit = render_contraction(plan, d, entry, declare, self.vector_bits,
+                                                               panel_slot=len(plan.dims) + k, units=self.units)
                 if panel is not None:
                     meta[f"panels.{k}"] = panel
+                if unit is not None:
+                    used.add(unit)
             else:
                 fn = function_for(plan, d, entry, declare, self.vector_bits)
                 text = fn.render()
@@ -92,6 +93,8 @@ class LLVMRenderer(Renderer):
             functions.append(text)
             launches.append(launch)
         source = "\n\n".join([f"; arke kernel {plan.name}", *declare.lines(), *functions]) + "\n"
+        if used:
+            meta["units"] = ",".join(sorted(used))
         return Artifact("llvm", source, tuple(launches), meta)
 
 
