@@ -295,8 +295,7 @@ class _Gemm(GemmRouted):
         m_ext = self.dim(self.rows())
         a0, b0 = self.bases()
         pa, pb = self.plain_a, self.plain_b
-        dots_ok = (pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb)
-                   and not self.integer)  # the f32 dot products would round an integer sum
+        dots_ok = self.dots_ok()
         if dots_ok and pa is not None and pb is not None:
             few = self.let(f"icmp slt i64 {m_ext}, {GEMV_ROWS}")
             self.branch(few, lambda: self.either_dots(pa, pb, a0, b0, n0, nc, tile),
@@ -309,13 +308,19 @@ class _Gemm(GemmRouted):
         else:
             self.blocks(a0, b0, n0, nc, packed, a_rows, tile)
 
+    def dots_ok(self) -> bool:
+        """Whether few rows may run as dot products along k: both plain operands contiguous along k, and
+        a float sum (the f32 dot products would round an integer one)."""
+        pa, pb = self.plain_a, self.plain_b
+        return (pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb)
+                and not self.integer)
+
     def routed_slab(self, n0: str, nc: str, packed: str, a_rows: str, tile: str, listing: str) -> None:
         """One task of a routed contraction: the rows its condition lists (at ``listing``), then the others."""
         m_ext = self.dim(self.rows())
         a0, b0 = self.bases()
         pa, pb = self.plain_a, self.plain_b
-        dots_ok = (pa is not None and pb is not None and self.contiguous_k(pa) and self.contiguous_k(pb)
-                   and not self.integer)
+        dots_ok = self.dots_ok()
         # the listed rows take the path the dense form takes at this M (the same sums, in the same
         # order): dot products below GEMV_ROWS rows, else blocks; decode through prepacked panels or
         # evaluated rows stays dense (its rows are few)
