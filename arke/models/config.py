@@ -41,8 +41,8 @@ class KVCache:
         c = owner.config
         shape = (batch, c.kv_heads, owner.max_seq, c.head_dim)
         self.owner, self.batch = owner, batch
-        self.k = torch.zeros(shape, dtype=torch.float32, device=owner.device)
-        self.v = torch.zeros(shape, dtype=torch.float32, device=owner.device)
+        self.k = torch.zeros(shape, dtype=owner.act_dtype, device=owner.device)
+        self.v = torch.zeros(shape, dtype=owner.act_dtype, device=owner.device)
         self.length = 0  # slots filled (the same for every sequence of the batch)
 
     @property

@@ -102,10 +102,15 @@ def _layer_weights(layer: Any, config: LayerConfig) -> dict[str, torch.Tensor]:
 
 
 def from_transformers(layer: Any, config: Any, target: str = "llvm", max_seq: int = 4096,
-                      weights: str = "f32", threads: int | None = None) -> CompiledLayer:
+                      weights: str = "f32", threads: int | None = None,
+                      dtype: torch.dtype = torch.float32) -> CompiledLayer:
     """Compile a transformers decoder layer (Llama, Qwen2, Mistral, Mixtral) for ``target``.
 
     ``weights``: ``"f32"``, ``"bf16"``, ``"f16"`` or ``"int8"`` (weight-only, one scale per output channel).
+    ``dtype``: the activations' dtype. ``torch.bfloat16`` or ``torch.float16`` gives a
+    :class:`~arke.models.layer_half.HalfLayer` (dense layers): activations, KV cache and weights
+    all in that dtype, rounded where transformers rounds running the layer in it (``weights``
+    must then be left as it is or name the same dtype).
     The layer's own module is only read. Returns a :class:`~arke.models.layer.CompiledLayer`::
 
         cache = compiled.new_cache(batch=1)
@@ -122,8 +127,23 @@ def from_transformers(layer: Any, config: Any, target: str = "llvm", max_seq: in
         raise ValueError(f"attention scaling {scaling} is not 1/sqrt(head_dim): unsupported")
     with torch.no_grad():
         raw = {k: v.detach() for k, v in _layer_weights(layer, spec).items()}
-    return CompiledLayer(spec, raw, target=target, max_seq=max_seq, weights_dtype=weights,
-                         name=f"{SUPPORTED[kind]}DecoderLayer", threads=threads)
+    return _compiled(spec, raw, target, max_seq, weights, threads, dtype, f"{SUPPORTED[kind]}DecoderLayer")
+
+
+def _compiled(spec: LayerConfig, raw: dict[str, torch.Tensor], target: str, max_seq: int, weights: str,
+              threads: int | None, dtype: torch.dtype, name: str) -> CompiledLayer:
+    """The compiled layer for these activations: f32 (any weight kind) or half (weights of that dtype)."""
+    if dtype == torch.float32:
+        return CompiledLayer(spec, raw, target=target, max_seq=max_seq, weights_dtype=weights, name=name,
+                             threads=threads)
+    from arke.models.layer_half import HALF, HalfLayer
+
+    if dtype not in HALF:
+        raise ValueError(f"dtype must be torch.float32, torch.bfloat16 or torch.float16, not {dtype}")
+    if weights not in ("f32", HALF[dtype]):
+        raise ValueError(f"{HALF[dtype]} activations read {HALF[dtype]} weights, not {weights!r}: leave weights "
+                         f"unset (or use dtype=torch.float32 for {weights} weights with f32 activations)")
+    return HalfLayer(spec, raw, dtype=dtype, target=target, max_seq=max_seq, name=name, threads=threads)
 
 
 # ---------------------------------------------------------------- model folders
@@ -175,9 +195,11 @@ def _layer_tensors(folder: Path, layer_index: int) -> dict[str, torch.Tensor]:
 
 
 def from_pretrained(folder: str | os.PathLike[str], layer_index: int = 0, target: str = "llvm",
-                    max_seq: int = 4096, weights: str = "f32", threads: int | None = None) -> CompiledLayer:
+                    max_seq: int = 4096, weights: str = "f32", threads: int | None = None,
+                    dtype: torch.dtype = torch.float32) -> CompiledLayer:
     """Compile layer ``layer_index`` of a Hugging Face model folder (``config.json`` + ``*.safetensors``).
 
+    ``weights`` and ``dtype`` as for :func:`from_transformers`.
     Only that layer's tensors are read (through the index file when there is one); nothing is
     downloaded. Checkpoint names of both transformers 4 (``block_sparse_moe.experts.N.w1``) and
     5 (``mlp.experts.gate_up_proj``) are understood.
@@ -221,5 +243,4 @@ def from_pretrained(folder: str | os.PathLike[str], layer_index: int = 0, target
     if missing:
         raise ValueError(f"layer {layer_index} of {path} lacks {', '.join(missing)}")
     raw.update({k: t[v] for k, v in names.items()})
-    return CompiledLayer(spec, raw, target=target, max_seq=max_seq, weights_dtype=weights,
-                         name=f"{SUPPORTED[kind]}DecoderLayer", threads=threads)
+    return _compiled(spec, raw, target, max_seq, weights, threads, dtype, f"{SUPPORTED[kind]}DecoderLayer")

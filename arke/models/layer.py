@@ -47,6 +47,10 @@ LAYER_SOURCE = """import std.decoder
 @strategy(attn_cached) { algorithm = flash }
 @strategy(attn_window, when T == 1) { algorithm = split_kv }
 @strategy(attn_window) { algorithm = flash }
+@strategy(attn_cached_h, when T == 1) { algorithm = split_kv }
+@strategy(attn_cached_h) { algorithm = flash }
+@strategy(attn_window_h, when T == 1) { algorithm = split_kv }
+@strategy(attn_window_h) { algorithm = flash }
 """
 
 
@@ -123,19 +127,26 @@ class CompiledLayer:
         # weights are packed once into the panels the target's contraction kernels read (0: not packed)
         self.nr = 0 if self.backend is None else self.backend.panel_width(weights_dtype)
         self.weights = self._pack(weights)
-        s, dtypes = KERNELS[weights_dtype]
+        self._bind(call)
+        self._shapes: dict[tuple[int, int], _Shape] = {}
+        self._lock = threading.Lock()
+        self._calling = threading.Lock()
+
+    #: the dtype of the activations between kernels and of the KV cache
+    act_dtype = torch.float32
+
+    def _bind(self, call: Any) -> None:
+        """The layer's kernel calls (``call(name, **dtypes)``: a kernel of :data:`LAYER_SOURCE`)."""
+        s, dtypes = KERNELS[self.kind]
         self._attn_in = call("attn_in" + s, **dtypes)
-        self._attn = call("attn_window" if config.window else "attn_cached")
+        self._attn = call("attn_window" if self.config.window else "attn_cached")
         self._attn_out = call("attn_out" + s, **dtypes)
-        if config.experts:
+        if self.config.experts:
             self._route = call("moe_route")
             self._expert = call("expert" + s, **dtypes)
             self._combine = call("moe_combine")
         else:
             self._mlp = call("mlp" + s, **dtypes)
-        self._shapes: dict[tuple[int, int], _Shape] = {}
-        self._lock = threading.Lock()
-        self._calling = threading.Lock()
 
     def __repr__(self) -> str:
         c = self.config
@@ -178,8 +189,8 @@ class CompiledLayer:
                 register_panels(into[tag + ".g"], self.nr)
                 register_panels(into[tag + ".u"], self.nr)
 
-    def _pack(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Fused and converted weights: ``qkv`` [(H + 2G) E, D], ``gu`` [2F, D] (gate rows, then up)."""
+    def _check_raw(self, raw: dict[str, torch.Tensor]) -> LayerConfig:
+        """Every weight the layer needs is there, of its shape (a ValueError naming the first that is not)."""
         c = self.config
         need = ["input_norm", "q", "k", "v", "o", "post_norm"]
         need += ["router", "experts_gate_up", "experts_down"] if c.experts else ["gate", "up", "down"]
@@ -197,6 +208,12 @@ class CompiledLayer:
         for n, shape in want.items():
             if tuple(raw[n].shape) != shape:
                 raise ValueError(f"{self.name}: weight {n!r} has shape {list(raw[n].shape)}, expected {list(shape)}")
+        return c
+
+    def _pack(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Fused and converted weights: ``qkv`` [(H + 2G) E, D], ``gu`` [2F, D] (gate rows, then up)."""
+        c = self._check_raw(raw)
+        e = c.head_dim
         out: dict[str, torch.Tensor] = {}
         dev, f32 = self.device, torch.float32
         out["wn1"] = raw["input_norm"].detach().to(dev, f32).contiguous()

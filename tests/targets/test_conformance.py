@@ -139,6 +139,21 @@ CASES: list[Case] = [
     *generic_cases(DEC, "expert", "W", "f32 bf16 f16", [{"N": 7, "D": 17, "M": 5, "F": 33}], ids={"rows": "N"}),
     *generic_cases(DEC, "expert_q", "Q", "i8 u8", [{"N": 7, "D": 17, "M": 5, "F": 33}], ids={"rows": "N"}),
     *cases(DEC, "moe_combine", [{"N": 5, "M": 10, "D": 17, "K": 2}], ids={"slot": "M"}),
+    # half-precision activations (bf16 throughout, f16 where the kernel rounds differently per dtype);
+    # N = 37 rows of 70: a prefill whose projections run on a bf16 matrix unit where the host has one
+    *generic_cases(DEC, "norm_h", "A", "bf16 f16", [{"N": 1, "D": 1}, {"N": 3, "D": 4097}]),
+    *generic_cases(DEC, "attn_in_h", "A", "bf16", [*HEADS, {"N": 37, "D": 70, "H": 4, "G": 2, "E": 8, "R": 4,
+                                                           "C": 64}], ids={"pos": 300}),
+    *generic_cases(DEC, "attn_in_h", "A", "f16", HEADS[1:], ids={"pos": 300}),
+    *generic_cases(DEC, "attn_cached_h", "A", "bf16", [{"B": 2, "T": 5, "H": 8, "G": 2, "M": 33, "E": 16}],
+                   scalars={"n": 20}),
+    *generic_cases(DEC, "attn_cached_h", "A", "bf16", [{"B": 1, "T": 1, "H": 4, "G": 1, "M": 70, "E": 8}],
+                   scalars={"n": 70}),
+    *generic_cases(DEC, "attn_window_h", "A", "f16", [{"B": 1, "T": 6, "H": 4, "G": 2, "M": 40, "E": 8}],
+                   scalars={"n": 30, "window": 7}),
+    *generic_cases(DEC, "attn_out_h", "A", "bf16 f16", [{"N": 3, "C": 33, "D": 17}, {"N": 37, "C": 70, "D": 40}]),
+    *generic_cases(DEC, "mlp_h", "A", "bf16", [{"N": 1, "D": 1, "F": 1}, {"N": 37, "D": 70, "F": 40}]),
+    *generic_cases(DEC, "mlp_h", "A", "f16", [{"N": 3, "D": 17, "F": 33}]),
 ]
 
 
