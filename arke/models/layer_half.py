@@ -6,8 +6,8 @@ f16), rounded where transformers rounds when the layer runs in that dtype; each 
 its sums, norm statistics and softmax in f32. A call runs::
 
     norm_h (input norm) → attn_in_h (QKV + bias, rotary) → append k, v to the cache
-    → attn_cached_h / attn_window_h → attn_out_h (+ residual) → norm_h (post norm)
-    → mlp_h (SwiGLU, down projection, + residual)
+    → attn_cached_h / attn_window_h → proj_add_h (output projection + residual)
+    → norm_h (post norm) → swiglu_h (gate, up, silu × up) → proj_add_h (down projection + residual)
 
 The norms are kernels of their own, so every projection reads plain ``A`` rows: on a CPU with
 bf16 matrix units the products run there (spec/codegen.md §5), and on GPUs they are
@@ -57,8 +57,8 @@ class HalfLayer(CompiledLayer):
         self._norm = call("norm_h", **a)
         self._attn_in = call("attn_in_h", **a)
         self._attn = call("attn_window_h" if self.config.window else "attn_cached_h", **a)
-        self._attn_out = call("attn_out_h", **a)
-        self._mlp = call("mlp_h", **a)
+        self._attn_out = call("proj_add_h", **a)
+        self._swiglu = call("swiglu_h", **a)
 
     def _pack(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Every tensor in the layer's dtype: ``qkv`` [(H + 2G) E, D] fused, gate and up as views of ``gu``."""
@@ -104,8 +104,9 @@ class HalfLayer(CompiledLayer):
         self._attn([q4, cache.k, cache.v], scalars, v["o"], temps.get("attn"))
         self._attn_out([v["o"].view(n, c.heads * c.head_dim), w["o"], xa], {}, v["h"], temps.get("attn_out"))
         self._norm([v["h"], w["wn2"]], {"eps": c.eps}, v["hn2"], temps.get("norm2"))
+        self._swiglu([v["hn2"], w["gu.g"], w["gu.u"]], {}, v["a"], temps.get("swiglu"))
         y = torch.empty(n, c.hidden, dtype=self.act_dtype, device=self.device)
-        self._mlp([v["h"], v["hn2"], w["gu.g"], w["gu.u"], w["down"]], {}, y, temps.get("mlp"))
+        self._attn_out([v["a"], w["down"], v["h"]], {}, y, temps.get("down"))
         cache.length = start + t
         return y.view(b, t, c.hidden).to(x.dtype)
 
@@ -114,14 +115,15 @@ class HalfLayer(CompiledLayer):
         c, n, a = self.config, b * t, self.act_dtype
         e = c.head_dim
         plan = MemoryPlan()
-        # steps: 0 norm1, 1 attn_in, 2 append, 3 attention, 4 attn_out, 5 norm2, 6 mlp
+        # steps: 0 norm1, 1 attn_in, 2 append, 3 attention, 4 attn_out, 5 norm2, 6 swiglu, 7 down
         plan.add("hn", (n, c.hidden), a, 0, 1)
         plan.add("q", (n, c.heads, e), a, 1, 3)
         plan.add("k", (n, c.kv_heads, e), a, 1, 2)
         plan.add("v", (n, c.kv_heads, e), a, 1, 2)
         plan.add("o", (b, t, c.heads, e), a, 3, 4)
-        plan.add("h", (n, c.hidden), a, 4, 6)
+        plan.add("h", (n, c.hidden), a, 4, 7)
         plan.add("hn2", (n, c.hidden), a, 5, 6)
+        plan.add("a", (n, c.intermediate), a, 6, 7)
         steps = self._temp_steps(b, t)
         for step, (tag, temps) in enumerate(steps):
             for index, (shape, dtype) in temps.items():
@@ -149,7 +151,8 @@ class HalfLayer(CompiledLayer):
             ("attn", self._attn, [q, kc, kc], attn),
             ("attn_out", self._attn_out, [probe(n, c.heads * c.head_dim), w["o"], rows], {}),
             ("norm2", self._norm, [rows, w["wn2"]], {}),
-            ("mlp", self._mlp, [rows, rows, w["gu.g"], w["gu.u"], w["down"]], {})]
+            ("swiglu", self._swiglu, [rows, w["gu.g"], w["gu.u"]], {}),
+            ("down", self._attn_out, [probe(n, c.intermediate), w["down"], rows], {})]
         return calls
 
     def memory(self, batch: int, tokens: int) -> MemoryPlan:

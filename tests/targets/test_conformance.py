@@ -151,9 +151,9 @@ CASES: list[Case] = [
                    scalars={"n": 70}),
     *generic_cases(DEC, "attn_window_h", "A", "f16", [{"B": 1, "T": 6, "H": 4, "G": 2, "M": 40, "E": 8}],
                    scalars={"n": 30, "window": 7}),
-    *generic_cases(DEC, "attn_out_h", "A", "bf16 f16", [{"N": 3, "C": 33, "D": 17}, {"N": 37, "C": 70, "D": 40}]),
-    *generic_cases(DEC, "mlp_h", "A", "bf16", [{"N": 1, "D": 1, "F": 1}, {"N": 37, "D": 70, "F": 40}]),
-    *generic_cases(DEC, "mlp_h", "A", "f16", [{"N": 3, "D": 17, "F": 33}]),
+    *generic_cases(DEC, "proj_add_h", "A", "bf16 f16", [{"N": 3, "C": 33, "D": 17}, {"N": 37, "C": 70, "D": 40}]),
+    *generic_cases(DEC, "swiglu_h", "A", "bf16", [{"N": 1, "D": 1, "F": 1}, {"N": 37, "D": 70, "F": 40}]),
+    *generic_cases(DEC, "swiglu_h", "A", "f16", [{"N": 3, "D": 17, "F": 33}]),
 ]
 
 
