@@ -15,7 +15,8 @@ A report, not a test: the timings never fail anything. One run on one machine:
 
 Every configuration is checked once: max |arke - transformers bf16| / max |transformers bf16|, which
 must stay within a few units in the last place of bf16 (the residual sum rounds at the scale of
-``x``, so the f32 benchmark's "relative to the layer's update" measure would see bf16's own rounding). A failed check or a configuration that fails to run makes the exit status 1.
+``x``, so the f32 benchmark's "relative to the layer's update" measure would see bf16's own
+rounding). A failed check or a configuration that fails to run makes the exit status 1.
 
     .venv/bin/python benchmarks/decoder_bf16.py              # ~1 min on 2 cores, + cold torch.compile
     .venv/bin/python benchmarks/decoder_bf16.py --quick      # tiny shapes, no torch.compile (seconds)

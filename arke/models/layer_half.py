@@ -66,22 +66,24 @@ class HalfLayer(CompiledLayer):
         self._check_raw(raw)
         out: dict[str, torch.Tensor] = {}
 
-        def put(name: str, w: torch.Tensor) -> None:
+        def put(name: str, w: torch.Tensor, pack: bool = False) -> None:
             out[name] = w.detach().to(dev, a).contiguous()
+            if pack and self.backend is not None:  # a projection's matrix: in the kernels' panels, once
+                packed = self.backend.pack_weight(out[name])
+                out[name] = out[name] if packed is None else packed
 
         put("wn1", raw["input_norm"])
         put("wn2", raw["post_norm"])
         out["inv_freq"] = torch.tensor(c.inv_freq, dtype=torch.float32, device=dev)
-        put("qkv", torch.cat([raw["q"], raw["k"], raw["v"]]))
+        put("qkv", torch.cat([raw["q"], raw["k"], raw["v"]]), pack=True)
         for part, heads in (("q", c.heads), ("k", c.kv_heads), ("v", c.kv_heads)):
             bias = raw.get(part + "_bias")
             put("b" + part, bias.reshape(heads, c.head_dim) if bias is not None
                 else torch.zeros(heads, c.head_dim))
-        put("o", raw["o"])
-        put("gu", torch.cat([raw["gate"], raw["up"]]))
-        gu, f = out.pop("gu"), c.intermediate
-        out["gu.g"], out["gu.u"] = gu[:f], gu[f:]
-        put("down", raw["down"])
+        put("o", raw["o"], pack=True)
+        put("gu.g", raw["gate"], pack=True)
+        put("gu.u", raw["up"], pack=True)
+        put("down", raw["down"], pack=True)
         return out
 
     # -- calls

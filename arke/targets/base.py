@@ -156,6 +156,12 @@ class Target:
         """The panel width contraction weights of ``weights_dtype`` are packed into once (0: not packed)."""
         return 0
 
+    def pack_weight(self, w: Any) -> Any:
+        """``w`` (a ``[N, K]`` torch tensor read as ``B`` of a contraction ``sum(x[m, k] * w[n, k] for k)``
+        whose other side has w's dtype) packed once into the layout this target's kernels read in
+        place, registered as such; None where it reads weights as stored."""
+        return None
+
     # ------------------------------------------------------------ rendering and compiling
 
     #: whether this target's loops stop at a reduction's length (spec/language.md §8.11); if not,

@@ -139,6 +139,21 @@ class LLVMTarget(Target):
 
         return host_panel_width()
 
+    def pack_weight(self, w: Any) -> Any:
+        import torch
+
+        from arke.targets.llvm import panels
+        from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, host_units
+
+        if w.dtype == torch.float32:
+            return panels.pack_panels(w, self.panel_width("f32"))
+        # bf16 (int8) x bf16 (int8) products run on a matrix unit that reads VNNI panels (gemm_bf16.py);
+        # AVX512-VNNI's int8 kernel packs its own (it sums each block's columns as it packs)
+        units = host_units()
+        if (w.dtype == torch.bfloat16 and {AMX, DPBF16} & units) or (w.dtype == torch.int8 and AMX_INT8 in units):
+            return panels.pack_vnni_panels(w)
+        return None
+
     def fused_families(self, arch: str | None = None) -> frozenset[str]:
         return self.families if arch is None else frozenset()  # the GPU flavour: one dispatch per op
 

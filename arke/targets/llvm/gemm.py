@@ -52,6 +52,7 @@ from arke.targets.llvm.declarations import vector_fma
 from arke.targets.llvm.gemm_base import GEMV_ROWS, Blocking
 from arke.targets.llvm.gemm_bf16 import A_PAD, VNNI, matrix_unit, unit_blocking
 from arke.targets.llvm.gemm_routed import GemmRouted
+from arke.targets.llvm.panels import VNNI_KEY
 from arke.targets.llvm.scalar import STORAGE
 
 #: Vectors across a panel of B (nr = this × lanes).
@@ -105,7 +106,7 @@ def render_contraction(plan: KernelPlan, d: Dispatch, entry: str, declare: Calla
     extent = dim_str(g.parallel_extent) if g.parallel_extent is not None else None
     launch = LaunchSpec(entry, extent, tuple(plan.buffer_index(b) for b in g.args), dim_str(g.scratch_words()))
     operand = g.panel_operand()
-    panel = f"{plan.buffer_index(operand.src)},{g.blk.nr}" if g.panel_slot is not None and operand else None
+    panel = f"{plan.buffer_index(operand.src)},{g.panel_key()}" if g.panel_slot is not None and operand else None
     return text, launch, panel, unit
 
 
@@ -122,6 +123,7 @@ class _Gemm(GemmRouted):
         self.a_once: str | None = None  # decode: where the evaluated rows of A are (see rows_once)
         self.panel_slot: int | None = None  # the dims word holding B's prepacked panels, if it may
         self.pre = self.has_pre = ""
+        self.scratch_at = ("", "")  # the task's packed-B block and A rows (set per slab)
         self.plain_a, self.plain_b = self.c.plain_a(), self.c.plain_b()
         # A is packed when it has a prologue (evaluated once per element) or the strategy says
         # `pack a` (rows whose stride is a multiple of 4 KiB collide in L1 when read in place)
@@ -162,7 +164,15 @@ class _Gemm(GemmRouted):
         if pb is None or c.batch or pb.indices != (ir.Idx(c.n), ir.Idx(c.k)):
             return None
         buf = self.plan.buffers[self.plan.buffer_index(pb.src)]
-        return pb if buf.role == "param" and buf.dtype is DType.F32 else None
+        if buf.role != "param":
+            return None
+        if self.unit is not None:  # VNNI panels (panels.py); the VNNI unit's column sums want the per-call pack
+            return pb if self.unit != VNNI else None
+        return pb if buf.dtype is DType.F32 else None
+
+    def panel_key(self) -> str:
+        """The layout of the prepacked panels this dispatch reads (:mod:`arke.targets.llvm.panels`)."""
+        return VNNI_KEY if self.unit is not None else str(self.blk.nr)
 
     # -- sizes
     def padded_rows(self) -> Dim:
@@ -258,6 +268,7 @@ class _Gemm(GemmRouted):
         """One task: columns [n0, n0 + nc) of every row, for the current batch entry (of the listed
         rows only, when the contraction is routed: ``listing`` is where the list goes)."""
         c, blk = self.c, self.blk
+        self.scratch_at = (packed, a_rows)
         rows_pad = self.dim(self.padded_rows())
         bytes_ = self.let(f"mul i64 {rows_pad}, {4 * blk.nc}")
         self.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {tile}, i8 0, i64 {bytes_}, i1 false)")
@@ -356,6 +367,11 @@ class _Gemm(GemmRouted):
         streamed with A's elements broadcast."""
         if self.panel_slot is None:
             self.dots(pa, pb, a0, b0, n0, nc, tile)
+            return
+        if self.unit is not None:  # VNNI panels: the unit's blocks (rows past M repeat the last; never stored)
+            packed, a_rows = self.scratch_at
+            self.branch(self.has_pre, lambda: self.blocks(a0, b0, n0, nc, packed, a_rows, tile),
+                        lambda: self.dots(pa, pb, a0, b0, n0, nc, tile))
             return
         self.branch(self.has_pre, lambda: self.panel_dots(pa, a0, n0, nc, tile),
                     lambda: self.dots(pa, pb, a0, b0, n0, nc, tile))

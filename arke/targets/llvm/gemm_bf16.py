@@ -16,8 +16,9 @@ contiguous along k) runs on the best unit the renderer was given (:mod:`arke.tar
 Both read ``B`` packed into VNNI panels of 32 columns — ``[panel][k / 2][32][2]`` bf16 (a pair of
 consecutive k per column, zero past K and past the slab's columns), a k-block padded to a multiple
 of 32 — and ``A`` in place where a row block is whole (32 or 8 rows inside M, a k-block without a
-tail); elsewhere its rows are copied into a zero-padded ``[mr][kc]`` bf16 block (rows past M repeat
-the last one and are never stored). Sums go to the same f32 tile as the f32 path's, so the epilogue,
+tail); elsewhere its rows inside M are copied into a zero-padded ``[mr][kc]`` bf16 block (the
+block's other rows hold whatever the scratch held: a unit's rows are independent, and their sums
+are never stored). Sums go to the same f32 tile as the f32 path's, so the epilogue,
 row conditions and batch-reduce steps are unchanged. Each element's sum runs over k in the same order
 whatever the thread count (k-blocks in order, pairs in order inside one unit instruction).
 
@@ -109,6 +110,9 @@ class GemmMatrix(GemmVnni):
     """The matrix-unit form of a contraction's packed blocks (see the module's docstring)."""
 
     unit: str | None
+    panel_slot: int | None  # the dims word holding B's prepacked VNNI panels, if it may (gemm.py)
+    pre: str  # their address, when they came
+    has_pre: str  # whether they came
 
     @property
     def form(self) -> UnitForm:
@@ -152,12 +156,23 @@ class GemmMatrix(GemmVnni):
         kp_ = self._pro("alloca i64")  # bytes between A's k-steps of one row
         hp = self._pro("alloca i64")  # bytes from A's row 0 to row 16 (AMX's second tile)
 
+        prepacked = self.panel_slot is not None
+        k_pad = first = ""
+        if prepacked:  # panel p of the prepacked ones holds K rounded up to uk, in word rows of 32
+            k_pad = self.let(f"add i64 {k_ext}, {self.uk - 1}")
+            k_pad = self.let(f"and i64 {k_pad}, {-self.uk}")
+            first = self.let(f"udiv i64 {n0}, {UNIT_NR}")
+
         def depth(pc: str) -> None:
             left = self.let(f"sub i64 {k_ext}, {pc}")
             kc = self.smin(left, str(blk.kc))
             kcp = self.let(f"add i64 {kc}, {self.uk - 1}")
             kcp = self.let(f"and i64 {kcp}, {-self.uk}")
-            self.vnni_pack(b0, n0, nc, pc, kc, kcp, panels, packed)
+            if prepacked:
+                self.branch(self.has_pre, lambda: None,
+                            lambda: self.vnni_pack(b0, n0, nc, pc, kc, kcp, panels, packed))
+            else:
+                self.vnni_pack(b0, n0, nc, pc, kc, kcp, panels, packed)
             if self.unit == VNNI:  # what flipping A's sign bits adds to each column (gemm_vnni.py)
                 self.column_sums(kcp, panels, packed)
 
@@ -172,10 +187,23 @@ class GemmMatrix(GemmVnni):
                 def panel(jr: str) -> None:
                     bo = self.let(f"mul i64 {jr}, {kcp}")  # a panel: kcp elements of 32 columns
                     bp = self.let(f"getelementptr inbounds {self.el}, ptr {packed}, i64 {bo}")
+                    if prepacked:  # (panel n0 / 32 + jr / 32) * k_pad + pc, in elements of 32 columns
+                        at = self.let(f"udiv i64 {jr}, {UNIT_NR}")
+                        at = self.let(f"add i64 {at}, {first}")
+                        at = self.let(f"mul i64 {at}, {k_pad}")
+                        at = self.let(f"add i64 {at}, {pc}")
+                        at = self.let(f"mul i64 {at}, {UNIT_NR}")
+                        pre = self.let(f"getelementptr inbounds {self.el}, ptr {self.pre}, i64 {at}")
+                        bp = self.let(f"select i1 {self.has_pre}, ptr {pre}, ptr {bp}")
                     ct = self.let(f"add i64 {c_row}, {jr}")
                     cp = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {ct}")
-                    self.emit(f"call void @\"{self.name}.unit\"(ptr {a}, i64 {sa}, i64 {ka}, i64 {half}, ptr {bp}, "
-                              f"i64 {kcp}, ptr {cp})")
+                    args = f"(ptr {a}, i64 {sa}, i64 {ka}, i64 {half}, ptr {bp}, i64 {kcp}, ptr {cp})"
+                    if self.form.tiles:  # a block of at most 16 rows inside M (decode): half the tile products
+                        few = self.let(f"icmp sle i64 {self.let(f'sub i64 {m_ext}, {ir_}')}, 16")
+                        self.branch(few, lambda: self.emit(f"call void @\"{self.name}.unit16\"{args}"),
+                                    lambda: self.emit(f"call void @\"{self.name}.unit\"{args}"))
+                    else:
+                        self.emit(f"call void @\"{self.name}.unit\"{args}")
 
                 cols = self.let(f"mul i64 {panels}, {UNIT_NR}")
                 self.counted("ujr", "0", cols, panel, step=UNIT_NR)
@@ -243,7 +271,10 @@ class GemmMatrix(GemmVnni):
 
                 self.counted("ak", "0", kcp, chunk, step=uk)
 
-            self.counted("ar", "0", str(mr), row)
+            # only the block's rows inside M: a unit's rows are independent, so the rest of the block
+            # (stale scratch) only makes sums that are never stored, and decode copies one row, not mr
+            inside = self.smin(str(mr), self.let(f"sub i64 {m_ext}, {ir_}"))
+            self.counted("ar", "0", inside, row)
             self.emit(f"store ptr {a_rows}, ptr {ap}")
             if amx:
                 self.emit(f"store i64 {self.es * self.uk}, ptr {sp}")  # 64 bytes
@@ -382,17 +413,25 @@ class GemmMatrix(GemmVnni):
         self.emit("call void @llvm.x86.tilerelease()")
 
     def _amx_kernel(self) -> str:
+        """The 32-row micro-kernel (``.unit``) and its 16-row half (``.unit16``: tiles 0, 1 of sums and
+        one of A, for a block with at most 16 rows inside M — decode — where the other half's products
+        would be wasted and, with the weights in cache, the tile products bound the step)."""
+        return self._amx_rows(32) + "\n\n" + self._amx_rows(16)
+
+    def _amx_rows(self, rows: int) -> str:
         tdp = "@llvm.x86.tdpbssd" if self.unit == AMX_INT8 else "@llvm.x86.tdpbf16ps"
         for line in ("declare void @llvm.x86.tileloadd64(i8, ptr, i64)", f"declare void {tdp}(i8, i8, i8)",
                      "declare void @llvm.x86.tilestored64(i8, ptr, i64)"):
             self.declare(line)
         sc = 4 * self.blk.nc
-        lines = [f"define internal void @\"{self.name}.unit\"(ptr %a, i64 %sa, i64 %ka, i64 %a16, ptr %bp, i64 %kc, "
+        sums = ("%c", "%c1", "%c2", "%c3")[:rows // 8]
+        name = f"{self.name}.unit" + ("" if rows == 32 else str(rows))
+        lines = [f"define internal void @\"{name}\"(ptr %a, i64 %sa, i64 %ka, i64 %a16, ptr %bp, i64 %kc, "
                  "ptr %c) nounwind {", "entry:", "  %c1 = getelementptr inbounds i8, ptr %c, i64 64",
                  f"  %c2 = getelementptr inbounds i8, ptr %c, i64 {16 * sc}",
                  f"  %c3 = getelementptr inbounds i8, ptr %c, i64 {16 * sc + 64}",
                  "  %a1 = getelementptr i8, ptr %a, i64 %a16"]
-        for t, p in enumerate(("%c", "%c1", "%c2", "%c3")):
+        for t, p in enumerate(sums):
             lines.append(f"  call void @llvm.x86.tileloadd64(i8 {t}, ptr {p}, i64 {sc})")
         lines += ["  br label %loop", "loop:", "  %kk = phi i64 [ 0, %entry ], [ %kk1, %loop ]",
                   "  %ao = mul i64 %kk, %ka",
@@ -405,13 +444,14 @@ class GemmMatrix(GemmVnni):
                   "  call void @llvm.x86.tileloadd64(i8 4, ptr %ap0, i64 %sa)",
                   f"  call void {tdp}(i8 0, i8 4, i8 6)",
                   f"  call void @llvm.x86.tileloadd64(i8 7, ptr %bq1, i64 {4 * UNIT_NR})",
-                  f"  call void {tdp}(i8 1, i8 4, i8 7)",
-                  "  call void @llvm.x86.tileloadd64(i8 5, ptr %ap1, i64 %sa)",
-                  f"  call void {tdp}(i8 2, i8 5, i8 6)",
-                  f"  call void {tdp}(i8 3, i8 5, i8 7)",
-                  f"  %kk1 = add i64 %kk, {self.uk}", "  %more = icmp slt i64 %kk1, %kc",
+                  f"  call void {tdp}(i8 1, i8 4, i8 7)"]
+        if rows == 32:
+            lines += ["  call void @llvm.x86.tileloadd64(i8 5, ptr %ap1, i64 %sa)",
+                      f"  call void {tdp}(i8 2, i8 5, i8 6)",
+                      f"  call void {tdp}(i8 3, i8 5, i8 7)"]
+        lines += [f"  %kk1 = add i64 %kk, {self.uk}", "  %more = icmp slt i64 %kk1, %kc",
                   "  br i1 %more, label %loop, label %exit", "exit:"]
-        for t, p in enumerate(("%c", "%c1", "%c2", "%c3")):
+        for t, p in enumerate(sums):
             lines.append(f"  call void @llvm.x86.tilestored64(i8 {t}, ptr {p}, i64 {sc})")
         lines += ["  ret void", "}"]
         return "\n".join(lines)

@@ -98,7 +98,7 @@ class CPUKernel:
         self._sized: dict[tuple[int, ...], _Sizes] = {}
         self._pool = BufferPool()
         # contractions that can read B prepacked: launch -> (B's buffer, nr); dims word len(dims) + launch
-        self._panel_at = {int(key.split(".")[1]): tuple(int(v) for v in value.split(","))
+        self._panel_at = {int(key.split(".")[1]): (int(value.split(",")[0]), value.split(",")[1])
                           for key, value in artifact.meta.items() if key.startswith("panels.")}
         self._roles = [(b.role, b.name, TORCH_DTYPES[b.dtype]) for b in plan.buffers]
         self._result_at = [plan.buffer_index(r) for r in plan.function.results]
@@ -218,7 +218,7 @@ class CPUKernel:
                     continue
                 if reads is None or reads[0] != i or reads[1] != found[i]:
                     raise RuntimeError(f"kernel `{self.name}`: `{self._roles[i][1]}` holds prepacked panels "
-                                       f"(nr {found[i]}), which dispatch {k} cannot read")
+                                       f"(layout {found[i]}), which dispatch {k} cannot read")
                 words[base + k] = buffers[i].data_ptr()
         return words
 
