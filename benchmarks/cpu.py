@@ -150,6 +150,7 @@ class Bench:
     nbytes: float = 0.0  # bytes that must move at least once (memory-bound kernels)
     tol: float = 1e-4  # the check: max |arke - torch| / max |torch| (bf16 results: one bf16 rounding)
     unit: str = ""  # compute-bound on a matrix unit ("bf16", "int8"): a % of its peak, not of the FMA peak
+    llvm_only: str = ""  # why only the llvm target runs it (its inputs are in a layout only llvm reads)
 
     @property
     def bound(self) -> str:
@@ -189,13 +190,29 @@ def decode_linear_bf16(k: int, n: int) -> Bench:
                  F.linear, nbytes=2.0 * (n * k + k + n), tol=1e-2)
 
 
-def linear_bf16(m: int, k: int, n: int) -> Bench:
-    """bf16 activations and weights, f32 sums, a bf16 result: torch's is oneDNN on the same unit."""
-    def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
-        return randn(g, m, k).bfloat16(), randn(g, n, k).bfloat16()
+def packed(w: torch.Tensor) -> torch.Tensor:
+    """``w`` packed once into the panels this host's matrix-unit kernels read in place (``w`` itself where none)."""
+    from arke.targets import base
 
-    return Bench(f"linear bf16 {m}×{k}×{n}", f"bf16 [{m},{k}]·[{n},{k}]ᵀ", "std.nn", "linear_bf16", make, F.linear,
-                 flops=2.0 * m * k * n, tol=1e-2, unit="bf16")
+    found = base.get("llvm").pack_weight(w)
+    return w if found is None else found
+
+
+def linear_bf16(m: int, k: int, n: int, prepack: bool = False) -> Bench:
+    """bf16 activations and weights, f32 sums, a bf16 result: torch's is oneDNN on the same unit.
+    ``prepack``: the weight packed once into VNNI panels (as a model's are), not on every call."""
+    plain: dict[str, torch.Tensor] = {}
+
+    def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
+        x, plain["w"] = randn(g, m, k).bfloat16(), randn(g, n, k).bfloat16()
+        return x, packed(plain["w"]) if prepack else plain["w"]
+
+    def ref(x: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, plain["w"])
+
+    return Bench(f"linear bf16 {m}×{k}×{n}" + (" prepacked" if prepack else ""), f"bf16 [{m},{k}]·[{n},{k}]ᵀ",
+                 "std.nn", "linear_bf16", make, ref, flops=2.0 * m * k * n, tol=1e-2, unit="bf16",
+                 llvm_only="the weight is in llvm's VNNI panels" if prepack else "")
 
 
 def linear_w8a8(m: int, k: int, n: int) -> Bench:
@@ -261,7 +278,8 @@ def benches(quick: bool) -> list[Bench]:
                 attention(32, 8, 1, 1024, 64)]
     return [matmul(1024, 1024, 1024), matmul(2048, 2048, 2048), matmul(128, 8192, 2048), decode_linear(8192, 2048),
             decode_linear_int8(8192, 2048), decode_linear_bf16(8192, 2048), linear_bf16(2048, 2048, 2048),
-            linear_bf16(128, 2048, 8192), linear_bf16(512, 2048, 2048), linear_w8a8(128, 2048, 8192),
+            linear_bf16(128, 2048, 8192), linear_bf16(512, 2048, 2048), linear_bf16(2048, 2048, 2048, True),
+            linear_bf16(128, 2048, 8192, True), linear_w8a8(128, 2048, 8192),
             linear_w8a8(2048, 2048, 2048),
             rmsnorm(4096, 4096), softmax(4096, 4096), attention(32, 8, 512, 512, 64), attention(32, 8, 1, 4096, 64)]
 
@@ -319,6 +337,8 @@ def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget, mlir: str
     row.build_s = time.perf_counter() - start
     candidates: dict[str, Callable[[], object]] = {"arke": lambda: kernel(*args),
                                                    "torch": lambda: bench.torch_fn(*args)}
+    if mlir is None and bench.llvm_only:
+        mlir = bench.llvm_only
     if mlir is not None:
         row.notes["mlir"] = mlir
     else:
