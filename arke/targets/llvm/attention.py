@@ -89,7 +89,8 @@ class _Attention(AttentionEmitter):
                                         ("OM", rows * self.epp if split else sympy.Integer(0)),
                                         ("ST", sympy.Integer(8 * rows)), ("TAB", sympy.Integer(14 * rows)),
                                         ("QR", sympy.Integer(0) if p.q_direct else rows * self.dp),
-                                        ("KS", sympy.Integer(0) if p.k_direct or p.k_rows else self.bk * self.dp),
+                                        ("KS", sympy.Integer(0) if p.k_direct or p.k_rows or p.k_half
+                                               else self.bk * self.dp),
                                         # row pointers of a tile's keys / values read through a table
                                         ("KR", sympy.Integer(2 * self.bk if p.k_rows else 0)),
                                         ("VR", sympy.Integer(2 * self.bk if p.v_rows else 0))]
@@ -139,6 +140,10 @@ class _Attention(AttentionEmitter):
         if p.k_direct and isinstance(p.k, ir.Load):
             self.kbase = self.gep(self.ptr[p.k.src], self.offset(p.k, {KEY: "0", FEATURE: "0"}))
             self.kstride = self.dim(self.stride(self.buffer(p.k.src).shape, list(p.k.indices).index(ir.Idx(KEY))))
+        elif p.k_half is not None:  # a widened bf16/f16 k: packed straight from its rows, widened as loaded
+            kh = p.k_half
+            self.kbase = self.gep(self.ptr[kh.src], self.offset(kh, {KEY: "0", FEATURE: "0"}), "i16")
+            self.kstride = self.dim(self.stride(self.buffer(kh.src).shape, list(kh.indices).index(ir.Idx(KEY))))
         self.vty = STORAGE[p.v_dtype]  # float, or i16 bits of a bf16/f16 v (widened as each row is read)
         if not p.v_rows:  # else each value row's address is looked up (attention_tiles.row_table)
             self.vbase = self.gep(self.ptr[p.v.src], self.offset(p.v, {KEY: "0", VALUE: "0"}), self.vty)

@@ -198,22 +198,26 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
         w, vec, p = self.w, self.vec, self.pat
         dd = self.dim(p.extent(FEATURE))
         last = self.i64("sub", kn, "1")
+        half = p.k_half.dtype if p.k_half is not None and not p.k_direct else None
         if p.k_direct:
             first, stride = self.gep(self.kbase, self.i64("mul", j0, self.kstride)), self.kstride
+        elif half is not None:
+            first, stride = self.gep(self.kbase, self.i64("mul", j0, self.kstride), "i16"), self.kstride
         elif not p.k_rows:
             first, stride = self.stage_keys(j0, kn), self.dim(self.dp)
 
         def block(full: bool) -> None:
             d0 = self.i64("mul", self.current["db"], str(w))
             dmask = vec.lanes_below(d0, dd)
-            base = None if p.k_rows else self.gep(first, d0)
+            ty = "i16" if half is not None else "float"
+            base = None if p.k_rows else self.gep(first, d0, ty)
             for v in range(self.nv):
                 rows = []
                 for k in range(w):
                     key = str(v * w + k) if full else self.imin(str(v * w + k), last)
                     at = (self.gep(self.get("ptr", self.gep(self.at["KR"], key, "ptr")), d0) if base is None
-                          else self.gep(base, self.i64("mul", key, stride)))
-                    rows.append(vec.masked_load(at, dmask))
+                          else self.gep(base, self.i64("mul", key, stride), ty))
+                    rows.append(vec.masked_load(at, dmask) if half is None else vec.load_as_float(at, half, dmask))
                 out = self.gep(self.at["KT"], self.i64("add", self.i64("mul", d0, str(self.bk)), str(v * w)))
                 for lane, col in enumerate(vec.transpose(rows)):
                     self.emit(vec.store(col, self.gep(out, str(lane * self.bk))))
