@@ -49,6 +49,7 @@ from arke.plan.attention import F32, FEATURE, KEY, QUERY, VALUE
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import LaunchSpec
 from arke.targets.llvm.attention_tiles import AttentionEmitter
+from arke.targets.llvm.isa import AMX
 from arke.targets.llvm.scalar import STORAGE
 from arke.targets.llvm.vec import NEG_INF
 
@@ -57,13 +58,15 @@ SPLIT_TILES = 8  # key tiles per split_kv chunk
 
 
 def render_attention(plan: KernelPlan, dispatch: Dispatch, entry: str, declare: Callable[[str], None],
-                     vector_bits: int) -> tuple[str, LaunchSpec]:
-    """The LLVM function of an attention dispatch and how to launch it."""
-    fn = _Attention(plan, dispatch, entry, declare, vector_bits)
+                     vector_bits: int, units: frozenset[str] = frozenset()) -> tuple[str, LaunchSpec, str | None]:
+    """The LLVM function of an attention dispatch, how to launch it, and the matrix unit it runs on
+    (bf16 q and k take their scores on AMX tiles where ``units`` has AMX: attention_amx.py)."""
+    fn = _Attention(plan, dispatch, entry, declare, vector_bits, units)
     text = fn.render()
     assert fn.parallel_extent is not None and fn.scratch is not None
-    return text, LaunchSpec(entry, dim_str(fn.parallel_extent), tuple(plan.buffer_index(b) for b in fn.args),
-                            dim_str(fn.scratch))
+    launch = LaunchSpec(entry, dim_str(fn.parallel_extent), tuple(plan.buffer_index(b) for b in fn.args),
+                        dim_str(fn.scratch))
+    return text, launch, AMX if fn.amx else None
 
 
 class _Attention(AttentionEmitter):
@@ -93,7 +96,10 @@ class _Attention(AttentionEmitter):
                                                else self.bk * self.dp),
                                         # row pointers of a tile's keys / values read through a table
                                         ("KR", sympy.Integer(2 * self.bk if p.k_rows else 0)),
-                                        ("VR", sympy.Integer(2 * self.bk if p.v_rows else 0))]
+                                        ("VR", sympy.Integer(2 * self.bk if p.v_rows else 0)),
+                                        # AMX scores: the tile's sums, the task's q rows in bf16
+                                        ("S", sympy.Integer(rows * self.bk if self.amx else 0)),
+                                        ("QB", rows * self.dq / 2 if self.amx else sympy.Integer(0))]
         self.at: dict[str, str] = {}
         offset: Dim = sympy.Integer(0)
         for name, size in sizes:
@@ -110,7 +116,11 @@ class _Attention(AttentionEmitter):
     def render(self) -> str:
         self.start_error_flag()
         self.setup()
+        if self.amx:
+            self.tile_setup()
         self.loop("task", "%lo", "%hi", self.task)
+        if self.amx:
+            self.tile_release()
         return self.text()
 
     def task(self) -> None:
@@ -149,6 +159,8 @@ class _Attention(AttentionEmitter):
             self.vbase = self.gep(self.ptr[p.v.src], self.offset(p.v, {KEY: "0", VALUE: "0"}), self.vty)
             self.vstride = self.dim(self.stride(self.buffer(p.v.src).shape, list(p.v.indices).index(ir.Idx(KEY))))
         self.row_setup(r)
+        if self.amx:
+            self.q_rows_bf16()
         if self.algorithm == "materialized":
             self.materialized()
         else:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from arke.ir import semantic as ir
-from arke.ir.shapes import Dim, ceil_div, row_major_stride
+from arke.ir.shapes import ceil_div
 from arke.plan.attention import FEATURE, KEY, QUERY, VALUE, Attention
 from arke.plan.dispatch import Dispatch, KernelPlan
-from arke.targets.llvm.function import LLVMFunction
+from arke.targets.llvm.attention_amx import STEP, AmxScores
 from arke.targets.llvm.scalar import STORAGE
-from arke.targets.llvm.vec import NEG_INF, Vec, VectorExprMixin
+from arke.targets.llvm.vec import NEG_INF, Vec
 
 ROWS = 64  # query rows per task: a packed key tile serves all of them
 MAT_ROWS = 16  # rows per task of `materialized` (each keeps a whole row of scores)
@@ -23,14 +23,16 @@ PREFETCH_TILES = 4  # keys and values are prefetched this many tiles ahead ...
 PREFETCH_ROWS = 16  # ... by tasks of at most this many rows (decode: memory-bound)
 
 
-class AttentionEmitter(VectorExprMixin, LLVMFunction):
+class AttentionEmitter(AmxScores):
     """The state and the tile kernels of one attention dispatch; the algorithms drive them."""
 
     def __init__(self, plan: KernelPlan, dispatch: Dispatch, name: str, declare: Callable[[str], None],
-                 vector_bits: int):
+                 vector_bits: int, units: frozenset[str] = frozenset()):
         assert isinstance(dispatch.pattern, Attention)
-        self.pat: Attention = dispatch.pattern
+        self.pat = dispatch.pattern
         super().__init__(plan, dispatch, name, declare, vector_bits)
+        self.amx = self.amx_usable(units, vector_bits)  # the scores on AMX tiles (attention_amx.py)
+        self.dq = STEP * ceil_div(self.pat.extent(FEATURE), STEP)
         self.extent = dict(self.pat.extents)
         self.w = max(4, vector_bits // 32)
         self.nv = 4 if self.w >= 16 else 2  # key vectors per tile
@@ -54,76 +56,6 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
         loads = [x for e in (p.score, p.q, p.k, p.v) for x in ir.walk(e) if isinstance(x, ir.Load)]
         return {p.out, p.v.src} | {x.src for x in loads if x.src != p.scores}
 
-    # -- small helpers
-    def i64(self, op: str, a: str, b: str) -> str:
-        return self.let(f"{op} i64 {a}, {b}")
-
-    def imin(self, a: str, b: str) -> str:
-        return self.let(f"select i1 {self.let(f'icmp slt i64 {a}, {b}')}, i64 {a}, i64 {b}")
-
-    def imax(self, a: str, b: str) -> str:
-        return self.let(f"select i1 {self.let(f'icmp sgt i64 {a}, {b}')}, i64 {a}, i64 {b}")
-
-    def gep(self, base: str, index: str, ty: str = "float") -> str:
-        return self.let(f"getelementptr inbounds {ty}, ptr {base}, i64 {index}")
-
-    def var(self, ty: str, init: str) -> str:
-        """A mutable local (an alloca that mem2reg turns into registers), set to ``init`` here."""
-        self.loops_made += 1
-        name = f"%v.{self.loops_made}"
-        self.prologue.append(f"  {name} = alloca {ty}")
-        self.emit(f"store {ty} {init}, ptr {name}")
-        return name
-
-    def get(self, ty: str, at: str) -> str:
-        return self.let(f"load {ty}, ptr {at}")
-
-    def put(self, ty: str, value: str, at: str) -> None:
-        self.emit(f"store {ty} {value}, ptr {at}")
-
-    def fexp(self, x: str) -> str:
-        """Scalar exp through the vector one (lane 0), so every exp in the kernel is the same function."""
-        return self.let(f"extractelement {self.vec.f} {self.vec.exp(self.vec.splat(x))}, i64 0")
-
-    def fmax(self, a: str, b: str) -> str:
-        """``a > b ? a : b`` (see :meth:`Vec.max` for why a NaN may be dropped)."""
-        return self.let(f"select i1 {self.let(f'fcmp ogt float {a}, {b}')}, float {a}, float {b}")
-
-    def safe(self, m: str) -> str:
-        """The running max to subtract: 0 while it is -inf (every term so far is 0, never NaN)."""
-        inf = self.let(f"fcmp oeq float {m}, {NEG_INF}")
-        return self.let(f"select i1 {inf}, float 0.0, float {m}")
-
-    def offset(self, load: ir.Load, given: dict[str, str]) -> str:
-        """The element offset of ``load`` with the roles in ``given`` at those values; the other
-        subscripts (batch expressions) are checked: out of range raises the error word, clamped."""
-        buf = self.buffer(load.src)
-        total = "0"
-        for k, (sub, extent) in enumerate(zip(load.indices, buf.shape)):
-            if isinstance(sub, ir.Idx) and sub.name in given:
-                value = given[sub.name]
-            else:
-                value = self.subscript(sub, extent, buf, k)
-            total = self.i64("add", total, self.i64("mul", value, self.dim(self.stride(buf.shape, k))))
-        return total
-
-    @staticmethod
-    def stride(shape: tuple[Dim, ...], k: int) -> Dim:
-        return row_major_stride(shape, k)
-
-    # -- state the algorithms set up (see llvm_attention._Attention.task)
-    at: dict[str, str]  # scratch arrays: KT, P, O, OM, M, L, A, MM, LM, QR, KS; row tables QP OP RI RH VA KL KH
-    dp: Dim  # D rounded up to whole vectors
-    epp: Dim  # dv rounded up to whole value blocks
-    tp: Dim  # T rounded up to whole key tiles
-    npad: str  # the task's rows rounded up to whole score blocks
-    nrows: str
-    h0: str  # the group's first head
-    kbase: str
-    vbase: str
-    vty: str  # v's storage type: float, or i16 (bf16/f16 bits)
-    kstride: str
-    vstride: str
 
     def row_values(self, rl: str) -> None:
         """Set the row's roles (``i``, its head) for the score expression."""
@@ -159,6 +91,8 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
             if self.pat.v_rows and mode == "flash":
                 self.row_table(j0, kn, self.pat.v, VALUE, "VR", self.vty)
             self.pack(j0, kn)
+            if self.amx:
+                self.tile_scores()
             self.loop("sb", "0", self.i64("udiv", self.npad, str(self.mr)),
                       lambda: self.scores(self.i64("mul", self.current["sb"], str(self.mr)), j0, kn, mode))
             if mode == "flash":
@@ -195,6 +129,9 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
 
         A full tile reads its rows at a fixed stride; in the last, short one the keys past the
         tile repeat its last key (their scores are masked to -inf anyway)."""
+        if self.amx:
+            self.pack_pairs(j0, kn)
+            return
         w, vec, p = self.w, self.vec, self.pat
         dd = self.dim(p.extent(FEATURE))
         last = self.i64("sub", kn, "1")
@@ -281,8 +218,13 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
     def scores(self, r0: str, j0: str, kn: str, mode: str) -> None:
         """Scores of rows ``r0 ..+MR`` for the tile, the score expression, then the softmax step."""
         vec, w, f = self.vec, self.w, self.vec.f
-        accs = [[self.var(f, "zeroinitializer") for _ in range(self.nv)] for _ in range(self.mr)]
         rls = [self.i64("add", r0, str(r)) for r in range(self.mr)]
+        if self.amx:  # the tiles' sums (tile_scores)
+            sums = [[vec.load(self.gep(self.at["S"], self.i64("add", self.i64("mul", rl, str(self.bk)), str(v * w))))
+                     for v in range(self.nv)] for rl in rls]
+            self.score_rows(rls, sums, j0, kn, mode)
+            return
+        accs = [[self.var(f, "zeroinitializer") for _ in range(self.nv)] for _ in range(self.mr)]
         qps = [self.get("ptr", self.gep(self.at["QP"], rl, "ptr")) for rl in rls]
         q = self.pat.q
         qd = self.dim(self.stride(self.buffer(q.src).shape, list(q.indices).index(ir.Idx(FEATURE)))) \
@@ -298,6 +240,12 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
                     self.put(f, vec.fma(q, ks[v], self.get(f, accs[r][v])), accs[r][v])
 
         self.loop("dk", "0", self.dim(self.pat.extent(FEATURE)), step)
+        self.score_rows(rls, [[self.get(f, a) for a in row] for row in accs], j0, kn, mode)
+
+    def score_rows(self, rls: list[str], sums: list[list[str]], j0: str, kn: str, mode: str) -> None:
+        """The score expression on each row's dot products ``sums`` (vectors over the tile's keys),
+        masked past the tile, then the softmax step (flash) or the record (materialized)."""
+        vec, w, f = self.vec, self.w, self.vec.f
         last = self.i64("add", j0, self.i64("sub", kn, "1"))
         for r in range(self.mr):
             self.row_values(rls[r])
@@ -309,7 +257,7 @@ class AttentionEmitter(VectorExprMixin, LLVMFunction):
                                      f"{vec.ty('i64')} {vec.splat(last, 'i64')}")  # past the tile: a real key
                 self.lane_start = self.imin(self.i64("add", j0, str(v * w)), last)
                 self.lane_mask = valid
-                self.svec = self.get(f, accs[r][v])
+                self.svec = sums[r][v]
                 x = self.vector(self.pat.score)
                 xs.append(self.let(f"select {vec.ty('i1')} {valid}, {f} {x}, {f} {vec.const(NEG_INF)}"))
             if mode == "flash":

@@ -73,7 +73,9 @@ class LLVMRenderer(Renderer):
             if d.family == "attention":
                 from arke.targets.llvm.attention import render_attention
 
-                text, launch = render_attention(plan, d, entry, declare, self.vector_bits)
+                text, launch, unit = render_attention(plan, d, entry, declare, self.vector_bits, self.units)
+                if unit is not None:
+                    used.add(unit)
             elif d.family == "contraction" and d.pattern is not None:
                 from arke.targets.llvm.gemm import render_contraction
 

@@ -1,0 +1,157 @@
+"""Attention scores on AMX tiles, for the LLVM attention emitter (:mod:`arke.targets.llvm.attention_tiles`).
+
+Where q and k are bf16 (widened loads; k read from its rows, not a computed expression) and the
+renderer may use AMX, the dot products ``sum(q[i, d] * k[j, d] for d)`` of a task's query rows with
+a key tile run as ``TDPBF16PS``: the task's q rows are rounded once into bf16 rows ``QB`` (exact:
+they are widened bf16 values; zero past D), each key tile is packed as words of two consecutive
+features (``KT[d / 2][key]``, zero past D: the VNNI form), and per 16 rows × 16 keys a tile of sums
+is accumulated over 32-feature steps and stored to ``S``; the score expression and the softmax
+read their sums from there. The products are exact in f32; as for contractions on the unit
+(spec/codegen.md §7), each pair of products is added as one rounding, bf16 subnormal inputs are
+zero and subnormal sums flush to zero. The probabilities and ``P · V`` stay f32.
+"""
+
+from __future__ import annotations
+
+from arke.ir.dtypes import DType
+from arke.ir.shapes import ceil_div
+from arke.plan.attention import FEATURE
+from arke.targets.llvm.attention_base import AttentionBase
+from arke.targets.llvm.declarations import masked_load, masked_load_call
+from arke.targets.llvm.vec import Vec
+
+#: Features per tile step (one 64-byte tile row of bf16) and rows / keys per tile.
+STEP, TILE = 32, 16
+
+
+class AmxScores(AttentionBase):
+    """The AMX form of an attention dispatch's scores (the base of
+    :class:`~arke.targets.llvm.attention_tiles.AttentionEmitter`)."""
+
+    def amx_usable(self, units: frozenset[str], vector_bits: int) -> bool:
+        """Whether this dispatch's scores run on AMX tiles (see the module docstring)."""
+        from arke.targets.llvm.isa import AMX
+
+        p = self.pat
+        return (AMX in units and vector_bits >= 512 and p.q_half is not None and p.k_half is not None
+                and not p.k_direct and not p.k_rows and p.q_half.dtype is DType.BF16
+                and p.k_half.dtype is DType.BF16)
+
+    def tile_setup(self) -> None:
+        """The tile configuration (palette 1; tiles 0-7 of 16 rows × 64 bytes), loaded once per call."""
+        s = self
+        cfg = s._pro("alloca [64 x i8], align 64")
+        s.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
+        s.declare("declare void @llvm.x86.ldtilecfg(ptr)")
+        s.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {cfg}, i8 0, i64 64, i1 false)")
+        s.emit(f"store i8 1, ptr {cfg}")
+        for t in range(8):
+            s.emit(f"store i16 64, ptr {s.let(f'getelementptr inbounds i8, ptr {cfg}, i64 {16 + 2 * t}')}")
+            s.emit(f"store i8 16, ptr {s.let(f'getelementptr inbounds i8, ptr {cfg}, i64 {48 + t}')}")
+        s.emit(f"call void @llvm.x86.ldtilecfg(ptr {cfg})")
+
+    def tile_release(self) -> None:
+        self.declare("declare void @llvm.x86.tilerelease()")
+        self.emit("call void @llvm.x86.tilerelease()")
+
+    def q_rows_bf16(self) -> None:
+        """``QB[row][d]`` = the task's q rows (QR, exact f32 of bf16 values) as bf16, zero past D, for the
+        rows up to ``npad`` rounded up to a tile (rows past npad are left as they are: their sums are unused)."""
+        s = self
+        vec = s.vec
+        dd = s.dim(s.pat.extent(FEATURE))
+        dq = s.dim(s.dq)
+        half = Vec(2 * vec.w, s.let, s.declare)
+
+        def row() -> None:
+            rl = s.current["qh"]
+            src = s.get("ptr", s.gep(s.at["QP"], rl, "ptr"))
+            dst = s.gep(s.at["QB"], s.i64("mul", rl, dq), "i16")
+
+            def chunk() -> None:
+                f0 = s.i64("mul", s.current["qc"], str(STEP))
+                parts = []
+                for u in range(2):
+                    at = s.i64("add", f0, str(u * vec.w))
+                    x = vec.masked_load(s.gep(src, at), vec.lanes_below(at, dd))
+                    bits = s.let(f"bitcast {vec.f} {x} to {vec.ty('i32')}")
+                    bits = s.let(f"lshr {vec.ty('i32')} {bits}, {vec.splat('16', 'i32')}")
+                    parts.append(s.let(f"trunc {vec.ty('i32')} {bits} to {vec.ty('i16')}"))
+                both = s.let(f"shufflevector {vec.ty('i16')} {parts[0]}, {vec.ty('i16')} {parts[1]}, "
+                             f"<{2 * vec.w} x i32> <{', '.join(f'i32 {i}' for i in range(2 * vec.w))}>")
+                s.emit(f"store {half.ty('i16')} {both}, ptr {s.gep(dst, f0, 'i16')}, align 2")
+
+            s.loop("qc", "0", s.dim(s.dq / STEP), chunk)
+
+        s.loop("qh", "0", s.npad, row)
+
+    def pack_pairs(self, j0: str, kn: str) -> None:
+        """``KT[d / 2][k]`` = the 32-bit word of key ``j0 + k``'s bf16 features ``d, d + 1`` (0 past D): per
+        16 keys × 32 features the rows are loaded as 16 words each and transposed in registers. The
+        keys past a short tile repeat its last one (their scores are masked to -inf)."""
+        s = self
+        vec = s.vec
+        w = vec.w
+        dd = s.dim(s.pat.extent(FEATURE))
+        last = s.i64("sub", kn, "1")
+        first = s.gep(s.kbase, s.i64("mul", j0, s.kstride), "i16")
+        s.declare(masked_load(2 * w, "i16")[1])
+
+        def block(full: bool) -> None:
+            f0 = s.i64("mul", s.current["db"], str(2 * w))
+            fmask = Vec(2 * w, s.let, s.declare).lanes_below(f0, dd)
+            base = s.gep(first, f0, "i16")
+            for v in range(s.nv):
+                rows = []
+                for k in range(w):
+                    key = str(v * w + k) if full else s.imin(str(v * w + k), last)
+                    at = s.gep(base, s.i64("mul", key, s.kstride), "i16")
+                    raw = s.let(masked_load_call(2 * w, "i16", at, fmask, 2))
+                    rows.append(s.let(f"bitcast <{2 * w} x i16> {raw} to {vec.f}"))
+                word_row = s.i64("mul", s.current["db"], str(w * s.bk))
+                out = s.gep(s.at["KT"], s.i64("add", word_row, str(v * w)))
+                for lane, col in enumerate(vec.transpose(rows)):
+                    s.emit(vec.store(col, s.gep(out, str(lane * s.bk))))
+
+        blocks = s.dim(ceil_div(s.pat.extent(FEATURE), 2 * w))
+        whole = s.let(f"icmp eq i64 {kn}, {s.bk}")
+        s.branch(whole, lambda: s.loop("db", "0", blocks, lambda: block(True)),
+                 lambda: s.loop("db", "0", blocks, lambda: block(False)))
+
+    def tile_scores(self) -> None:
+        """``S[row][key]`` = the dot products of the task's q rows (QB) with the packed tile (KT), per
+        16 × 16 tile over the 32-feature steps (tile 0 the sums, 4 the rows, 6 the key pairs)."""
+        s = self
+        for line in ("declare void @llvm.x86.tileloadd64(i8, ptr, i64)", "declare void @llvm.x86.tdpbf16ps(i8, i8, i8)",
+                     "declare void @llvm.x86.tilestored64(i8, ptr, i64)", "declare void @llvm.x86.tilezero(i8)"):
+            s.declare(line)
+        dq = s.dim(s.dq)
+        steps = s.dim(s.dq / STEP)
+        row_tiles = s.i64("udiv", s.i64("add", s.npad, str(TILE - 1)), str(TILE))
+        bk = s.bk
+
+        def tile_row() -> None:
+            t = s.current["st"]
+            a0 = s.gep(s.at["QB"], s.i64("mul", s.i64("mul", t, str(TILE)), dq), "i16")
+
+            def key_tile() -> None:
+                c = s.current["sc"]
+                s.emit("call void @llvm.x86.tilezero(i8 0)")
+
+                def step() -> None:
+                    k = s.current["ss"]
+                    a = s.gep(a0, s.i64("mul", k, str(STEP)), "i16")
+                    b = s.gep(s.at["KT"], s.i64("add", s.i64("mul", k, str(TILE * bk)),
+                                                 s.i64("mul", c, str(TILE))))
+                    s.emit(f"call void @llvm.x86.tileloadd64(i8 4, ptr {a}, i64 {s.i64('mul', dq, '2')})")
+                    s.emit(f"call void @llvm.x86.tileloadd64(i8 6, ptr {b}, i64 {4 * bk})")
+                    s.emit("call void @llvm.x86.tdpbf16ps(i8 0, i8 4, i8 6)")
+
+                s.loop("ss", "0", steps, step)
+                at = s.i64("add", s.i64("mul", s.i64("mul", t, str(TILE)), str(bk)),
+                           s.i64("mul", c, str(TILE)))
+                s.emit(f"call void @llvm.x86.tilestored64(i8 0, ptr {s.gep(s.at['S'], at)}, i64 {4 * bk})")
+
+            s.loop("sc", "0", str(bk // TILE), key_tile)
+
+        s.loop("st", "0", row_tiles, tile_row)

@@ -1,0 +1,92 @@
+"""The attention emitter's base (:mod:`arke.targets.llvm.attention_tiles`): small emitting helpers and
+the state every piece of an attention dispatch reads."""
+
+from __future__ import annotations
+
+from arke.ir import semantic as ir
+from arke.ir.shapes import Dim, row_major_stride
+from arke.plan.attention import Attention
+from arke.targets.llvm.function import LLVMFunction
+from arke.targets.llvm.vec import NEG_INF, Vec, VectorExprMixin
+
+
+class AttentionBase(VectorExprMixin, LLVMFunction):
+    """Helpers and shared state of one attention dispatch's emitter."""
+
+    pat: Attention
+    vec: Vec
+    w: int  # f32 lanes per vector
+    nv: int  # key vectors per tile
+    bk: int  # keys per tile
+    dq: Dim  # D rounded up to whole 32-feature tile steps (AMX scores)
+
+    # -- small helpers
+    def i64(self, op: str, a: str, b: str) -> str:
+        return self.let(f"{op} i64 {a}, {b}")
+
+    def imin(self, a: str, b: str) -> str:
+        return self.let(f"select i1 {self.let(f'icmp slt i64 {a}, {b}')}, i64 {a}, i64 {b}")
+
+    def imax(self, a: str, b: str) -> str:
+        return self.let(f"select i1 {self.let(f'icmp sgt i64 {a}, {b}')}, i64 {a}, i64 {b}")
+
+    def gep(self, base: str, index: str, ty: str = "float") -> str:
+        return self.let(f"getelementptr inbounds {ty}, ptr {base}, i64 {index}")
+
+    def var(self, ty: str, init: str) -> str:
+        """A mutable local (an alloca that mem2reg turns into registers), set to ``init`` here."""
+        self.loops_made += 1
+        name = f"%v.{self.loops_made}"
+        self.prologue.append(f"  {name} = alloca {ty}")
+        self.emit(f"store {ty} {init}, ptr {name}")
+        return name
+
+    def get(self, ty: str, at: str) -> str:
+        return self.let(f"load {ty}, ptr {at}")
+
+    def put(self, ty: str, value: str, at: str) -> None:
+        self.emit(f"store {ty} {value}, ptr {at}")
+
+    def fexp(self, x: str) -> str:
+        """Scalar exp through the vector one (lane 0), so every exp in the kernel is the same function."""
+        return self.let(f"extractelement {self.vec.f} {self.vec.exp(self.vec.splat(x))}, i64 0")
+
+    def fmax(self, a: str, b: str) -> str:
+        """``a > b ? a : b`` (see :meth:`Vec.max` for why a NaN may be dropped)."""
+        return self.let(f"select i1 {self.let(f'fcmp ogt float {a}, {b}')}, float {a}, float {b}")
+
+    def safe(self, m: str) -> str:
+        """The running max to subtract: 0 while it is -inf (every term so far is 0, never NaN)."""
+        inf = self.let(f"fcmp oeq float {m}, {NEG_INF}")
+        return self.let(f"select i1 {inf}, float 0.0, float {m}")
+
+    def offset(self, load: ir.Load, given: dict[str, str]) -> str:
+        """The element offset of ``load`` with the roles in ``given`` at those values; the other
+        subscripts (batch expressions) are checked: out of range raises the error word, clamped."""
+        buf = self.buffer(load.src)
+        total = "0"
+        for k, (sub, extent) in enumerate(zip(load.indices, buf.shape)):
+            if isinstance(sub, ir.Idx) and sub.name in given:
+                value = given[sub.name]
+            else:
+                value = self.subscript(sub, extent, buf, k)
+            total = self.i64("add", total, self.i64("mul", value, self.dim(self.stride(buf.shape, k))))
+        return total
+
+    @staticmethod
+    def stride(shape: tuple[Dim, ...], k: int) -> Dim:
+        return row_major_stride(shape, k)
+
+    # -- state the algorithms set up (see llvm_attention._Attention.task)
+    at: dict[str, str]  # scratch arrays: KT, P, O, OM, M, L, A, MM, LM, QR, KS; row tables QP OP RI RH VA KL KH
+    dp: Dim  # D rounded up to whole vectors
+    epp: Dim  # dv rounded up to whole value blocks
+    tp: Dim  # T rounded up to whole key tiles
+    npad: str  # the task's rows rounded up to whole score blocks
+    nrows: str
+    h0: str  # the group's first head
+    kbase: str
+    vbase: str
+    vty: str  # v's storage type: float, or i16 (bf16/f16 bits)
+    kstride: str
+    vstride: str
