@@ -99,7 +99,10 @@ class _Attention(AttentionEmitter):
                                         ("VR", sympy.Integer(2 * self.bk if p.v_rows else 0)),
                                         # AMX scores: the tile's sums, the task's q rows in bf16
                                         ("S", sympy.Integer(rows * self.bk if self.amx else 0)),
-                                        ("QB", rows * self.dq / 2 if self.amx else sympy.Integer(0))]
+                                        ("QB", rows * self.dq / 2 if self.amx else sympy.Integer(0)),
+                                        # AMX p · v: the probabilities in bf16, the value tile as key pairs
+                                        ("PB", sympy.Integer(rows * self.bk // 2 if self.amx_pv else 0)),
+                                        ("VT", self.bk * self.epp / 2 if self.amx_pv else sympy.Integer(0))]
         self.at: dict[str, str] = {}
         offset: Dim = sympy.Integer(0)
         for name, size in sizes:

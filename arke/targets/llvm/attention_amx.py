@@ -8,15 +8,22 @@ features (``KT[d / 2][key]``, zero past D: the VNNI form), and per 16 rows × 16
 is accumulated over 32-feature steps and stored to ``S``; the score expression and the softmax
 read their sums from there. The products are exact in f32; as for contractions on the unit
 (spec/codegen.md §7), each pair of products is added as one rounding, bf16 subnormal inputs are
-zero and subnormal sums flush to zero. The probabilities and ``P · V`` stay f32.
+zero and subnormal sums flush to zero.
+
+Where v and the result are bf16 too (flash and split_kv), ``P · V`` runs there as well: each row's
+probabilities are also stored rounded to bf16 (``PB``, as flash attention and the GPU targets do:
+spec/codegen.md §7; the softmax statistics and the row sums stay f32), the value tile is packed as
+words of two consecutive keys (``VT[key / 2][e]``, zero past the tile and past dv), and the
+output rows, rescaled by the online softmax's factor, accumulate ``TDPBF16PS`` tiles.
 """
 
 from __future__ import annotations
 
 from arke.ir.dtypes import DType
 from arke.ir.shapes import ceil_div
-from arke.plan.attention import FEATURE
+from arke.plan.attention import FEATURE, VALUE
 from arke.targets.llvm.attention_base import AttentionBase
+from arke.targets.llvm.convert import FLOAT16, narrow
 from arke.targets.llvm.declarations import masked_load, masked_load_call
 from arke.targets.llvm.vec import Vec
 
@@ -36,6 +43,96 @@ class AmxScores(AttentionBase):
         return (AMX in units and vector_bits >= 512 and p.q_half is not None and p.k_half is not None
                 and not p.k_direct and not p.k_rows and p.q_half.dtype is DType.BF16
                 and p.k_half.dtype is DType.BF16)
+
+    def amx_values_usable(self) -> bool:
+        """Whether ``P · V`` runs on AMX too: bf16 v and result, flash or split_kv (see the module docstring)."""
+        p = self.pat
+        return p.v_dtype is DType.BF16 and p.out_dtype is DType.BF16 and self.algorithm != "materialized"
+
+    def store_p_bf16(self, rl: str, v: int, p: str) -> None:
+        """Row ``rl``'s probabilities ``p`` (vector ``v`` of the tile) rounded to bf16 into ``PB``."""
+        name, definition = narrow(FLOAT16[DType.BF16], self.w)
+        self.declare(definition)
+        bits = self.let(f"call {self.vec.ty('i16')} {name}({self.vec.f} {p})")
+        at = self.gep(self.at["PB"], self.i64("add", self.i64("mul", rl, str(self.bk)), str(v * self.w)), "i16")
+        self.emit(f"store {self.vec.ty('i16')} {bits}, ptr {at}, align 2")
+
+    def pack_value_pairs(self, j0: str, kn: str) -> None:
+        """``VT[kp][e]`` = the word of keys ``j0 + 2kp``, ``j0 + 2kp + 1``'s bf16 values at ``e`` (0 past
+        the tile's keys and past dv): two rows interleaved per 16 values."""
+        w, ev = self.w, self.dim(self.pat.extent(VALUE))
+        self.declare(masked_load(w, "i16")[1])
+        last = self.i64("sub", kn, "1")
+        interleave = "<" + ", ".join(f"i32 {i // 2 + (w if i % 2 else 0)}" for i in range(2 * w)) + ">"
+        epp = self.dim(self.epp)
+
+        def pair() -> None:
+            kp = self.current["vp"]
+            keys = [self.i64("mul", kp, "2"), self.i64("add", self.i64("mul", kp, "2"), "1")]
+
+            def chunk() -> None:
+                e0 = self.i64("mul", self.current["vq"], str(w))
+                emask = self.vec.lanes_below(e0, ev)
+                halves = []
+                for k in keys:
+                    inside = self.let(f"icmp slt i64 {k}, {kn}")
+                    mask = self.let(f"select i1 {inside}, {self.vec.ty('i1')} {emask}, "
+                                    f"{self.vec.ty('i1')} zeroinitializer")
+                    row = self.value_row(j0, self.imin(k, last), e0)
+                    halves.append(self.let(masked_load_call(w, "i16", row, mask, 2)))
+                y = self.let(f"shufflevector {self.vec.ty('i16')} {halves[0]}, {self.vec.ty('i16')} {halves[1]}, "
+                             f"<{2 * w} x i32> {interleave}")
+                at = self.gep(self.at["VT"], self.i64("mul", self.i64("add", self.i64("mul", kp, epp), e0), "2"),
+                              "i16")
+                self.emit(f"store <{2 * w} x i16> {y}, ptr {at}, align 2")
+
+            self.loop("vq", "0", self.dim(self.epp / w), chunk)
+
+        self.loop("vp", "0", str(self.bk // 2), pair)
+
+    def tile_values(self, j0: str, kn: str) -> None:
+        """``O[row] = O[row] * alpha[row] + PB[row] · VT`` for the task's rows, on AMX tiles (0 the
+        output tile, 4 the probabilities, 6 the value pairs)."""
+        self.pack_value_pairs(j0, kn)
+        vec, w, epp = self.vec, self.w, self.dim(self.epp)
+
+        def rescale() -> None:
+            rl = self.current["oa"]
+            alpha = vec.splat(self.get("float", self.gep(self.at["A"], rl)))
+            orow = self.gep(self.at["O"], self.i64("mul", rl, epp))
+
+            def lanes() -> None:
+                at = self.gep(orow, self.i64("mul", self.current["ob"], str(w)))
+                self.emit(vec.store(self.let(f"fmul {vec.f} {vec.load(at)}, {alpha}"), at))
+
+            self.loop("ob", "0", self.dim(self.epp / w), lanes)
+
+        self.loop("oa", "0", self.npad, rescale)
+        row_tiles = self.i64("udiv", self.i64("add", self.npad, str(TILE - 1)), str(TILE))
+        bk = self.bk
+
+        def tile_row() -> None:
+            t = self.current["ot"]
+
+            def value_tile() -> None:
+                c = self.current["oc"]
+                o = self.gep(self.at["O"], self.i64("add", self.i64("mul", self.i64("mul", t, str(TILE)), epp),
+                                                    self.i64("mul", c, str(TILE))))
+                ostride = self.i64("mul", epp, "4")
+                self.emit(f"call void @llvm.x86.tileloadd64(i8 0, ptr {o}, i64 {ostride})")
+                for step in range(bk // STEP):
+                    a = self.gep(self.at["PB"], self.i64("add", self.i64("mul", self.i64("mul", t, str(TILE)),
+                                                                         str(bk)), str(step * STEP)), "i16")
+                    b = self.gep(self.at["VT"], self.i64("add", self.i64("mul", str(step * TILE), epp),
+                                                         self.i64("mul", c, str(TILE))))
+                    self.emit(f"call void @llvm.x86.tileloadd64(i8 4, ptr {a}, i64 {2 * bk})")
+                    self.emit(f"call void @llvm.x86.tileloadd64(i8 6, ptr {b}, i64 {ostride})")
+                    self.emit("call void @llvm.x86.tdpbf16ps(i8 0, i8 4, i8 6)")
+                self.emit(f"call void @llvm.x86.tilestored64(i8 0, ptr {o}, i64 {ostride})")
+
+            self.loop("oc", "0", self.dim(self.epp / TILE), value_tile)
+
+        self.loop("ot", "0", row_tiles, tile_row)
 
     def tile_setup(self) -> None:
         """The tile configuration (palette 1; tiles 0-7 of 16 rows × 64 bytes), loaded once per call."""

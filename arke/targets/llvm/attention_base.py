@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from arke.ir import semantic as ir
 from arke.ir.shapes import Dim, row_major_stride
-from arke.plan.attention import Attention
+from arke.plan.attention import KEY, VALUE, Attention
 from arke.targets.llvm.function import LLVMFunction
 from arke.targets.llvm.vec import NEG_INF, Vec, VectorExprMixin
 
@@ -19,6 +19,7 @@ class AttentionBase(VectorExprMixin, LLVMFunction):
     nv: int  # key vectors per tile
     bk: int  # keys per tile
     dq: Dim  # D rounded up to whole 32-feature tile steps (AMX scores)
+    algorithm: str  # "flash", "split_kv", "materialized" or "auto"
 
     # -- small helpers
     def i64(self, op: str, a: str, b: str) -> str:
@@ -76,6 +77,19 @@ class AttentionBase(VectorExprMixin, LLVMFunction):
     @staticmethod
     def stride(shape: tuple[Dim, ...], k: int) -> Dim:
         return row_major_stride(shape, k)
+
+    def value_row(self, j0: str, k: str, e0: str) -> str:
+        """Where key ``j0 + k``'s values from ``e0`` on are: at a stride, in the tile's row table
+        (flash and split_kv), or looked up here (materialized, whose ``values`` runs over every key)."""
+        if not self.pat.v_rows:
+            return self.gep(self.vbase, self.i64("add", self.i64("mul", self.i64("add", j0, k), self.vstride), e0),
+                            self.vty)
+        if self.algorithm != "materialized":
+            return self.gep(self.get("ptr", self.gep(self.at["VR"], k, "ptr")), e0, self.vty)
+        if self.pat.group is not None:
+            self.current[self.pat.group] = self.h0
+        self.current[KEY] = self.i64("add", j0, k)
+        return self.gep(self.ptr[self.pat.v.src], self.offset(self.pat.v, {VALUE: e0}), self.vty)
 
     # -- state the algorithms set up (see llvm_attention._Attention.task)
     at: dict[str, str]  # scratch arrays: KT, P, O, OM, M, L, A, MM, LM, QR, KS; row tables QP OP RI RH VA KL KH

@@ -47,6 +47,7 @@ class AttentionEmitter(AmxScores):
         # `split j = n` alone asks for split_kv: n chunks of the keys, merged in order
         self.algorithm = str(choice.value) if choice is not None else "split_kv" if self.chunks else "auto"
         self.rows = MAT_ROWS if self.algorithm == "materialized" else ROWS
+        self.amx_pv = self.amx and self.amx_values_usable()  # ... and P · V
 
     def leaf(self) -> ir.Load:
         return self.pat.score_load
@@ -95,7 +96,9 @@ class AttentionEmitter(AmxScores):
                 self.tile_scores()
             self.loop("sb", "0", self.i64("udiv", self.npad, str(self.mr)),
                       lambda: self.scores(self.i64("mul", self.current["sb"], str(self.mr)), j0, kn, mode))
-            if mode == "flash":
+            if mode == "flash" and self.amx_pv:
+                self.tile_values(j0, kn)
+            elif mode == "flash":
                 self.values(j0, kn, self.at["P"], bk, "0", fresh=False)
 
         self.loop("tile", "0", n, tile)
@@ -179,19 +182,6 @@ class AttentionEmitter(AmxScores):
             self.put("ptr", row, self.gep(self.at[table], at, "ptr"))
 
         self.loop("kr", "0", str(self.bk), key)
-
-    def value_row(self, j0: str, k: str, e0: str) -> str:
-        """Where key ``j0 + k``'s values from ``e0`` on are: at a stride, in the tile's row table
-        (flash and split_kv), or looked up here (materialized, whose ``values`` runs over every key)."""
-        if not self.pat.v_rows:
-            return self.gep(self.vbase, self.i64("add", self.i64("mul", self.i64("add", j0, k), self.vstride), e0),
-                            self.vty)
-        if self.algorithm != "materialized":
-            return self.gep(self.get("ptr", self.gep(self.at["VR"], k, "ptr")), e0, self.vty)
-        if self.pat.group is not None:
-            self.current[self.pat.group] = self.h0
-        self.current[KEY] = self.i64("add", j0, k)
-        return self.gep(self.ptr[self.pat.v.src], self.offset(self.pat.v, {VALUE: e0}), self.vty)
 
     def stage_keys(self, j0: str, kn: str) -> str:
         """k as an expression (a fused norm, a rotation, another layout): the tile's key rows computed
@@ -281,7 +271,10 @@ class AttentionEmitter(AmxScores):
         ps = []
         for v, x in enumerate(xs):
             ps.append(vec.exp(self.let(f"fsub {f} {x}, {sub}")))
-            self.emit(vec.store(ps[-1], self.gep(prow, str(v * self.w))))
+            if self.amx_pv:  # p · v on AMX reads the probabilities in bf16
+                self.store_p_bf16(rl, v, ps[-1])
+            else:
+                self.emit(vec.store(ps[-1], self.gep(prow, str(v * self.w))))
         while len(ps) > 1:  # a fixed pairwise tree
             ps = [self.let(f"fadd {f} {ps[k]}, {ps[k + 1]}") if k + 1 < len(ps) else ps[k]
                   for k in range(0, len(ps), 2)]

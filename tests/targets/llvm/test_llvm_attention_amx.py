@@ -78,7 +78,9 @@ def test_amx_scores_match_the_interpreter(name: str, dims: dict[str, int], algor
         pytest.skip(why)
     kernel, module = _kernel(name, algorithm)
     assert kernel.artifact.meta["units"] == AMX
-    assert "tdpbf16ps" in kernel.artifact.source
+    # the scores on the unit; with bf16 v and result p · v too (rounding p to bf16), but not materialized
+    calls = kernel.artifact.source.count("call void @llvm.x86.tdpbf16ps")
+    assert calls == (2 if name == "causal" and algorithm != "materialized" else 1)
     args = _inputs(name, dims)
     got = kernel(*args)
     assert_conforms(got, module.kernels[name], *args)
