@@ -80,7 +80,7 @@ def test_amx_scores_match_the_interpreter(name: str, dims: dict[str, int], algor
     assert kernel.artifact.meta["units"] == AMX
     # the scores on the unit; with bf16 v and result p · v too (rounding p to bf16), but not materialized
     calls = kernel.artifact.source.count("call void @llvm.x86.tdpbf16ps")
-    assert calls == (2 if name == "causal" and algorithm != "materialized" else 1)
+    assert (calls > 1) == (name == "causal" and algorithm != "materialized")
     args = _inputs(name, dims)
     got = kernel(*args)
     assert_conforms(got, module.kernels[name], *args)
