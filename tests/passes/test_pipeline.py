@@ -34,6 +34,9 @@ for _name in ("attn_in__W_f32", "attn_in__W_bf16", "attn_in__W_f16", "attn_in_q_
     DIMS[_name] = [dict(N=1, D=1, H=1, G=1, E=2, R=1, C=6), dict(N=3, D=17, H=4, G=2, E=8, R=4, C=64)]
 for _name in ("attn_cached", "attn_window"):
     DIMS[_name] = [dict(B=1, T=1, H=1, G=1, M=1, E=1), dict(B=2, T=3, H=4, G=2, M=17, E=5)]
+for _a in ("bf16", "f16"):
+    DIMS[f"attn_in_h__A_{_a}"] = DIMS["heads"]
+    DIMS[f"attn_cached_h__A_{_a}"] = DIMS[f"attn_window_h__A_{_a}"] = DIMS["attn_cached"]
 
 #: (ops after inlining, ops after the whole pipeline) of each kernel of std.* and examples/.
 OP_COUNTS: dict[str, tuple[int, int]] = {
@@ -45,16 +48,20 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
     "swiglu": (3, 3), "geglu": (3, 3),
     "cross_entropy": (4, 3), "greedy": (1, 2), "route_top2": (2, 10),
     "cross_entropy_mean": (6, 4), "attention": (7, 6), "causal_attention": (8, 6), "topk_routing": (6, 5),
-    "heads": (8, 5), "attn_cached": (8, 6), "attn_window": (8, 6), "moe_route": (10, 8), "moe_combine": (2, 2),
+    "heads": (7, 5), "attn_cached": (8, 6), "attn_window": (8, 6), "moe_route": (10, 8), "moe_combine": (2, 2),
     # std.decoder's generic kernels (spec §5.6), per specialisation: f32 weights stay contractions (packed
     # panels); bf16 and f16 read and widen; the quantised ones scale each output channel
-    "attn_in__W_f32": (12, 10), "attn_in__W_bf16": (12, 7), "attn_in__W_f16": (12, 7),
-    "attn_in_q__Q_i8": (13, 8), "attn_in_q__Q_u8": (13, 8),
+    "attn_in__W_f32": (11, 10), "attn_in__W_bf16": (11, 7), "attn_in__W_f16": (11, 7),
+    "attn_in_q__Q_i8": (12, 8), "attn_in_q__Q_u8": (12, 8),
     "attn_out__W_f32": (2, 2), "attn_out__W_bf16": (2, 2), "attn_out__W_f16": (2, 2),
     "attn_out_q__Q_i8": (2, 2), "attn_out_q__Q_u8": (2, 2),
     "mlp__W_f32": (8, 7), "mlp__W_bf16": (8, 6), "mlp__W_f16": (8, 6), "mlp_q__Q_i8": (10, 6), "mlp_q__Q_u8": (10, 6),
     "expert__W_f32": (5, 5), "expert__W_bf16": (5, 4), "expert__W_f16": (5, 4),
     "expert_q__Q_i8": (7, 4), "expert_q__Q_u8": (7, 4),
+    # the half-activation layer's kernels (every rounding to A is an op of its own until fused)
+    **{f"{k}__A_{a}": v for a in ("bf16", "f16") for k, v in (
+        ("norm_h", (3, 2)), ("attn_in_h", (8, 6)), ("attn_cached_h", (8, 6)), ("attn_window_h", (8, 6)),
+        ("proj_add_h", (2, 2)), ("swiglu_h", (5, 3)))},
 }
 #: Where an example kernel differs from the std one of the same name (examples/attention.ak is causal).
 EXAMPLE_OP_COUNTS: dict[str, tuple[int, int]] = {"attention": (8, 6)}

@@ -118,14 +118,17 @@ def moves(options: Options, free: Sequence[str]) -> list[Options]:
 
 
 def _cost(entries: Sequence[CompiledEntry] | None, plan: KernelPlan) -> int:
-    """Spill words over the archs; :data:`_CANNOT` when a compile failed or an entry cannot launch."""
+    """Spill words over the archs; :data:`_CANNOT` when a compile failed, and :data:`_CANNOT` plus the
+    bytes of shared memory over the limits when an entry cannot launch (so a search over such
+    configurations still goes on from the one nearest to launching: a 16-bit attention block may
+    need several halvings to fit)."""
     if entries is None:
-        return _CANNOT
+        return 2 * _CANNOT
     try:
         for e in entries:
             check_resources(e, plan)
     except ResourceError:
-        return _CANNOT
+        return _CANNOT + sum(max(0, e.shared - arch_of(e.arch)[1]) for e in entries)
     return sum(e.spills for e in entries)
 
 

@@ -308,7 +308,7 @@ def test_unusable_strategies_name_the_decision(dtype: str, decisions: str, messa
 
 needs_compilers = pytest.mark.skipif(not nvrtc.available() or nvrtc.ptxas_path() is None,
                                      reason="no NVRTC (pip install 'arke[cuda]') or no ptxas (it ships with Triton)")
-STD_ATTENTION = sorted({(c.module, c.kernel) for c in ATTENTION_CASES})
+STD_ATTENTION = sorted({(c.module, c.member) for c in ATTENTION_CASES})  # generic kernels: each specialisation
 OURS = [("gqa", "bf16_auto"), ("gqa", "f16_split"), ("forms", "narrow")]
 
 

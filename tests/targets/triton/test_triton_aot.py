@@ -144,13 +144,22 @@ def _stdlib_kernels() -> list[Any]:
 
 @pytest.mark.parametrize(("file", "name"), _stdlib_kernels())
 def test_stdlib_kernels_compile(file: str, name: str) -> None:
-    """Every stdlib kernel renders and compiles for sm_90 and sm_80 (about 20 s for the lot on 2 cores)."""
+    """Every stdlib kernel renders and compiles for sm_90 and sm_80 at its defaults, or, where those need
+    more shared memory than the GPU has, fitted as a GPU build fits it (arke.targets.triton.fit: 16-bit
+    attention over a head dim known only at run time covers it with a block of up to 128, and its other
+    blocks are halved until it launches) — about 30 s for the lot on 2 cores."""
+    from arke.targets.triton.fit import fit_plan
+
     mod = arke.load(STDLIB / file)
     ir_name = mod.kernel_map[name]
     strategies = mod.strategies.for_kernel(ir_name, "triton")
     plan = make_plan(mod.semantic, ir_name, strategies[0] if strategies else None,
                      families=TRITON.families)
     artifact = TRITON.render(plan)
-    entries = triton_aot.compile_artifact_archs(artifact, plan, ["sm_90", "sm_80"])
+    try:
+        entries = triton_aot.compile_artifact_archs(artifact, plan, ["sm_90", "sm_80"])
+    except triton_aot.ResourceError:
+        fitted = fit_plan(plan, ["sm_90", "sm_80"])
+        artifact, entries = fitted.artifact, fitted.entries
     assert [e.arch for e in entries] == ["sm_90"] * len(artifact.launches) + ["sm_80"] * len(artifact.launches)
     assert all(e.cubin and ".entry" in e.ptx for e in entries)
