@@ -316,14 +316,7 @@ class CompiledLayer:
         qkv_args = [xf, w["wn1"], *self._scaled("qkv"), w["bq"], w["bk"], w["bv"], w["inv_freq"], pos]
         self._attn_in(qkv_args, {"eps": c.eps, "scale": c.rope_scale}, (v["q"], v["k"], v["v"]),
                       temps.get("attn_in"))
-        start = cache.length
-        cache.k[:, :, start:start + t].copy_(v["k"].view(b, t, c.kv_heads, c.head_dim).transpose(1, 2))
-        cache.v[:, :, start:start + t].copy_(v["v"].view(b, t, c.kv_heads, c.head_dim).transpose(1, 2))
-        scalars: dict[str, Any] = {"n": start + t}
-        if c.window:
-            scalars["window"] = c.window
-        q4 = v["q"].view(b, t, c.heads, c.head_dim)
-        self._attn([q4, cache.k, cache.v], scalars, v["o"], temps.get("attn"))
+        start = self._attend(v, temps, cache, b, t)
         self._attn_out([v["o"].view(n, c.heads * c.head_dim), *self._scaled("o"), xf], {}, v["h"],
                        temps.get("attn_out"))
         y = torch.empty(n, c.hidden, dtype=torch.float32, device=self.device)
@@ -334,6 +327,21 @@ class CompiledLayer:
                       temps.get("mlp"))
         cache.length = start + t
         return y.view(b, t, c.hidden).to(x.dtype)
+
+    def _attend(self, v: dict[str, torch.Tensor], temps: dict[str, dict[int, torch.Tensor]], cache: KVCache,
+                b: int, t: int) -> int:
+        """Append the call's keys and values (``v["k"]``, ``v["v"]``) to the cache at its length, then the
+        attention of ``v["q"]`` over it into ``v["o"]``; the length before the call (the cache is not advanced)."""
+        c = self.config
+        start = cache.length
+        cache.k[:, :, start:start + t].copy_(v["k"].view(b, t, c.kv_heads, c.head_dim).transpose(1, 2))
+        cache.v[:, :, start:start + t].copy_(v["v"].view(b, t, c.kv_heads, c.head_dim).transpose(1, 2))
+        scalars: dict[str, Any] = {"n": start + t}
+        if c.window:
+            scalars["window"] = c.window
+        q4 = v["q"].view(b, t, c.heads, c.head_dim)
+        self._attn([q4, cache.k, cache.v], scalars, v["o"], temps.get("attn"))
+        return start
 
     def _moe(self, v: dict[str, torch.Tensor], y: torch.Tensor, temps: dict[str, dict[int, torch.Tensor]]) -> None:
         """Route, run each expert on the rows routed to it (nothing else), combine with the residual."""
@@ -384,6 +392,10 @@ class CompiledLayer:
             plan.add("hn", (n, c.hidden), f32, 4, 5)
             plan.add("route", (n, c.experts), f32, 4, 5)
             plan.add("ys", (n * c.top_k, c.hidden), f32, 5, 6)
+        return self._placed(plan, b, t)
+
+    def _placed(self, plan: MemoryPlan, b: int, t: int) -> _Shape:
+        """``plan`` (the activations between kernels) with each step's kernel temporaries, placed in one arena."""
         steps = self._temp_steps(b, t)
         for step, (tag, temps) in enumerate(steps):
             for index, (shape, dtype) in temps.items():

@@ -96,14 +96,7 @@ class HalfLayer(CompiledLayer):
         self._norm([xa, w["wn1"]], {"eps": c.eps}, v["hn"], temps.get("norm1"))
         self._attn_in([v["hn"], w["qkv"], w["bq"], w["bk"], w["bv"], w["inv_freq"], pos], {"scale": c.rope_scale},
                       (v["q"], v["k"], v["v"]), temps.get("attn_in"))
-        start = cache.length
-        cache.k[:, :, start:start + t].copy_(v["k"].view(b, t, c.kv_heads, c.head_dim).transpose(1, 2))
-        cache.v[:, :, start:start + t].copy_(v["v"].view(b, t, c.kv_heads, c.head_dim).transpose(1, 2))
-        scalars: dict[str, Any] = {"n": start + t}
-        if c.window:
-            scalars["window"] = c.window
-        q4 = v["q"].view(b, t, c.heads, c.head_dim)
-        self._attn([q4, cache.k, cache.v], scalars, v["o"], temps.get("attn"))
+        start = self._attend(v, temps, cache, b, t)
         self._attn_out([v["o"].view(n, c.heads * c.head_dim), w["o"], xa], {}, v["h"], temps.get("attn_out"))
         self._norm([v["h"], w["wn2"]], {"eps": c.eps}, v["hn2"], temps.get("norm2"))
         self._swiglu([v["hn2"], w["gu.g"], w["gu.u"]], {}, v["a"], temps.get("swiglu"))
@@ -126,15 +119,7 @@ class HalfLayer(CompiledLayer):
         plan.add("h", (n, c.hidden), a, 4, 7)
         plan.add("hn2", (n, c.hidden), a, 5, 6)
         plan.add("a", (n, c.intermediate), a, 6, 7)
-        steps = self._temp_steps(b, t)
-        for step, (tag, temps) in enumerate(steps):
-            for index, (shape, dtype) in temps.items():
-                plan.add(f"{tag}.{index}", shape, dtype, step, step)
-        plan.place()
-        arena = torch.empty(max(1, plan.arena_bytes), dtype=torch.uint8, device=self.device)
-        views = plan.bind(arena)
-        bound = {tag: {i: views[f"{tag}.{i}"] for i in temps} for tag, temps in steps if temps}
-        return _Shape(plan, arena, views, bound)
+        return self._placed(plan, b, t)
 
     def _steps(self, b: int, t: int) -> list[Step]:
         c, w, n, a = self.config, self.weights, b * t, self.act_dtype

@@ -25,6 +25,7 @@ from arke.plan.attention import FEATURE, VALUE
 from arke.targets.llvm.attention_base import AttentionBase
 from arke.targets.llvm.convert import FLOAT16, narrow
 from arke.targets.llvm.declarations import masked_load, masked_load_call
+from arke.targets.llvm.gemm_bf16 import load_tile_config, release_tiles
 from arke.targets.llvm.vec import Vec
 
 #: Features per tile step (one 64-byte tile row of bf16) and rows / keys per tile.
@@ -135,21 +136,10 @@ class AmxScores(AttentionBase):
         self.loop("ot", "0", row_tiles, tile_row)
 
     def tile_setup(self) -> None:
-        """The tile configuration (palette 1; tiles 0-7 of 16 rows × 64 bytes), loaded once per call."""
-        s = self
-        cfg = s._pro("alloca [64 x i8], align 64")
-        s.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
-        s.declare("declare void @llvm.x86.ldtilecfg(ptr)")
-        s.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {cfg}, i8 0, i64 64, i1 false)")
-        s.emit(f"store i8 1, ptr {cfg}")
-        for t in range(8):
-            s.emit(f"store i16 64, ptr {s.let(f'getelementptr inbounds i8, ptr {cfg}, i64 {16 + 2 * t}')}")
-            s.emit(f"store i8 16, ptr {s.let(f'getelementptr inbounds i8, ptr {cfg}, i64 {48 + t}')}")
-        s.emit(f"call void @llvm.x86.ldtilecfg(ptr {cfg})")
+        load_tile_config(self)
 
     def tile_release(self) -> None:
-        self.declare("declare void @llvm.x86.tilerelease()")
-        self.emit("call void @llvm.x86.tilerelease()")
+        release_tiles(self)
 
     def q_rows_bf16(self) -> None:
         """``QB[row][d]`` = the task's q rows (QR, exact f32 of bf16 values) as bf16, zero past D, for the

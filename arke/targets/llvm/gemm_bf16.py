@@ -36,6 +36,7 @@ from arke.ir.dtypes import DType
 from arke.plan.contraction import Contraction
 from arke.plan.dispatch import KernelPlan
 from arke.targets.llvm.declarations import masked_load, masked_load_call
+from arke.targets.llvm.emitter import Emitter
 from arke.targets.llvm.gemm_base import Blocking
 from arke.targets.llvm.gemm_vnni import PANEL, GemmVnni
 from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, INT8_UNITS, UNITS, VNNI
@@ -104,6 +105,26 @@ def unit_blocking(plan: KernelPlan, c: Contraction, unit: str) -> Blocking:
     step = 2 * UNIT_K if form.int8 else UNIT_K
     kc = max(step, -(-kc // step) * step)
     return Blocking(16, form.mr, 2, kc, nc, 1)
+
+
+def load_tile_config(fn: Emitter) -> None:
+    """Load the AMX configuration (palette 1; tiles 0-7 of 16 rows × 64 bytes) where ``fn``'s code runs
+    now: once per call of a dispatch that uses the tiles (contractions here, attention's scores)."""
+    cfg = fn._pro("alloca [64 x i8], align 64")
+    fn.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
+    fn.declare("declare void @llvm.x86.ldtilecfg(ptr)")
+    fn.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {cfg}, i8 0, i64 64, i1 false)")
+    fn.emit(f"store i8 1, ptr {cfg}")
+    for t in range(8):
+        fn.emit(f"store i16 64, ptr {fn.let(f'getelementptr inbounds i8, ptr {cfg}, i64 {16 + 2 * t}')}")
+        fn.emit(f"store i8 16, ptr {fn.let(f'getelementptr inbounds i8, ptr {cfg}, i64 {48 + t}')}")
+    fn.emit(f"call void @llvm.x86.ldtilecfg(ptr {cfg})")
+
+
+def release_tiles(fn: Emitter) -> None:
+    """Release the tile state at the end of a dispatch that loaded :func:`load_tile_config`."""
+    fn.declare("declare void @llvm.x86.tilerelease()")
+    fn.emit("call void @llvm.x86.tilerelease()")
 
 
 class GemmMatrix(GemmVnni):
@@ -395,22 +416,10 @@ class GemmMatrix(GemmVnni):
         return self.vnni_kernel() if self.unit == VNNI else self._dp_kernel()
 
     def tile_config(self) -> None:
-        """Load the AMX configuration (palette 1; tiles 0-7 of 16 rows × 64 bytes) for this call."""
-        cfg = self._pro("alloca [64 x i8], align 64")
-        self.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
-        self.declare("declare void @llvm.x86.ldtilecfg(ptr)")
-        self.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {cfg}, i8 0, i64 64, i1 false)")
-        self.emit(f"store i8 1, ptr {cfg}")
-        for t in range(8):
-            colsb = self.let(f"getelementptr inbounds i8, ptr {cfg}, i64 {16 + 2 * t}")
-            self.emit(f"store i16 64, ptr {colsb}")
-            rows = self.let(f"getelementptr inbounds i8, ptr {cfg}, i64 {48 + t}")
-            self.emit(f"store i8 16, ptr {rows}")
-        self.emit(f"call void @llvm.x86.ldtilecfg(ptr {cfg})")
+        load_tile_config(self)
 
     def tile_release(self) -> None:
-        self.declare("declare void @llvm.x86.tilerelease()")
-        self.emit("call void @llvm.x86.tilerelease()")
+        release_tiles(self)
 
     def _amx_kernel(self) -> str:
         """The 32-row micro-kernel (``.unit``) and its 16-row half (``.unit16``: tiles 0, 1 of sums and
@@ -463,5 +472,5 @@ class GemmMatrix(GemmVnni):
         return self.register_block(vec, pairs, dp, per_word=2)
 
 
-__all__ = ["AMX", "AMX_INT8", "DPBF16", "FORMS", "UNIT_K", "UNIT_NR", "VNNI", "GemmMatrix", "UnitForm", "matrix_unit",
-           "unit_blocking"]
+__all__ = ["AMX", "AMX_INT8", "DPBF16", "FORMS", "UNIT_K", "UNIT_NR", "VNNI", "GemmMatrix", "UnitForm",
+           "load_tile_config", "matrix_unit", "release_tiles", "unit_blocking"]
