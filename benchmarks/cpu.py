@@ -144,7 +144,7 @@ class Bench:
     shape: str
     module: str
     kernel: str
-    make: Callable[[torch.Generator], tuple[torch.Tensor, ...]]
+    make: Callable[[torch.Generator], tuple[Any, ...]]  # the arguments: tensors (and scalars, by position)
     torch_fn: Callable[..., torch.Tensor]
     flops: float = 0.0  # useful floating-point operations (compute-bound kernels)
     nbytes: float = 0.0  # bytes that must move at least once (memory-bound kernels)
@@ -269,19 +269,36 @@ def attention(h: int, g_: int, s: int, t: int, d: int) -> Bench:
                  flops=4.0 * h * d * visible)
 
 
+def attention_bf16(h: int, g_: int, s: int, d: int) -> Bench:
+    """Causal GQA prefill on bf16 q, k, v (``std.decoder.attn_cached_h``: f32 softmax statistics, a bf16
+    result) against torch's SDPA in bf16, as a % of the bf16 matrix unit's peak."""
+    def make(g: torch.Generator) -> tuple[Any, ...]:
+        return (randn(g, 1, s, h, d).bfloat16(), randn(g, 1, g_, s, d).bfloat16(), randn(g, 1, g_, s, d).bfloat16(),
+                s)
+
+    def ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, _: int) -> torch.Tensor:
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=True, enable_gqa=True)
+        return out.transpose(1, 2)
+
+    visible = s * (s + 1) // 2
+    return Bench("attention bf16 prefill", f"B=1 H={h} G={g_} S=T={s} D={d}", "std.decoder", "attn_cached_h", make,
+                 ref, flops=4.0 * h * d * visible, tol=2e-2, unit="bf16")
+
+
 def benches(quick: bool) -> list[Bench]:
     if quick:
         return [matmul(256, 256, 256), matmul(512, 512, 512), matmul(32, 2048, 512), decode_linear(4096, 1024),
                 decode_linear_int8(4096, 1024), decode_linear_bf16(4096, 1024), linear_bf16(256, 512, 512),
                 rmsnorm(1024, 1024),
-                softmax(1024, 1024), attention(32, 8, 128, 128, 64),
+                softmax(1024, 1024), attention(32, 8, 128, 128, 64), attention_bf16(8, 2, 128, 64),
                 attention(32, 8, 1, 1024, 64)]
     return [matmul(1024, 1024, 1024), matmul(2048, 2048, 2048), matmul(128, 8192, 2048), decode_linear(8192, 2048),
             decode_linear_int8(8192, 2048), decode_linear_bf16(8192, 2048), linear_bf16(2048, 2048, 2048),
             linear_bf16(128, 2048, 8192), linear_bf16(512, 2048, 2048), linear_bf16(2048, 2048, 2048, True),
             linear_bf16(128, 2048, 8192, True), linear_w8a8(128, 2048, 8192),
             linear_w8a8(2048, 2048, 2048),
-            rmsnorm(4096, 4096), softmax(4096, 4096), attention(32, 8, 512, 512, 64), attention(32, 8, 1, 4096, 64)]
+            rmsnorm(4096, 4096), softmax(4096, 4096), attention(32, 8, 512, 512, 64), attention_bf16(32, 8, 512, 64),
+            attention(32, 8, 1, 4096, 64)]
 
 
 # ---------------------------------------------------------------- running
@@ -333,7 +350,8 @@ def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget, mlir: str
     kernel = library(bench.module).kernels[bench.kernel]
     names = [p.name for p in kernel.library.module.semantic.get(kernel.ir_name).params]
     start = time.perf_counter()
-    kernel.variant(kernel.choose({n: tuple(a.shape) for n, a in zip(names, args)}))  # compile outside the timing
+    shapes = {n: tuple(a.shape) for n, a in zip(names, args) if isinstance(a, torch.Tensor)}
+    kernel.variant(kernel.choose(shapes))  # compile outside the timing
     row.build_s = time.perf_counter() - start
     candidates: dict[str, Callable[[], object]] = {"arke": lambda: kernel(*args),
                                                    "torch": lambda: bench.torch_fn(*args)}
@@ -345,7 +363,8 @@ def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget, mlir: str
         on_iree = library(bench.module, "mlir").kernels[bench.kernel]
         start = time.perf_counter()
         try:
-            on_iree.variant(on_iree.choose({n: tuple(a.shape) for n, a in zip(names, args)}))
+            on_iree.variant(on_iree.choose({n: tuple(a.shape) for n, a in zip(names, args)
+                                             if isinstance(a, torch.Tensor)}))
             candidates["mlir"] = lambda: on_iree(*args)
         except Exception as err:  # a report, never a crash: the row says why
             row.notes["mlir"] = short(err)

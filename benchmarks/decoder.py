@@ -252,14 +252,25 @@ def add_compiled(row: Row, call: Callable[[Callable[..., Any]], Any], compiling:
     if forward is None:
         row.notes["torch.compile"] = row.subject.compile_note
         return
+    note, row.compile_s = first_compiled_call(forward, call, compiling, candidates)
+    if note:
+        row.notes["torch.compile"] = note
+
+
+def first_compiled_call(forward: Callable[..., Any], call: Callable[[Callable[..., Any]], Any],
+                        compiling: CompileState, candidates: dict[str, Callable[[], object]]) -> tuple[str, float]:
+    """``call(forward)`` once (torch.compile's compile, outside the timings), then ``candidates["torch.compile"]``;
+    ``(why it failed or "", seconds spent)``: the optional competitor failing is a note, never a crash."""
     start = time.perf_counter()
+    note = ""
     try:
         call(forward)
         candidates["torch.compile"] = lambda: call(forward)
-    except Exception as err:  # the optional competitor failing is a note, never a crash
-        row.notes["torch.compile"] = short(err)
-    row.compile_s = time.perf_counter() - start
-    compiling.spent_s += row.compile_s
+    except Exception as err:
+        note = short(err)
+    spent = time.perf_counter() - start
+    compiling.spent_s += spent
+    return note, spent
 
 
 def prefill_flops(config: Any, t: int) -> float:

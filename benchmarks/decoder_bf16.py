@@ -42,7 +42,18 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu import fma_peak, read_bandwidth
-from decoder import FULL, QUICK, CompileState, Sizes, Targets, console, prefill_flops, ratio, times
+from decoder import (
+    FULL,
+    QUICK,
+    CompileState,
+    Sizes,
+    Targets,
+    console,
+    first_compiled_call,
+    prefill_flops,
+    ratio,
+    times,
+)
 from timing import Measurement, format_seconds, measure
 from unit_peak import matrix_unit_peak
 
@@ -81,13 +92,9 @@ def compiled_candidate(forward: Any, call: Callable[[Any], Any], compiling: Comp
     if forward is None:
         notes.append(f"torch.compile: {compiling.reason}")
         return
-    start = time.perf_counter()
-    try:
-        call(forward)
-        candidates["torch.compile"] = lambda: call(forward)
-    except Exception as err:  # the optional competitor failing is a note, never a crash
-        notes.append(f"torch.compile: {type(err).__name__}: {str(err).splitlines()[0][:120]}")
-    compiling.spent_s += time.perf_counter() - start
+    note, _ = first_compiled_call(forward, call, compiling, candidates)
+    if note:
+        notes.append(f"torch.compile: {note}")
 
 
 def main(argv: list[str] | None = None) -> int:
