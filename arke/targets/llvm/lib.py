@@ -46,9 +46,11 @@ def _round(value: float, dtype: DType) -> float:
 # exp(x) for float, written out so the loop vectorizer can use it (libm's expf is a scalar call):
 # x = n ln2 + r with |r| <= ln2/2 (n = x log2(e) rounded to even, r in two fused steps), exp(r)
 # by Cephes' degree-6 polynomial (Horner's rule in fused multiply-adds: about 1 ulp), times 2^n.
-# x is first clamped to [-104, 89] by compare-and-select, which keeps NaN (x86: one vmaxps and
-# one vminps): exp(-104) rounds to 0 and exp(89) overflows to +inf, so the clamp is exact, and
-# values down to the smallest subnormal come out right (the scaling rounds once). NaN stays NaN.
+# x above 89 is clamped to 89 by compare-and-select, which keeps NaN (exp(89) overflows to +inf);
+# x below -104 (exp rounds to 0; -inf from a mask among them) gives 0 by a select at the end and
+# is computed as exp(0) meanwhile: scaling down to an underflowing result costs a microcode assist
+# per instruction on x86 (over a hundred cycles; causal attention's masked lanes paid it on every
+# tile). Values down to the smallest subnormal come out right (the scaling rounds once). NaN stays NaN.
 # ``llvm.fmuladd`` fuses where the target has FMA; either way one compiled kernel always
 # computes the same bits, whatever the thread count.
 _C = {name: float_const(v) for name, v in {
@@ -57,7 +59,7 @@ _C = {name: float_const(v) for name, v in {
     "p3": 4.1665795894e-2, "p4": 1.6666665459e-1, "p5": 5.0000001201e-1}.items()}
 _EXP_BODY = f"""entry:
   %below = fcmp olt float %x, {_C["lo"]}
-  %x1 = select i1 %below, float {_C["lo"]}, float %x
+  %x1 = select i1 %below, float 0.0, float %x
   %above = fcmp ogt float %x1, {_C["hi"]}
   %xc = select i1 %above, float {_C["hi"]}, float %x1
   %t = fmul float %xc, {_C["log2e"]}
@@ -88,13 +90,15 @@ EXPF = f"""define internal float @arke.expf(float %x) alwaysinline {{
   %s1 = bitcast i32 %bits1 to float
   %s2 = bitcast i32 %bits2 to float
   %v0 = fmul float %y, %s1
-  %v = fmul float %v0, %s2
+  %v1 = fmul float %v0, %s2
+  %v = select i1 %below, float 0.0, float %v1
   ret float %v
 }}"""
 #: With AVX-512: 2^n by ``llvm.ldexp`` (one vscalefps); elsewhere it would be a libm call per element.
 EXPF_LDEXP_DECLARES = (*_EXP_DECLARES, "declare float @llvm.ldexp.f32.i32(float, i32)")
 EXPF_LDEXP = f"""define internal float @arke.expf.ldexp(float %x) alwaysinline {{
-{_EXP_BODY}  %v = call float @llvm.ldexp.f32.i32(float %y, i32 %n)
+{_EXP_BODY}  %v1 = call float @llvm.ldexp.f32.i32(float %y, i32 %n)
+  %v = select i1 %below, float 0.0, float %v1
   ret float %v
 }}"""
 

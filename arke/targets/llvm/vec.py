@@ -234,8 +234,12 @@ def _mask(lanes: list[int]) -> str:
 
 # The steps of llvm_lib's scalar exp (Cephes' expf): clamp to [-104, 89] by compare-and-select
 # (NaN stays NaN), n = x log2(e) rounded to even, r = x - n ln2 in two fused steps, exp(r) by a
-# degree-6 polynomial in fused multiply-adds, then times 2^n: one ``llvm.ldexp`` with AVX-512
-# (vscalefps), else two exact powers of two (n can be 128).
+# degree-6 polynomial in fused multiply-adds, then times 2^n. A lane below -104 is 0 (exp rounds
+# to 0 there; -inf from a mask among them) without scaling down to an underflow: on x86 each
+# instruction whose result underflows costs a microcode assist of over a hundred cycles (causal
+# attention's masked lanes paid it on every tile). With 512-bit vectors the scaling is one
+# ``vscalefps`` by the float n, masked to zero on those lanes (a masked lane raises nothing);
+# elsewhere two exact powers of two (n can be 128), those lanes computed as exp(0) and selected 0.
 _EXP = {name: float_const(v) for name, v in {
     "lo": -104.0, "hi": 89.0, "log2e": 1.44269504088896341, "mln2hi": -0.693359375,
     "mln2lo": 2.12194440e-4, "p0": 1.9875691500e-4, "p1": 1.3981999507e-3, "p2": 8.3334519073e-3,
@@ -250,40 +254,45 @@ def vector_expf(w: int) -> tuple[str, ...]:
         return f"splat (float {_EXP[name]})"
 
     def fma(x: str, y: str, z: str) -> str:
-        return f"call {f} @llvm.fmuladd.v{w}f32({f} {x}, {f} {y}, {f} {z})"
+        return f"call {f} @llvm.fmuladd.v{w}f32({f} %{x}, {f} {y}, {f} {z})"
 
     decls: tuple[str, ...] = (f"declare {f} @llvm.roundeven.v{w}f32({f})",
                               f"declare {f} @llvm.fmuladd.v{w}f32({f}, {f}, {f})")
-    if w >= 16:
-        decls += (f"declare {f} @llvm.ldexp.v{w}f32.v{w}i32({f}, {i})",)
-        scale = f"  %v = call {f} @llvm.ldexp.v{w}f32.v{w}i32({f} %y, {i} %n)"
-    else:
+    if w == 16:  # AVX-512: x * 2^floor(n) in one instruction, zero where masked off
+        decls += (f"declare {f} @llvm.x86.avx512.mask.scalef.ps.512({f}, {f}, {f}, i16, i32)",)
+        low = f"  %x1 = select {b} %below, {f} {c('lo')}, {f} %x"
         scale = "\n".join([
+            f"  %keep = xor {b} %below, splat (i1 true)", f"  %bits = bitcast {b} %keep to i16",
+            f"  %v = call {f} @llvm.x86.avx512.mask.scalef.ps.512({f} %y, {f} %nf, {f} zeroinitializer, "
+            "i16 %bits, i32 4)"])
+    else:
+        low = f"  %x1 = select {b} %below, {f} zeroinitializer, {f} %x"
+        scale = "\n".join([
+            f"  %n0 = fptosi {f} %nf to {i}", f"  %n = freeze {i} %n0",
             f"  %n1 = ashr {i} %n, splat (i32 1)", f"  %n2 = sub {i} %n, %n1",
             f"  %e1 = add {i} %n1, splat (i32 127)", f"  %e2 = add {i} %n2, splat (i32 127)",
             f"  %bits1 = shl {i} %e1, splat (i32 23)", f"  %bits2 = shl {i} %e2, splat (i32 23)",
             f"  %s1 = bitcast {i} %bits1 to {f}", f"  %s2 = bitcast {i} %bits2 to {f}",
-            f"  %v0 = fmul {f} %y, %s1", f"  %v = fmul {f} %v0, %s2"])
+            f"  %v0 = fmul {f} %y, %s1", f"  %v1 = fmul {f} %v0, %s2",
+            f"  %v = select {b} %below, {f} zeroinitializer, {f} %v1"])
     body = f"""define internal {f} @arke.expf.v{w}({f} %x) alwaysinline {{
 entry:
   %below = fcmp olt {f} %x, {c("lo")}
-  %x1 = select {b} %below, {f} {c("lo")}, {f} %x
+{low}
   %above = fcmp ogt {f} %x1, {c("hi")}
   %xc = select {b} %above, {f} {c("hi")}, {f} %x1
   %t = fmul {f} %xc, {c("log2e")}
   %nf = call {f} @llvm.roundeven.v{w}f32({f} %t)
-  %r1 = {fma("%nf", c("mln2hi"), "%xc")}
-  %r = {fma("%nf", c("mln2lo"), "%r1")}
-  %p1 = {fma("%r", c("p0"), c("p1"))}
-  %p2 = {fma("%p1", "%r", c("p2"))}
-  %p3 = {fma("%p2", "%r", c("p3"))}
-  %p4 = {fma("%p3", "%r", c("p4"))}
-  %p5 = {fma("%p4", "%r", c("p5"))}
+  %r1 = {fma("nf", c("mln2hi"), "%xc")}
+  %r = {fma("nf", c("mln2lo"), "%r1")}
+  %p1 = {fma("r", c("p0"), c("p1"))}
+  %p2 = {fma("p1", "%r", c("p2"))}
+  %p3 = {fma("p2", "%r", c("p3"))}
+  %p4 = {fma("p3", "%r", c("p4"))}
+  %p5 = {fma("p4", "%r", c("p5"))}
   %z = fmul {f} %r, %r
-  %y0 = {fma("%p5", "%z", "%r")}
+  %y0 = {fma("p5", "%z", "%r")}
   %y = fadd {f} %y0, splat (float 1.0)
-  %n0 = fptosi {f} %nf to {i}
-  %n = freeze {i} %n0
 {scale}
   ret {f} %v
 }}"""

@@ -6,6 +6,7 @@ and ragged rows, on the vector path and on the scalar path (a strided read stays
 from __future__ import annotations
 
 import math
+import platform
 
 import numpy as np
 import pytest
@@ -93,3 +94,67 @@ def test_gelu_tanh_matches_torch() -> None:
     x = torch.from_numpy(seeded("gelu_tanh").standard_normal((7, 1031)).astype(np.float32)) * 4
     got = lib.gelu_tanh(x)
     assert torch.allclose(got, torch.nn.functional.gelu(x, approximate="tanh"), rtol=1e-5, atol=1e-6)
+
+
+# exp at the edges of its range: -inf and everything below -104 is 0 (computed without an underflowing
+# scale: a microcode assist per instruction on x86), subnormal results down to the smallest, overflow
+# to inf, NaN kept; every form the target emits (the vector forms per width, the two scalar forms)
+EXP_EDGES = [-math.inf, -1e30, -200.0, -104.5, -104.0, -103.98, -103.9, -100.0, -90.0, -87.5, -87.33, -87.0,
+             -10.0, -1e-7, -0.0, 0.0, 1e-7, 1.0, 10.0, 88.0, 88.72, 88.73, 89.0, 100.0, math.inf, math.nan]
+
+
+def _exp_forms() -> list[tuple[str, int]]:
+    from arke.targets.llvm.jit import host_vector_bits
+
+    widest = host_vector_bits() // 32
+    return [("scalar", 1), ("ldexp", 1), *((f"v{w}", w) for w in (4, 8, 16) if w <= widest)]
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the scalef form is x86-64's")
+@pytest.mark.parametrize(("form", "lanes"), _exp_forms())
+def test_exp_edges(form: str, lanes: int) -> None:
+    import ctypes
+
+    from arke.targets.llvm.jit import Loaded, compile_object
+    from arke.targets.llvm.lib import expf
+    from arke.targets.llvm.vec import vector_expf
+
+    if form == "scalar" or form == "ldexp":
+        name, lines = expf(form == "ldexp")
+        ty, call = "float", f"@{name}"
+    else:
+        lines, ty, call = vector_expf(lanes), f"<{lanes} x float>", f"@arke.expf.{form}"
+    source = "\n".join([*lines, f"""
+define void @run(ptr %x, ptr %y, i64 %n) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%next, %loop]
+  %at = getelementptr inbounds {ty}, ptr %x, i64 %i
+  %v = load {ty}, ptr %at, align 4
+  %e = call {ty} {call}({ty} %v)
+  %to = getelementptr inbounds {ty}, ptr %y, i64 %i
+  store {ty} %e, ptr %to, align 4
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %n
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}}"""])
+    loaded = Loaded(compile_object(source))
+    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+        loaded.engine.get_function_address("run"))
+    x = np.array(EXP_EDGES * lanes, dtype=np.float32)[: len(EXP_EDGES) * lanes]
+    x = np.concatenate([x, np.zeros((-len(x)) % lanes, np.float32)])
+    y = np.empty_like(x)
+    run(x.ctypes.data, y.ctypes.data, len(x) // lanes)
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(np.float64)).astype(np.float32)  # correctly rounded, subnormals included
+    for got, ref, at in zip(y, want, x):
+        if math.isnan(ref):
+            assert math.isnan(got), f"exp({at}) = {got}, not NaN"
+        elif ref == 0 or math.isinf(ref):
+            assert got == ref, f"exp({at}) = {got!r}, want {ref!r}"
+        else:
+            ulps = abs(int(np.float32(got).view(np.int32)) - int(np.float32(ref).view(np.int32)))
+            assert ulps <= 2, f"exp({at}) = {got!r}, want {ref!r} ({ulps} ulps)"
