@@ -101,6 +101,13 @@ class Attention:
     v_rows: bool = False  # v likewise
 
     @property
+    def inner(self) -> ir.SExpr | None:
+        """``score`` at a key inside every one of its row's :attr:`bounds`: the masks they came from
+        taken away (``select(j <= i + c, x, -inf)`` is ``x`` there), or None when no mask is only bounds.
+        A tile whose keys are inside every row's bounds needs no mask test (``unmasked``)."""
+        return unmasked(self.score) if self.bounds else None
+
+    @property
     def v_dtype(self) -> DType:
         """The storage dtype of ``v`` (f32, bf16 or f16; widened to f32 as it is read)."""
         return self.v.dtype
@@ -489,30 +496,49 @@ def _bounds(score: ir.SExpr, scores: str) -> tuple[KeyBound, ...]:
         if isinstance(x, ir.Binary) and x.op in ("div", "floordiv", "mod", "pow") and not x.dtype.is_float:
             return ()
     found: list[KeyBound] = []
-    conds = [score.cond]
-    while conds:
-        c = conds.pop()
-        if isinstance(c, ir.Binary) and c.op == "and":
-            conds += [c.a, c.b]
-            continue
-        if not (isinstance(c, ir.Binary) and c.op in _UPPER):
-            continue
-        op, lhs, rhs = c.op, c.a, c.b
-        if _uses(rhs, KEY) and not _uses(lhs, KEY):
-            op, lhs, rhs = _FLIP[op], rhs, lhs
-        while isinstance(lhs, ir.Binary) and lhs.op in ("add", "sub") and not lhs.dtype.is_float:
-            # j + x < e  is  j < e - x;  j - x < e  is  j < e + x;  x + j < e  is  j < e - x
-            if lhs.op == "add" and _uses(lhs.b, KEY) and not _uses(lhs.a, KEY):
-                lhs = ir.Binary("add", lhs.b, lhs.a, lhs.dtype)
-            if _uses(lhs.b, KEY) or lhs.a.dtype != rhs.dtype:
-                break
-            rhs = ir.Binary("sub" if lhs.op == "add" else "add", rhs, lhs.b, rhs.dtype)
-            lhs = lhs.a
-        if lhs != ir.Idx(KEY) or _uses(rhs, KEY) or rhs.dtype.is_float or rhs.dtype.is_bool:
-            continue
-        upper, plus = _UPPER[op]
-        limit: ir.SExpr = rhs if rhs.dtype == DType.I64 else ir.Cast(rhs, DType.I64)
-        if plus:
-            limit = ir.Binary("add", limit, ir.Const(1, DType.I64), DType.I64)
-        found.append(KeyBound(upper, limit))
+    level = score
+    while isinstance(level, ir.Select) and level.b == ir.Const(-math.inf, F32):  # nested masks bound keys too
+        found += [b for c in _conjuncts(level.cond) if (b := _bound(c)) is not None]
+        level = level.a
     return tuple(found)
+
+
+def unmasked(score: ir.SExpr) -> ir.SExpr | None:
+    """``score`` without its outer ``select(cond, x, -inf)`` masks whose every conjunct is a key bound
+    (what the key tiles inside every row's bounds compute), or None when it has no such mask."""
+    inner = score
+    while (isinstance(inner, ir.Select) and inner.b == ir.Const(-math.inf, F32)
+           and all(_bound(c) is not None for c in _conjuncts(inner.cond))):
+        inner = inner.a
+    return None if inner is score else inner
+
+
+def _conjuncts(cond: ir.SExpr) -> list[ir.SExpr]:
+    """``a and b and ...`` as ``[a, b, ...]``."""
+    if isinstance(cond, ir.Binary) and cond.op == "and":
+        return [*_conjuncts(cond.a), *_conjuncts(cond.b)]
+    return [cond]
+
+
+def _bound(c: ir.SExpr) -> KeyBound | None:
+    """The key bound a comparison ``j + x <= e`` (any of <, <=, >, >=, either side) states, or None."""
+    if not (isinstance(c, ir.Binary) and c.op in _UPPER):
+        return None
+    op, lhs, rhs = c.op, c.a, c.b
+    if _uses(rhs, KEY) and not _uses(lhs, KEY):
+        op, lhs, rhs = _FLIP[op], rhs, lhs
+    while isinstance(lhs, ir.Binary) and lhs.op in ("add", "sub") and not lhs.dtype.is_float:
+        # j + x < e  is  j < e - x;  j - x < e  is  j < e + x;  x + j < e  is  j < e - x
+        if lhs.op == "add" and _uses(lhs.b, KEY) and not _uses(lhs.a, KEY):
+            lhs = ir.Binary("add", lhs.b, lhs.a, lhs.dtype)
+        if _uses(lhs.b, KEY) or lhs.a.dtype != rhs.dtype:
+            break
+        rhs = ir.Binary("sub" if lhs.op == "add" else "add", rhs, lhs.b, rhs.dtype)
+        lhs = lhs.a
+    if lhs != ir.Idx(KEY) or _uses(rhs, KEY) or rhs.dtype.is_float or rhs.dtype.is_bool:
+        return None
+    upper, plus = _UPPER[op]
+    limit: ir.SExpr = rhs if rhs.dtype == DType.I64 else ir.Cast(rhs, DType.I64)
+    if plus:
+        limit = ir.Binary("add", limit, ir.Const(1, DType.I64), DType.I64)
+    return KeyBound(upper, limit)

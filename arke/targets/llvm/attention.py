@@ -102,7 +102,9 @@ class _Attention(AttentionEmitter):
                                         ("QB", rows * self.dq / 2 if self.amx else sympy.Integer(0)),
                                         # AMX p · v: the probabilities in bf16, the value tile as key pairs
                                         ("PB", sympy.Integer(rows * self.bk // 2 if self.amx_pv else 0)),
-                                        ("VT", self.bk * self.epp / 2 if self.amx_pv else sympy.Integer(0))]
+                                        ("VT", self.bk * self.epp / 2 if self.amx_pv else sympy.Integer(0)),
+                                        # ... and the tile's P · V before it is added to the rescaled O
+                                        ("OT", rows * self.epp if self.amx_pv else sympy.Integer(0))]
         self.at: dict[str, str] = {}
         offset: Dim = sympy.Integer(0)
         for name, size in sizes:
@@ -175,6 +177,8 @@ class _Attention(AttentionEmitter):
         bounds = p.bounds if self.algorithm != "materialized" else ()
         lo = self.var("i64", "9223372036854775807" if any(not b.upper for b in bounds) else "0")
         hi = self.var("i64", "-9223372036854775808" if any(b.upper for b in bounds) else self.dim(p.extent(KEY)))
+        # the keys every row of the task sees: a whole tile inside needs no mask test (tiles())
+        inner_lo, inner_hi = self.var("i64", "0"), self.var("i64", self.dim(p.extent(KEY)))
 
         def row() -> None:
             rl = self.current["row"]
@@ -206,13 +210,16 @@ class _Attention(AttentionEmitter):
             self.put("i64", row_hi, self.gep(self.at["KH"], rl, "i64"))
             if any(b.upper for b in bounds):
                 self.put("i64", self.imax(self.get("i64", hi), row_hi), hi)
+                self.put("i64", self.imin(self.get("i64", inner_hi), row_hi), inner_hi)
             if any(not b.upper for b in bounds):
                 self.put("i64", self.imin(self.get("i64", lo), row_lo), lo)
+                self.put("i64", self.imax(self.get("i64", inner_lo), row_lo), inner_lo)
 
         self.loop("row", "0", self.npad, row)
         t = self.dim(p.extent(KEY))
         top = self.imin(self.imax(self.get("i64", hi), "0"), t)
         self.klo, self.khi = self.imin(self.imax(self.get("i64", lo), "0"), top), top
+        self.inner = (self.get("i64", inner_lo), self.get("i64", inner_hi)) if bounds else None
 
     def query_row(self, rl: str, i: str) -> str:
         """Where the scores read row ``rl``'s query: in place, or computed here into ``QR`` (lanes along D)."""

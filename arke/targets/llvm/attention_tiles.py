@@ -14,6 +14,7 @@ from arke.ir.shapes import ceil_div
 from arke.plan.attention import FEATURE, KEY, QUERY, VALUE, Attention
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.llvm.attention_amx import STEP, AmxScores
+from arke.targets.llvm.isa import DPBF16
 from arke.targets.llvm.scalar import STORAGE
 from arke.targets.llvm.vec import NEG_INF, Vec
 
@@ -32,6 +33,7 @@ class AttentionEmitter(AmxScores):
         self.pat = dispatch.pattern
         super().__init__(plan, dispatch, name, declare, vector_bits)
         self.amx = self.amx_usable(units, vector_bits)  # the scores on AMX tiles (attention_amx.py)
+        self.convert_bf16 = DPBF16 in units and vector_bits == 512  # VCVTNEPS2BF16 for p · v's bf16 p
         self.dq = STEP * ceil_div(self.pat.extent(FEATURE), STEP)
         self.extent = dict(self.pat.extents)
         self.w = max(4, vector_bits // 32)
@@ -48,6 +50,7 @@ class AttentionEmitter(AmxScores):
         self.algorithm = str(choice.value) if choice is not None else "split_kv" if self.chunks else "auto"
         self.rows = MAT_ROWS if self.algorithm == "materialized" else ROWS
         self.amx_pv = self.amx and self.amx_values_usable()  # ... and P · V
+        self.inner: tuple[str, str] | None = None  # the keys every row of a task sees (attention.row_setup)
 
     def leaf(self) -> ir.Load:
         return self.pat.score_load
@@ -94,8 +97,19 @@ class AttentionEmitter(AmxScores):
             self.pack(j0, kn)
             if self.amx:
                 self.tile_scores()
-            self.loop("sb", "0", self.i64("udiv", self.npad, str(self.mr)),
-                      lambda: self.scores(self.i64("mul", self.current["sb"], str(self.mr)), j0, kn, mode))
+
+            def rows(inner: bool) -> None:
+                self.loop("sb", "0", self.i64("udiv", self.npad, str(self.mr)), lambda: self.scores(
+                    self.i64("mul", self.current["sb"], str(self.mr)), j0, kn, mode, inner))
+
+            if self.pat.inner is None or self.inner is None:
+                rows(False)
+            else:  # a whole tile inside every row's bounds: the score without its masks
+                end = self.i64("add", j0, bk)
+                inside = self.let(f"icmp eq i64 {kn}, {bk}")
+                inside = self.let(f"and i1 {inside}, {self.let(f'icmp sge i64 {j0}, {self.inner[0]}')}")
+                inside = self.let(f"and i1 {inside}, {self.let(f'icmp sle i64 {end}, {self.inner[1]}')}")
+                self.branch(inside, lambda: rows(True), lambda: rows(False))
             if mode == "flash" and self.amx_pv:
                 self.tile_values(j0, kn)
             elif mode == "flash":
@@ -205,14 +219,15 @@ class AttentionEmitter(AmxScores):
         self.loop("ks", "0", str(self.bk), key)
         return self.at["KS"]
 
-    def scores(self, r0: str, j0: str, kn: str, mode: str) -> None:
-        """Scores of rows ``r0 ..+MR`` for the tile, the score expression, then the softmax step."""
+    def scores(self, r0: str, j0: str, kn: str, mode: str, inner: bool = False) -> None:
+        """Scores of rows ``r0 ..+MR`` for the tile, the score expression (``inner``: its form inside
+        every bound, for a whole tile all rows see), then the softmax step."""
         vec, w, f = self.vec, self.w, self.vec.f
         rls = [self.i64("add", r0, str(r)) for r in range(self.mr)]
         if self.amx:  # the tiles' sums (tile_scores)
             sums = [[vec.load(self.gep(self.at["S"], self.i64("add", self.i64("mul", rl, str(self.bk)), str(v * w))))
                      for v in range(self.nv)] for rl in rls]
-            self.score_rows(rls, sums, j0, kn, mode)
+            self.score_rows(rls, sums, j0, kn, mode, inner)
             return
         accs = [[self.var(f, "zeroinitializer") for _ in range(self.nv)] for _ in range(self.mr)]
         qps = [self.get("ptr", self.gep(self.at["QP"], rl, "ptr")) for rl in rls]
@@ -230,26 +245,34 @@ class AttentionEmitter(AmxScores):
                     self.put(f, vec.fma(q, ks[v], self.get(f, accs[r][v])), accs[r][v])
 
         self.loop("dk", "0", self.dim(self.pat.extent(FEATURE)), step)
-        self.score_rows(rls, [[self.get(f, a) for a in row] for row in accs], j0, kn, mode)
+        self.score_rows(rls, [[self.get(f, a) for a in row] for row in accs], j0, kn, mode, inner)
 
-    def score_rows(self, rls: list[str], sums: list[list[str]], j0: str, kn: str, mode: str) -> None:
+    def score_rows(self, rls: list[str], sums: list[list[str]], j0: str, kn: str, mode: str,
+                   inner: bool = False) -> None:
         """The score expression on each row's dot products ``sums`` (vectors over the tile's keys),
-        masked past the tile, then the softmax step (flash) or the record (materialized)."""
+        masked past the tile, then the softmax step (flash) or the record (materialized). ``inner``: a
+        whole tile inside every row's key bounds, so :attr:`Attention.inner` without a mask."""
         vec, w, f = self.vec, self.w, self.vec.f
         last = self.i64("add", j0, self.i64("sub", kn, "1"))
+        score = self.pat.inner if inner else self.pat.score
+        assert score is not None
         for r in range(self.mr):
             self.row_values(rls[r])
             xs = []
             for v in range(self.nv):
-                valid = vec.lanes_below(str(v * w), kn)
                 at = self.let(f"add {vec.ty('i64')} {vec.splat(self.i64('add', j0, str(v * w)), 'i64')}, {vec.iota()}")
-                self.jvec = self.let(f"select {vec.ty('i1')} {valid}, {vec.ty('i64')} {at}, "
-                                     f"{vec.ty('i64')} {vec.splat(last, 'i64')}")  # past the tile: a real key
-                self.lane_start = self.imin(self.i64("add", j0, str(v * w)), last)
+                if inner:
+                    valid = "splat (i1 true)"
+                    self.jvec, self.lane_start = at, self.i64("add", j0, str(v * w))
+                else:
+                    valid = vec.lanes_below(str(v * w), kn)
+                    self.jvec = self.let(f"select {vec.ty('i1')} {valid}, {vec.ty('i64')} {at}, "
+                                         f"{vec.ty('i64')} {vec.splat(last, 'i64')}")  # past the tile: a real key
+                    self.lane_start = self.imin(self.i64("add", j0, str(v * w)), last)
                 self.lane_mask = valid
                 self.svec = sums[r][v]
-                x = self.vector(self.pat.score)
-                xs.append(self.let(f"select {vec.ty('i1')} {valid}, {f} {x}, {f} {vec.const(NEG_INF)}"))
+                x = self.vector(score)
+                xs.append(x if inner else self.let(f"select {vec.ty('i1')} {valid}, {f} {x}, {f} {vec.const(NEG_INF)}"))
             if mode == "flash":
                 self.online(rls[r], xs)
             else:

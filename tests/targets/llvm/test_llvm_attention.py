@@ -243,6 +243,35 @@ def test_key_bound_of_the_causal_mask() -> None:
     assert bound.upper and names == {QUERY}
 
 
+def test_inner_score_drops_only_the_bound_masks() -> None:
+    """``Attention.inner``: the score inside every key bound is the score without its masks (a whole tile
+    inside every row's bounds skips the mask test); a mask that is not only key bounds stays."""
+    (causal,) = attention_patterns(plan_of("causal_flash"))
+    (window,) = attention_patterns(plan_of("window_flash"))
+    (softcap,) = attention_patterns(plan_of("softcap_flash"))
+    (full,) = attention_patterns(plan_of("full_flash"))
+    for pattern in (causal, window, softcap):
+        assert pattern.inner is not None and not any(isinstance(x, ir.Select) for x in ir.walk(pattern.inner))
+    assert isinstance(softcap.inner, ir.Binary) and softcap.inner.op == "mul"  # 5 * tanh(s / 5) stays
+    assert full.inner is None and not full.bounds
+    keep = text_module(f"""kernel gated{SIG}
+{{
+  let R = H / G
+  s[b, h, i, j] = {SCORE}
+  c[b, h, i, j] = s[b, h, i, j] if j <= i + T - S and s[b, h, i, j] > -3.0 else -inf
+{TAIL}
+}}""")
+    (gated,) = attention_patterns(make_plan(keep.semantic, keep.kernel_map["gated"]))
+    assert gated.bounds and gated.inner is None  # s > -3 is no key bound: every tile keeps the mask
+
+
+@pytest.mark.parametrize("name", ["causal_flash", "window_flash", "softcap_split_kv", "causal_materialized"])
+def test_inner_and_edge_tiles(name: str) -> None:
+    """Tasks whose tiles lie inside every row's bounds (no mask test) and tiles on a bound's edge."""
+    check(name, (1, 4, 2, 300, 300, 7))
+    check(name, (1, 2, 1, 129, 257, 16))
+
+
 # ---------------------------------------------------------------- every algorithm
 
 
