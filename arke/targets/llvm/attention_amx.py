@@ -51,10 +51,17 @@ class AmxScores(AttentionBase):
         return p.v_dtype is DType.BF16 and p.out_dtype is DType.BF16 and self.algorithm != "materialized"
 
     def store_p_bf16(self, rl: str, v: int, p: str) -> None:
-        """Row ``rl``'s probabilities ``p`` (vector ``v`` of the tile) rounded to bf16 into ``PB``."""
-        name, definition = narrow(FLOAT16[DType.BF16], self.w)
-        self.declare(definition)
-        bits = self.let(f"call {self.vec.ty('i16')} {name}({self.vec.f} {p})")
+        """Row ``rl``'s probabilities ``p`` (vector ``v`` of the tile) rounded to bf16 into ``PB``: one
+        ``VCVTNEPS2BF16`` where the CPU has AVX512-BF16 (it flushes a subnormal to zero, which
+        ``TDPBF16PS`` reading ``PB`` does anyway: the same sums), else the rounding in integer steps."""
+        if self.convert_bf16:
+            self.declare(f"declare <{self.w} x bfloat> @llvm.x86.avx512bf16.cvtneps2bf16.512({self.vec.f})")
+            half = self.let(f"call <{self.w} x bfloat> @llvm.x86.avx512bf16.cvtneps2bf16.512({self.vec.f} {p})")
+            bits = self.let(f"bitcast <{self.w} x bfloat> {half} to {self.vec.ty('i16')}")
+        else:
+            name, definition = narrow(FLOAT16[DType.BF16], self.w)
+            self.declare(definition)
+            bits = self.let(f"call {self.vec.ty('i16')} {name}({self.vec.f} {p})")
         at = self.gep(self.at["PB"], self.i64("add", self.i64("mul", rl, str(self.bk)), str(v * self.w)), "i16")
         self.emit(f"store {self.vec.ty('i16')} {bits}, ptr {at}, align 2")
 
@@ -92,35 +99,23 @@ class AmxScores(AttentionBase):
         self.loop("vp", "0", str(self.bk // 2), pair)
 
     def tile_values(self, j0: str, kn: str) -> None:
-        """``O[row] = O[row] * alpha[row] + PB[row] · VT`` for the task's rows, on AMX tiles (0 the
-        output tile, 4 the probabilities, 6 the value pairs)."""
+        """``O[row] = O[row] * alpha[row] + PB[row] · VT`` for the task's rows: the products on AMX tiles
+        (0 the sums, 4 the probabilities, 6 the value pairs) into ``OT``, then one vector pass. O never
+        goes through a tile: a tile load right after vector stores to the same lines waits for them."""
         self.pack_value_pairs(j0, kn)
         vec, w, epp = self.vec, self.w, self.dim(self.epp)
-
-        def rescale() -> None:
-            rl = self.current["oa"]
-            alpha = vec.splat(self.get("float", self.gep(self.at["A"], rl)))
-            orow = self.gep(self.at["O"], self.i64("mul", rl, epp))
-
-            def lanes() -> None:
-                at = self.gep(orow, self.i64("mul", self.current["ob"], str(w)))
-                self.emit(vec.store(self.let(f"fmul {vec.f} {vec.load(at)}, {alpha}"), at))
-
-            self.loop("ob", "0", self.dim(self.epp / w), lanes)
-
-        self.loop("oa", "0", self.npad, rescale)
         row_tiles = self.i64("udiv", self.i64("add", self.npad, str(TILE - 1)), str(TILE))
         bk = self.bk
+        ostride = self.i64("mul", epp, "4")
 
         def tile_row() -> None:
             t = self.current["ot"]
 
             def value_tile() -> None:
                 c = self.current["oc"]
-                o = self.gep(self.at["O"], self.i64("add", self.i64("mul", self.i64("mul", t, str(TILE)), epp),
-                                                    self.i64("mul", c, str(TILE))))
-                ostride = self.i64("mul", epp, "4")
-                self.emit(f"call void @llvm.x86.tileloadd64(i8 0, ptr {o}, i64 {ostride})")
+                o = self.gep(self.at["OT"], self.i64("add", self.i64("mul", self.i64("mul", t, str(TILE)), epp),
+                                                     self.i64("mul", c, str(TILE))))
+                self.emit("call void @llvm.x86.tilezero(i8 0)")
                 for step in range(bk // STEP):
                     a = self.gep(self.at["PB"], self.i64("add", self.i64("mul", self.i64("mul", t, str(TILE)),
                                                                          str(bk)), str(step * STEP)), "i16")
@@ -134,6 +129,21 @@ class AmxScores(AttentionBase):
             self.loop("oc", "0", self.dim(self.epp / TILE), value_tile)
 
         self.loop("ot", "0", row_tiles, tile_row)
+
+        def rescale() -> None:
+            rl = self.current["oa"]
+            alpha = vec.splat(self.get("float", self.gep(self.at["A"], rl)))
+            off = self.i64("mul", rl, epp)
+            orow, trow = self.gep(self.at["O"], off), self.gep(self.at["OT"], off)
+
+            def lanes() -> None:
+                e0 = self.i64("mul", self.current["ob"], str(w))
+                at = self.gep(orow, e0)
+                self.emit(vec.store(vec.fma(vec.load(at), alpha, vec.load(self.gep(trow, e0))), at))
+
+            self.loop("ob", "0", self.dim(self.epp / w), lanes)
+
+        self.loop("oa", "0", self.npad, rescale)
 
     def tile_setup(self) -> None:
         load_tile_config(self)
