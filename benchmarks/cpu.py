@@ -344,10 +344,18 @@ def short(err: BaseException) -> str:
     return f"{type(err).__name__}: {first[:90]}"
 
 
+def specialised(kernel: Any, args: tuple[Any, ...]) -> Any:
+    """A generic kernel's specialisation for these arguments (the one a call would pick), else ``kernel``."""
+    from arke.library import GenericKernel
+    from arke.runtime.generics import pick
+
+    return kernel.member(pick(kernel.generic, args, {})) if isinstance(kernel, GenericKernel) else kernel
+
+
 def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget, mlir: str | None) -> Row:
     row = Row(bench)
     args = bench.make(torch.Generator().manual_seed(0))
-    kernel = library(bench.module).kernels[bench.kernel]
+    kernel = specialised(library(bench.module).kernels[bench.kernel], args)
     names = [p.name for p in kernel.library.module.semantic.get(kernel.ir_name).params]
     start = time.perf_counter()
     shapes = {n: tuple(a.shape) for n, a in zip(names, args) if isinstance(a, torch.Tensor)}
@@ -360,7 +368,7 @@ def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget, mlir: str
     if mlir is not None:
         row.notes["mlir"] = mlir
     else:
-        on_iree = library(bench.module, "mlir").kernels[bench.kernel]
+        on_iree = specialised(library(bench.module, "mlir").kernels[bench.kernel], args)
         start = time.perf_counter()
         try:
             on_iree.variant(on_iree.choose({n: tuple(a.shape) for n, a in zip(names, args)
