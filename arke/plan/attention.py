@@ -496,7 +496,7 @@ def _bounds(score: ir.SExpr, scores: str) -> tuple[KeyBound, ...]:
         if isinstance(x, ir.Binary) and x.op in ("div", "floordiv", "mod", "pow") and not x.dtype.is_float:
             return ()
     found: list[KeyBound] = []
-    level = score
+    level: ir.SExpr = score
     while isinstance(level, ir.Select) and level.b == ir.Const(-math.inf, F32):  # nested masks bound keys too
         found += [b for c in _conjuncts(level.cond) if (b := _bound(c)) is not None]
         level = level.a

@@ -20,6 +20,7 @@ class AttentionBase(VectorExprMixin, LLVMFunction):
     bk: int  # keys per tile
     dq: Dim  # D rounded up to whole 32-feature tile steps (AMX scores)
     algorithm: str  # "flash", "split_kv", "materialized" or "auto"
+    convert_bf16: bool  # f32 -> bf16 by VCVTNEPS2BF16 (AVX512-BF16)
 
     # -- small helpers
     def i64(self, op: str, a: str, b: str) -> str:
