@@ -49,7 +49,6 @@ from arke.plan.attention import F32, FEATURE, KEY, QUERY, VALUE
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import LaunchSpec
 from arke.targets.llvm.attention_tiles import AttentionEmitter
-from arke.targets.llvm.isa import AMX
 from arke.targets.llvm.scalar import STORAGE
 from arke.targets.llvm.vec import NEG_INF
 
@@ -60,13 +59,14 @@ SPLIT_TILES = 8  # key tiles per split_kv chunk
 def render_attention(plan: KernelPlan, dispatch: Dispatch, entry: str, declare: Callable[[str], None],
                      vector_bits: int, units: frozenset[str] = frozenset()) -> tuple[str, LaunchSpec, str | None]:
     """The LLVM function of an attention dispatch, how to launch it, and the matrix unit it runs on
-    (bf16 q and k take their scores on AMX tiles where ``units`` has AMX: attention_amx.py)."""
+    (bf16 q and k take their scores on AMX tiles where ``units`` has AMX, else on AVX512-BF16 dot
+    products where it has that: attention_amx.py)."""
     fn = _Attention(plan, dispatch, entry, declare, vector_bits, units)
     text = fn.render()
     assert fn.parallel_extent is not None and fn.scratch is not None
     launch = LaunchSpec(entry, dim_str(fn.parallel_extent), tuple(plan.buffer_index(b) for b in fn.args),
                         dim_str(fn.scratch))
-    return text, launch, AMX if fn.amx else None
+    return text, launch, fn.unit
 
 
 class _Attention(AttentionEmitter):
@@ -99,12 +99,13 @@ class _Attention(AttentionEmitter):
                                         ("VR", sympy.Integer(2 * self.bk if p.v_rows else 0)),
                                         # AMX scores: the tile's sums, the task's q rows in bf16
                                         ("S", sympy.Integer(rows * self.bk if self.amx else 0)),
-                                        ("QB", rows * self.dq / 2 if self.amx else sympy.Integer(0)),
-                                        # AMX p · v: the probabilities in bf16, the value tile as key pairs
-                                        ("PB", sympy.Integer(rows * self.bk // 2 if self.amx_pv else 0)),
-                                        ("VT", self.bk * self.epp / 2 if self.amx_pv else sympy.Integer(0)),
-                                        # ... and the tile's P · V before it is added to the rescaled O
-                                        ("OT", rows * self.epp if self.amx_pv else sympy.Integer(0))]
+                                        ("QB", rows * self.dq / 2 if self.unit else sympy.Integer(0)),
+                                        # p · v on the unit: the probabilities in bf16, the value tile as key pairs
+                                        ("PB", sympy.Integer(rows * self.bk // 2 if self.pairs_pv else 0)),
+                                        ("VT", self.bk * self.epp / 2 if self.pairs_pv else sympy.Integer(0)),
+                                        # ... and AMX's P · V of the tile before it is added to the rescaled O
+                                        ("OT", rows * self.epp if self.pairs_pv and self.amx
+                                         else sympy.Integer(0))]
         self.at: dict[str, str] = {}
         offset: Dim = sympy.Integer(0)
         for name, size in sizes:
@@ -164,7 +165,7 @@ class _Attention(AttentionEmitter):
             self.vbase = self.gep(self.ptr[p.v.src], self.offset(p.v, {KEY: "0", VALUE: "0"}), self.vty)
             self.vstride = self.dim(self.stride(self.buffer(p.v.src).shape, list(p.v.indices).index(ir.Idx(KEY))))
         self.row_setup(r)
-        if self.amx:
+        if self.unit is not None:
             self.q_rows_bf16()
         if self.algorithm == "materialized":
             self.materialized()

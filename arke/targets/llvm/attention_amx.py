@@ -1,4 +1,5 @@
-"""Attention scores on AMX tiles, for the LLVM attention emitter (:mod:`arke.targets.llvm.attention_tiles`).
+"""Attention on the CPU's bf16 units (AMX tiles, AVX512-BF16), for the LLVM attention emitter
+(:mod:`arke.targets.llvm.attention_tiles`).
 
 Where q and k are bf16 (widened loads; k read from its rows, not a computed expression) and the
 renderer may use AMX, the dot products ``sum(q[i, d] * k[j, d] for d)`` of a task's query rows with
@@ -15,6 +16,10 @@ probabilities are also stored rounded to bf16 (``PB``, as flash attention and th
 spec/codegen.md §7; the softmax statistics and the row sums stay f32), the value tile is packed as
 words of two consecutive keys (``VT[key / 2][e]``, zero past the tile and past dv), and the
 output rows, rescaled by the online softmax's factor, accumulate ``TDPBF16PS`` tiles.
+
+Where the CPU has AVX512-BF16 but no AMX (AMD Zen 4/5, Cooper Lake), the same packed words feed
+``VDPBF16PS``: a row's word of two q features (two probabilities) broadcast against 16 keys' (16
+values') words, accumulated in f32 registers; its arithmetic is the tiles' (spec/codegen.md §7).
 """
 
 from __future__ import annotations
@@ -33,22 +38,88 @@ STEP, TILE = 32, 16
 
 
 class AmxScores(AttentionBase):
-    """The AMX form of an attention dispatch's scores (the base of
-    :class:`~arke.targets.llvm.attention_tiles.AttentionEmitter`)."""
+    """The bf16-pair forms of an attention dispatch's scores and values, on AMX or AVX512-BF16 (the base
+    of :class:`~arke.targets.llvm.attention_tiles.AttentionEmitter`)."""
 
-    def amx_usable(self, units: frozenset[str], vector_bits: int) -> bool:
-        """Whether this dispatch's scores run on AMX tiles (see the module docstring)."""
-        from arke.targets.llvm.isa import AMX
+    def pairs_unit(self, units: frozenset[str], vector_bits: int) -> str | None:
+        """The unit this dispatch's scores run on over bf16 pairs: AMX, else AVX512-BF16, else None (the
+        f32 FMA path; see the module docstring)."""
+        from arke.targets.llvm.isa import AMX, DPBF16
 
         p = self.pat
-        return (AMX in units and vector_bits >= 512 and p.q_half is not None and p.k_half is not None
-                and not p.k_direct and not p.k_rows and p.q_half.dtype is DType.BF16
-                and p.k_half.dtype is DType.BF16)
+        usable = (vector_bits >= 512 and p.q_half is not None and p.k_half is not None and not p.k_direct
+                  and not p.k_rows and p.q_half.dtype is DType.BF16 and p.k_half.dtype is DType.BF16)
+        return next((u for u in (AMX, DPBF16) if usable and u in units), None)
 
-    def amx_values_usable(self) -> bool:
-        """Whether ``P · V`` runs on AMX too: bf16 v and result, flash or split_kv (see the module docstring)."""
+    def pair_values_usable(self) -> bool:
+        """Whether ``P · V`` runs on the unit too: bf16 v and result, flash or split_kv (the module docstring)."""
         p = self.pat
         return p.v_dtype is DType.BF16 and p.out_dtype is DType.BF16 and self.algorithm != "materialized"
+
+    def dot_pairs(self, acc: str, a: str, b: str) -> str:
+        """``acc + a · b`` over each lane's two bf16 pairs (``VDPBF16PS``; ``a``, ``b`` as 16 words)."""
+        f, pairs = self.vec.f, f"<{2 * self.w} x bfloat>"
+        self.declare(f"declare {f} @llvm.x86.avx512bf16.dpbf16ps.512({f}, {pairs}, {pairs})")
+        x, y = (self.let(f"bitcast {self.vec.ty('i32')} {v} to {pairs}") for v in (a, b))
+        return self.let(f"call {f} @llvm.x86.avx512bf16.dpbf16ps.512({f} {acc}, {pairs} {x}, {pairs} {y})")
+
+    def dp_scores(self, rls: list[str]) -> list[list[str]]:
+        """Rows ``rls``' dot products with the packed tile (KT) on AVX512-BF16: per feature pair, the row's
+        word of two bf16 features (QB) broadcast against 16 keys' words, ``nv`` vectors per row."""
+        s, vec, f = self, self.vec, self.vec.f
+        accs = [[s.var(f, "zeroinitializer") for _ in range(s.nv)] for _ in rls]
+        rows = [s.gep(s.at["QB"], s.i64("mul", rl, s.dim(s.dq / 2)), "i32") for rl in rls]
+
+        def step() -> None:
+            kp = s.current["dp"]
+            kt = s.gep(s.at["KT"], s.i64("mul", kp, str(s.bk)), "i32")
+            keys = [s.let(f"load {vec.ty('i32')}, ptr {s.gep(kt, str(v * s.w), 'i32')}, align 4")
+                    for v in range(s.nv)]
+            for r, row in enumerate(rows):
+                q = vec.splat(s.get("i32", s.gep(row, kp, "i32")), "i32")
+                for v in range(s.nv):
+                    s.put(f, s.dot_pairs(s.get(f, accs[r][v]), q, keys[v]), accs[r][v])
+
+        s.loop("dp", "0", s.dim(ceil_div(s.pat.extent(FEATURE), 2)), step)
+        return [[s.get(f, a) for a in row] for row in accs]
+
+    def dp_values(self, j0: str, kn: str) -> None:
+        """``O[row] = O[row] * alpha[row] + PB[row] · VT`` on AVX512-BF16: a block of ``mrp`` rows × ``ne``
+        vectors of dv kept in registers, per key pair the row's word of two probabilities broadcast."""
+        self.pack_value_pairs(j0, kn)
+        s, vec, w, f = self, self.vec, self.w, self.vec.f
+        epp = s.dim(s.epp)
+
+        def block() -> None:
+            r0 = s.i64("mul", s.current["pb"], str(s.mrp))
+            e0 = s.i64("mul", s.current["eb"], str(s.ne * w))
+            rls = [s.i64("add", r0, str(r)) for r in range(s.mrp)]
+            orows = [s.gep(s.at["O"], s.i64("add", s.i64("mul", rl, epp), e0)) for rl in rls]
+            prows = [s.gep(s.at["PB"], s.i64("mul", rl, str(s.bk // 2)), "i32") for rl in rls]
+            accs = []
+            for r, rl in enumerate(rls):
+                alpha = vec.splat(s.get("float", s.gep(s.at["A"], rl)))
+                for u in range(s.ne):
+                    accs.append(s.var(f, s.let(f"fmul {f} {vec.load(s.gep(orows[r], str(u * w)))}, {alpha}")))
+
+            def pair() -> None:
+                kp = s.current["vk"]
+                vrow = s.gep(s.at["VT"], s.i64("add", s.i64("mul", kp, epp), e0), "i32")
+                vs = [s.let(f"load {vec.ty('i32')}, ptr {s.gep(vrow, str(u * w), 'i32')}, align 4")
+                      for u in range(s.ne)]
+                for r in range(s.mrp):
+                    p = vec.splat(s.get("i32", s.gep(prows[r], kp, "i32")), "i32")
+                    for u in range(s.ne):
+                        acc = accs[r * s.ne + u]
+                        s.put(f, s.dot_pairs(s.get(f, acc), p, vs[u]), acc)
+
+            s.loop("vk", "0", s.i64("udiv", s.i64("add", kn, "1"), "2"), pair)  # past kn: p and v are 0
+            for r in range(s.mrp):
+                for u in range(s.ne):
+                    s.emit(vec.store(s.get(f, accs[r * s.ne + u]), s.gep(orows[r], str(u * w))))
+
+        s.loop("pb", "0", s.i64("udiv", s.npad, str(s.mrp)),
+               lambda: s.loop("eb", "0", s.dim(s.epp / (s.ne * w)), block))
 
     def store_p_bf16(self, rl: str, v: int, p: str) -> None:
         """Row ``rl``'s probabilities ``p`` (vector ``v`` of the tile) rounded to bf16 into ``PB``: one

@@ -21,6 +21,9 @@ class AttentionBase(VectorExprMixin, LLVMFunction):
     dq: Dim  # D rounded up to whole 32-feature tile steps (AMX scores)
     algorithm: str  # "flash", "split_kv", "materialized" or "auto"
     convert_bf16: bool  # f32 -> bf16 by VCVTNEPS2BF16 (AVX512-BF16)
+    unit: str | None  # the unit scores (and values) run on over bf16 pairs: AMX, AVX512-BF16 or None
+    mrp: int  # rows per block of the values
+    ne: int  # vectors of dv per block of the values
 
     # -- small helpers
     def i64(self, op: str, a: str, b: str) -> str:

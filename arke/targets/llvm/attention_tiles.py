@@ -14,7 +14,7 @@ from arke.ir.shapes import ceil_div
 from arke.plan.attention import FEATURE, KEY, QUERY, VALUE, Attention
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.llvm.attention_amx import STEP, AmxScores
-from arke.targets.llvm.isa import DPBF16
+from arke.targets.llvm.isa import AMX, DPBF16
 from arke.targets.llvm.scalar import STORAGE
 from arke.targets.llvm.vec import NEG_INF, Vec
 
@@ -32,7 +32,9 @@ class AttentionEmitter(AmxScores):
         assert isinstance(dispatch.pattern, Attention)
         self.pat = dispatch.pattern
         super().__init__(plan, dispatch, name, declare, vector_bits)
-        self.amx = self.amx_usable(units, vector_bits)  # the scores on AMX tiles (attention_amx.py)
+        # the scores over bf16 pairs (attention_amx.py): AMX tiles, else AVX512-BF16 dot products
+        self.unit = self.pairs_unit(units, vector_bits)
+        self.amx = self.unit == AMX
         self.convert_bf16 = DPBF16 in units and vector_bits == 512  # VCVTNEPS2BF16 for p · v's bf16 p
         self.dq = STEP * ceil_div(self.pat.extent(FEATURE), STEP)
         self.extent = dict(self.pat.extents)
@@ -49,7 +51,7 @@ class AttentionEmitter(AmxScores):
         # `split j = n` alone asks for split_kv: n chunks of the keys, merged in order
         self.algorithm = str(choice.value) if choice is not None else "split_kv" if self.chunks else "auto"
         self.rows = MAT_ROWS if self.algorithm == "materialized" else ROWS
-        self.amx_pv = self.amx and self.amx_values_usable()  # ... and P · V
+        self.pairs_pv = self.unit is not None and self.pair_values_usable()  # ... and P · V
         self.inner: tuple[str, str] | None = None  # the keys every row of a task sees (attention.row_setup)
 
     def leaf(self) -> ir.Load:
@@ -110,8 +112,8 @@ class AttentionEmitter(AmxScores):
                 inside = self.let(f"and i1 {inside}, {self.let(f'icmp sge i64 {j0}, {self.inner[0]}')}")
                 inside = self.let(f"and i1 {inside}, {self.let(f'icmp sle i64 {end}, {self.inner[1]}')}")
                 self.branch(inside, lambda: rows(True), lambda: rows(False))
-            if mode == "flash" and self.amx_pv:
-                self.tile_values(j0, kn)
+            if mode == "flash" and self.pairs_pv:
+                self.tile_values(j0, kn) if self.amx else self.dp_values(j0, kn)
             elif mode == "flash":
                 self.values(j0, kn, self.at["P"], bk, "0", fresh=False)
 
@@ -146,7 +148,7 @@ class AttentionEmitter(AmxScores):
 
         A full tile reads its rows at a fixed stride; in the last, short one the keys past the
         tile repeat its last key (their scores are masked to -inf anyway)."""
-        if self.amx:
+        if self.unit is not None:
             self.pack_pairs(j0, kn)
             return
         w, vec, p = self.w, self.vec, self.pat
@@ -229,6 +231,9 @@ class AttentionEmitter(AmxScores):
                      for v in range(self.nv)] for rl in rls]
             self.score_rows(rls, sums, j0, kn, mode, inner)
             return
+        if self.unit is not None:  # AVX512-BF16 dot products over the packed pairs
+            self.score_rows(rls, self.dp_scores(rls), j0, kn, mode, inner)
+            return
         accs = [[self.var(f, "zeroinitializer") for _ in range(self.nv)] for _ in range(self.mr)]
         qps = [self.get("ptr", self.gep(self.at["QP"], rl, "ptr")) for rl in rls]
         q = self.pat.q
@@ -294,7 +299,7 @@ class AttentionEmitter(AmxScores):
         ps = []
         for v, x in enumerate(xs):
             ps.append(vec.exp(self.let(f"fsub {f} {x}, {sub}")))
-            if self.amx_pv:  # p · v on AMX reads the probabilities in bf16
+            if self.pairs_pv:  # p · v on the unit reads the probabilities in bf16
                 self.store_p_bf16(rl, v, ps[-1])
             else:
                 self.emit(vec.store(ps[-1], self.gep(prow, str(v * self.w))))

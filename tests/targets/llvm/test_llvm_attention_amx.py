@@ -1,8 +1,9 @@
-"""Attention scores of bf16 q and k on AMX tiles (:mod:`arke.targets.llvm.attention_amx`) give the
-interpreter's answer, under every algorithm, on ragged shapes: a head dim that is not a multiple of the
-32-feature tile step (odd, too), query rows past a 16-row tile, a last key tile that is short, grouped
-queries, causal masks and decode. The code is rendered and compiled for a CPU with AMX on any x86-64
-host; it runs where this host has AMX and Linux permits it, else the run is skipped with the reason.
+"""Attention of bf16 q and k on the CPU's bf16 units (:mod:`arke.targets.llvm.attention_amx`: AMX tiles,
+else AVX512-BF16 dot products) gives the interpreter's answer, under every algorithm, on ragged shapes: a
+head dim that is not a multiple of the 32-feature tile step (odd, too), query rows past a 16-row tile, a
+last key tile that is short, grouped queries, causal masks and decode. Each unit's code is rendered and
+compiled for a CPU that has it on any x86-64 host; it runs where this host has the unit (and Linux
+permits AMX), else the run is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from codegen_support import assert_conforms, same_bits, seeded, text_module
 
 from arke.plan.dispatch import make_plan
-from arke.targets.llvm.isa import AMX, missing
+from arke.targets.llvm.isa import AMX, DPBF16, missing
 from arke.targets.llvm.jit import compile_object
 from arke.targets.llvm.kernel import CPUKernel
 from arke.targets.llvm.render import LLVMRenderer
@@ -51,9 +52,13 @@ CASES = [("causal", {"H": 8, "G": 2, "S": 70, "T": 70, "E": 64}),
 ALGORITHMS = ["flash", "split_kv", "materialized"]
 
 
-def _kernel(name: str, algorithm: str, threads: int = 2) -> tuple[CPUKernel, Any]:
+#: unit -> what its code calls (per 16 x 16 x 32 tile step on AMX, per 16 lanes' pairs on AVX512-BF16)
+CALLS = {AMX: "call void @llvm.x86.tdpbf16ps", DPBF16: "call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512"}
+
+
+def _kernel(name: str, algorithm: str, threads: int = 2, unit: str = AMX) -> tuple[CPUKernel, Any]:
     module = text_module(SOURCE + f"\n@strategy({name}) {{ algorithm = {algorithm} }}\n")
-    renderer = LLVMRenderer(512, frozenset({AMX}))
+    renderer = LLVMRenderer(512, frozenset({unit}))
     (strategy,) = module.strategies.for_kernel(module.kernel_map[name], "llvm")
     plan = make_plan(module.semantic, module.kernel_map[name], strategy, renderer.families, bounded=True)
     artifact = renderer.render(plan)
@@ -70,29 +75,35 @@ def _inputs(name: str, d: dict[str, int]) -> list[torch.Tensor]:
     return [out[0].bfloat16(), out[1].bfloat16(), out[2].bfloat16() if name == "causal" else out[2]]
 
 
+@pytest.mark.parametrize("unit", [AMX, DPBF16])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize(("name", "dims"), CASES, ids=[f"{n}-{'-'.join(map(str, d.values()))}" for n, d in CASES])
-def test_amx_scores_match_the_interpreter(name: str, dims: dict[str, int], algorithm: str) -> None:
-    why = missing(AMX)
+def test_unit_scores_match_the_interpreter(name: str, dims: dict[str, int], algorithm: str, unit: str) -> None:
+    why = missing(unit)
     if why is not None:
         pytest.skip(why)
-    kernel, module = _kernel(name, algorithm)
-    assert kernel.artifact.meta["units"] == AMX
+    kernel, module = _kernel(name, algorithm, unit=unit)
+    assert kernel.artifact.meta["units"] == unit
     # the scores on the unit; with bf16 v and result p · v too (rounding p to bf16), but not materialized
-    calls = kernel.artifact.source.count("call void @llvm.x86.tdpbf16ps")
-    assert (calls > 1) == (name == "causal" and algorithm != "materialized")
+    source = kernel.artifact.source
+    pv_too = name == "causal" and algorithm != "materialized"
+    if unit == AMX:
+        assert (source.count(CALLS[AMX]) > 1) == pv_too
+    else:  # the values' loop over key pairs (dp_values: `vk`) only where p · v runs on the unit
+        assert CALLS[DPBF16] in source and ("b.vk." in source) == pv_too
     args = _inputs(name, dims)
     got = kernel(*args)
     assert_conforms(got, module.kernels[name], *args)
     assert same_bits(got, kernel(*args, threads=1))
 
 
-def test_amx_attention_compiles_for_a_cpu_with_amx() -> None:
+@pytest.mark.parametrize(("unit", "cpu"), [(AMX, "sapphirerapids"), (DPBF16, "cooperlake"), (DPBF16, "znver4")])
+def test_unit_attention_compiles_for_a_cpu_with_the_unit(unit: str, cpu: str) -> None:
     module = text_module(SOURCE)
-    renderer = LLVMRenderer(512, frozenset({AMX}))
+    renderer = LLVMRenderer(512, frozenset({unit}))
     source = renderer.render(make_plan(module.semantic, module.kernel_map["causal"], None, renderer.families)).source
-    assert "tdpbf16ps" in source and "ldtilecfg" in source
-    assert len(compile_object(source, "sapphirerapids")) > 0
+    assert CALLS[unit] in source and ("ldtilecfg" in source) == (unit == AMX)
+    assert len(compile_object(source, cpu)) > 0
 
 
 def test_f32_or_f16_attention_keeps_the_vector_path() -> None:
