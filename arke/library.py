@@ -130,8 +130,9 @@ class Kernel:
         return (where, *key)
 
     def source(self) -> str:
-        """The target source of the kernel's default variant (``akc build --emit source``)."""
-        return self.variant(-1).artifact.source
+        """The target source of the variant a call runs when no ``when`` clause decides (``akc build --emit
+        source``): the first strategy without one, else the defaults."""
+        return self.variant(next((k for k, s in enumerate(self.strategies()) if s.when is None), -1)).artifact.source
 
 
 class GenericKernel:

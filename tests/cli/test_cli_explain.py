@@ -112,3 +112,16 @@ def test_build_adds_the_warnings_only_the_target_shows(matmul_rows: Path, capsys
     assert any(f"{matmul_rows}:14:3: warning[AK4014]: `warps = 4` has no effect on kernel `centred` on target "
                "`llvm`" in line for line in lines)
     assert "StrategyDowngradeWarning" not in err  # shown as diagnostics, not as Python warnings
+
+
+def test_build_source_is_the_strategy_a_call_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``akc build`` writes the variant a call runs without a ``when`` to decide: the file's strategy, not
+    the defaults (a 12-row register block here, 8 by default)."""
+    path = tmp_path / "mm.ak"
+    body = "kernel mm(a: f32[M, K], b: f32[K, N]) -> f32[M, N] {\n  return sum(a[m, k] * b[k, n] for k)\n}\n"
+    path.write_text(body + "@strategy(mm, target = llvm) { tile m = 12 }\n", encoding="utf-8")
+    status, out, _ = run(capsys, "build", str(path), "--target", "llvm")
+    assert status == 0 and "ptr noalias %a11, i64 %sak" in out
+    path.write_text(body, encoding="utf-8")
+    status, out, _ = run(capsys, "build", str(path), "--target", "llvm")
+    assert status == 0 and "ptr noalias %a7, i64 %sak" in out
