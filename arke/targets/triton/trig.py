@@ -15,7 +15,7 @@ helpers here are written out instead, all in registers:
   quadrant; ``±0`` gives ``sin(±0) = ±0``, ``±inf`` and NaN give NaN.
 
 The absolute error is within a few units of 2**-24 for every f32 argument, the bound
-``tests/support/error_bound.py`` allows ``sin``/``cos`` (ulps of 1).
+``arke/runtime/error_bound.py`` allows ``sin``/``cos`` (ulps of 1).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ SOURCE = """
 kernel sine(x: f32[N]) -> f32[N] { return sin(x[n]) }
 kernel cosine(x: f32[N]) -> f32[N] { return cos(x[n]) }
 """
-#: The tolerance rule's allowance for sin and cos of an exact argument (tests/support/error_bound.py:
+#: The tolerance rule's allowance for sin and cos of an exact argument (arke/runtime/error_bound.py:
 #: 2 · LIBM_ULPS ulps of 1), in units of 2**-24.
 ALLOWED = 32
 SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, FAST_LIMIT, np.nextafter(FAST_LIMIT, 0), 3.4028235e38,
