@@ -28,7 +28,6 @@ compile alone takes ~20 s here): under a minute.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import math
 import os
 import sys
@@ -52,10 +51,11 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Measurement, format_seconds, measure
-from unit_peak import loop_rate, matrix_unit_peak
+from unit_peak import matrix_unit_peak
 
 import arke
 from arke.lang.checker import stdlib_path
+from arke.runtime.peaks import fma_peak as fma_peak  # decoder benchmarks import it from here
 from arke.targets.llvm.isa import INT8_UNITS
 
 console = Console(width=None if sys.stdout.isatty() else 190)  # a wide table, also when piped
@@ -64,55 +64,6 @@ console = Console(width=None if sys.stdout.isatty() else 190)  # a wide table, a
 
 #: the second target timed in the same rounds as llvm: linalg through IREE on this CPU
 SECOND = "mlir"
-FMA_CHAINS = 16  # independent accumulators: FMA latency (4 cycles) × 2 units < 16, so the units never wait
-
-
-def fma_ir(chains: int) -> str:
-    """LLVM IR of ``fma_chains(n, out)``: ``chains`` independent ``a = a * 0.5 + 0.5`` chains, n steps.
-
-    The fixed point is 1.0, so nothing overflows or goes subnormal; the sum is stored so the
-    loop cannot be removed.
-    """
-    vec = "<16 x float>"
-    splat = "<" + ", ".join(["float 5.000000e-01"] * 16) + ">"
-    one = "<" + ", ".join(["float 1.000000e+00"] * 16) + ">"
-    phis = [f"  %a{c} = phi {vec} [ {one}, %entry ], [ %b{c}, %loop ]" for c in range(chains)]
-    steps = [f"  %b{c} = call {vec} @llvm.fma.v16f32({vec} %a{c}, {vec} {splat}, {vec} {splat})"
-             for c in range(chains)]
-    sums = ["  %s0 = fadd " + f"{vec} %b0, %b1"] + [f"  %s{c - 1} = fadd {vec} %s{c - 2}, %b{c}"
-                                                   for c in range(2, chains)]
-    return "\n".join([
-        f"declare {vec} @llvm.fma.v16f32({vec}, {vec}, {vec})",
-        "define void @fma_chains(i64 %n, ptr %out) {",
-        "entry:", "  br label %loop",
-        "loop:", "  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]", *phis, *steps,
-        "  %i1 = add i64 %i, 1", "  %more = icmp ult i64 %i1, %n", "  br i1 %more, label %loop, label %exit",
-        "exit:", *sums, f"  store {vec} %s{chains - 2}, ptr %out, align 4", "  ret void", "}",
-    ]) + "\n"
-
-
-def jit_fma() -> tuple[Any, Callable[[int, Any], None]]:
-    """The engine (keep it alive) and the JIT'd ``fma_chains`` for the host CPU."""
-    import llvmlite.binding as llvm
-
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    tm = llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3)
-    module = llvm.parse_assembly(fma_ir(FMA_CHAINS))
-    module.verify()
-    engine = llvm.create_mcjit_compiler(module, tm)
-    engine.finalize_object()
-    proto = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p)
-    return engine, proto(engine.get_function_address("fma_chains"))
-
-
-def fma_peak(threads: int, seconds: float) -> float:
-    """FLOP/s of independent vector FMA chains on ``threads`` threads at once (best of 3)."""
-    engine, fn = jit_fma()
-    best = loop_rate(fn, FMA_CHAINS * 16 * 2, threads, seconds)
-    del engine
-    return best
 
 
 def read_bandwidth(nbytes: int, budget_s: float) -> float:

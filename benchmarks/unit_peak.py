@@ -14,11 +14,10 @@ One Python thread per core runs the JIT'd loop (ctypes releases the GIL); the be
 from __future__ import annotations
 
 import ctypes
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
+from arke.runtime.peaks import loop_rate
 from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, VNNI, amx_permitted
 
 CHAINS = 16
@@ -96,31 +95,6 @@ def _jit(unit: str) -> tuple[Any, Callable[[int, Any], None]]:
     engine.finalize_object()
     proto = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p)
     return engine, proto(engine.get_function_address("unit"))
-
-
-def loop_rate(fn: Callable[[int, Any], None], per_step: float, threads: int, seconds: float) -> float:
-    """Operations/s of a JIT'd loop ``fn(n, out)`` doing ``per_step`` operations per step, on ``threads``
-    threads at once (one Python thread per core: ctypes releases the GIL), the best of three rounds."""
-    outs = [(ctypes.c_float * 256)() for _ in range(threads)]
-    n = 1 << 12
-    while True:  # calibrate on one core: each thread should run about `seconds`
-        start = time.perf_counter()
-        fn(n, ctypes.addressof(outs[0]))
-        took = time.perf_counter() - start
-        if took > 0.05:
-            break
-        n *= 4
-    n = max(1, int(n * seconds / took))
-    best = 0.0
-    for _ in range(3):
-        workers = [threading.Thread(target=fn, args=(n, ctypes.addressof(outs[t]))) for t in range(threads)]
-        start = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        best = max(best, threads * n * per_step / (time.perf_counter() - start))
-    return best
 
 
 def unit_peak(unit: str, threads: int, seconds: float) -> float:
