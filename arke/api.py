@@ -174,7 +174,7 @@ def interpret(kernel: Kernel, *arrays: Any, **scalars: Any) -> Any:
 
 
 def build(path_or_module: str | os.PathLike[str] | Module, target: str = "llvm", threads: int | None = None,
-          device: str = "cpu", arch: str | None = None) -> Any:
+          device: str = "cpu", arch: str | None = None, tuning: str = "on") -> Any:
     """Compile a module (or a `.ak` file) for ``target``: a Library of callable kernels.
 
     ``lib.rmsnorm(x, w)`` takes NumPy arrays or torch CPU tensors (zero-copy when contiguous)
@@ -185,12 +185,14 @@ def build(path_or_module: str | os.PathLike[str] | Module, target: str = "llvm",
     GPU); the other targets take only ``"cpu"``. ``target="cuda"`` runs CUDA C on an NVIDIA GPU
     (``arch`` defaults to the device's); ``target="llvm", arch="sm_90"`` runs the LLVM target's
     GPU flavour there. Without a GPU both are a clear error; ``akc build --emit ptx|cubin`` still
-    compiles them.
+    compiles them. ``tuning``: ``"on"`` (default) runs a kernel that has no strategy for the target
+    with the one ``akc tune`` confirmed for this machine and the call's dims bucket, if any;
+    ``"off"`` always runs the defaults. An explicit ``@strategy`` always wins.
     """
     from arke.library import Library
 
     module = path_or_module if isinstance(path_or_module, Module) else load(path_or_module)
-    return Library(module, target, threads, device, arch)
+    return Library(module, target, threads, device, arch, tuning)
 
 
 __all__ = ["CheckError", "Diagnostic", "Kernel", "Module", "build", "check", "interpret", "load", "loads"]

@@ -45,6 +45,8 @@ class Kernel:
         # Looked up once: calls are the hot path.
         self.function = library.module.semantic.get(ir_name)
         self._strategies = library.module.strategies.for_kernel(ir_name, library.target)
+        self._tuned: list[sir.Strategy] = []  # strategies from the tuning database (variants after the source's)
+        self._tuned_at: dict[str, int] = {}  # dims bucket -> variant (-1: the defaults)
         self._variants: dict[int, CPUKernel] = {}
         self._lock = threading.Lock()
         params = self.function.params
@@ -67,7 +69,8 @@ class Kernel:
         """The compiled form for strategy ``index`` (-1: no strategy, the defaults)."""
         with self._lock:
             if index not in self._variants:
-                strategy = self.strategies()[index] if index >= 0 else None
+                every = (*self.strategies(), *self._tuned)
+                strategy = every[index] if index >= 0 else None
                 if strategy is not None:
                     warn_unhonoured(self.library, self.name, self.ir_name, strategy)
                 self._variants[index] = _compile(self.library, self.ir_name, strategy)
@@ -78,7 +81,24 @@ class Kernel:
         for k, s in enumerate(self.strategies()):
             if s.when is None or eval_cond(s.when, dims):
                 return k
-        return -1
+        if self._strategies or self.library.tuning == "off":
+            return -1
+        return self._tuned_variant(dims)
+
+    def _tuned_variant(self, dims: dict[str, int]) -> int:
+        """The variant of the strategy ``akc tune`` confirmed for these dims' bucket here, else -1."""
+        from arke.tune.db import bucket
+        from arke.tune.lookup import tuned_strategy
+
+        key = repr(sorted(bucket(dims).items()))
+        if key not in self._tuned_at:
+            lib = self.library
+            found = tuned_strategy(lib.module.semantic, self.ir_name, lib.target, dims, lib.arch, lib.device)
+            with self._lock:
+                if found is not None:
+                    self._tuned.append(found)
+                self._tuned_at[key] = len(self._strategies) + len(self._tuned) - 1 if found is not None else -1
+        return self._tuned_at[key]
 
     def __call__(self, *arrays: Any, threads: int | None = None, out: Any = None, **scalars: Any) -> Any:
         """Check the call (shapes, dtypes, `where` clauses, ``out=``) before anything runs, then run it.
@@ -190,7 +210,7 @@ class Library:
     """
 
     def __init__(self, module: Module, target: str, threads: int | None, device: str = "cpu",
-                 arch: str | None = None):
+                 arch: str | None = None, tuning: str = "on"):
         from arke.runtime.host import run_threads
         from arke.runtime.limits import MAX_THREADS
 
@@ -198,6 +218,9 @@ class Library:
                                     or not 1 <= threads <= MAX_THREADS):
             raise ValueError(f"threads must be a whole number from 1 to {MAX_THREADS}, or None for every core, "
                              f"not {threads!r}")
+        if tuning not in ("on", "off"):
+            raise ValueError(f"tuning is 'on' (use akc tune's records) or 'off', not {tuning!r}")
+        self.tuning = tuning
         found = targets.get(target)  # an unknown name: a ValueError naming the targets
         arch = found.check_options(device, arch)  # a ValueError saying which values it takes
         found.require(device, arch)  # a ValueError saying what to install or do

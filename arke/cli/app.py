@@ -97,8 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=cmd_demo)
 
     from arke.cli.build import add_commands
+    from arke.cli.tune import add_command as add_tune
 
     add_commands(sub)
+    add_tune(sub)
     return parser
 
 

@@ -103,6 +103,8 @@ class Target:
     takes_arch: ClassVar[bool] = False
     #: whether ``arke.build(..., device=...)`` takes another device than the CPU
     takes_device: ClassVar[bool] = False
+    #: the packages whose versions stand for this target's toolchain (a tuning record is used only with them)
+    toolchain: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A target states what it takes once (:attr:`takes`); ``honours`` and ``uses`` follow from it."""
@@ -140,6 +142,18 @@ class Target:
     def on_host(self, device: str, arch: str | None) -> bool:
         """Whether kernels built with these options run on this CPU (their arguments are moved there)."""
         return False
+
+    def toolchain_versions(self) -> dict[str, str]:
+        """The installed version of each :attr:`toolchain` package ("absent" where it is not installed)."""
+        import importlib.metadata
+
+        out = {}
+        for package in self.toolchain:
+            try:
+                out[package] = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                out[package] = "absent"
+        return out
 
     # ------------------------------------------------------------ decoder layers (arke.models)
 
@@ -281,6 +295,22 @@ class Target:
             return _values_for(spec, extents[subject], None) if subject in extents else ()
         values = _values_for(spec, None, self.choices.get(decision))
         return values if entry.values is None else tuple(v for v in values if v in entry.values)
+
+    def tune_values(self, decision: str, dispatch: Dispatch, dims: Mapping[str, int], subject: str | None = None,
+                    arch: str | None = None) -> tuple[int | str, ...]:
+        """The values of ``decision`` on ``subject`` a tuner tries for ``dispatch`` at ``dims``: the legal ones
+        (:meth:`legal_values`) that make different code here. By default the legal values with ``threads``
+        capped at the cores this process may use; a target narrows a decision to the values its code
+        distinguishes (a register block has at most so many rows)."""
+        spec = sir.DECISIONS[decision]
+        if (spec.subject == "none") != (subject is None):
+            return ()
+        values = self.legal_values(decision, dispatch, dims, subject, arch)
+        if decision == "threads":
+            from arke.runtime.host import cores
+
+            values = tuple(v for v in values if isinstance(v, int) and v <= cores()) or (1,)
+        return values
 
     # ------------------------------------------------------------ akc build
 

@@ -52,6 +52,7 @@ DROPS: dict[str, dict[str, str]] = {
 
 
 class CudaTarget(Target):
+    toolchain = ("nvidia-cuda-nvrtc-cu12", "cuda-bindings")
     name = "cuda"
     description = "CUDA C compiled by NVRTC"
     takes = TAKES

@@ -21,6 +21,8 @@ from arke.targets.base import FUSED, SINGLE, Resource, Target
 from arke.targets.space import Takes, dispatch_family, takes
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from arke.ir import strategy as sir
     from arke.plan.dispatch import Dispatch, PlanOp
     from arke.targets.artifact import Artifact, Renderer
@@ -119,6 +121,7 @@ def looped(op: PlanOp, parallel: str | None, rows: int | None = None) -> set[str
 
 
 class LLVMTarget(Target):
+    toolchain = ("llvmlite",)
     name = "llvm"
     description = "CPU code through LLVM (and its GPU flavour for NVIDIA)"
     takes = TAKES
@@ -244,6 +247,36 @@ class LLVMTarget(Target):
         from arke.targets.nvidia.ptx import ptx_resources
 
         return ptx_resources(ptx_text, arch)
+
+    def toolchain_versions(self) -> dict[str, str]:
+        import llvmlite.binding as llvm
+
+        return {**super().toolchain_versions(), "LLVM": ".".join(map(str, llvm.llvm_version_info))}
+
+    def tune_values(self, decision: str, dispatch: Dispatch, dims: Mapping[str, int], subject: str | None = None,
+                    arch: str | None = None) -> tuple[int | str, ...]:
+        """A contraction's blocking as its code reads it (:func:`arke.targets.llvm.gemm.blocking`): ``tile m``
+        the register block's rows (at most 16), ``tile n`` a task's columns (whole panels of 32), ``tile k``
+        the packed depth, ``vectorize n`` up to the host's lanes, ``unroll k`` up to 8; else the legal values."""
+        values = super().tune_values(decision, dispatch, dims, subject, arch)
+        if dispatch.family != "contraction" or not values or arch is not None:
+            return values
+        roles = self.subject_roles(dispatch)
+        role = next((r for r in ("m", "n", "k") if subject in roles.get(r, ())), None)
+        top = max((v for v in values if isinstance(v, int)), default=1)  # the extent, where it is smaller
+        if decision == "tile" and role == "m":
+            return tuple(v for v in (1, 2, 3, 4, 6, 8, 10, 12, 14, 16) if v <= top)
+        if decision == "tile" and role == "n":
+            return tuple(v for v in (32, 64, 128, 192, 256, 384, 512) if v <= max(32, top))
+        if decision == "tile" and role == "k":
+            return tuple(v for v in (64, 128, 256, 384, 512, 768, 1024, 2048) if v <= max(64, top))
+        if decision == "vectorize":
+            from arke.targets.llvm.jit import host_vector_bits
+
+            return tuple(v for v in values if isinstance(v, int) and 4 <= v <= host_vector_bits() // 32)
+        if decision == "unroll":
+            return tuple(v for v in values if isinstance(v, int) and v <= 8)
+        return values
 
     def build_command(self, args: argparse.Namespace) -> int:
         from arke.targets.llvm.build_cli import cmd_build_llvm

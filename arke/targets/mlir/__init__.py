@@ -39,6 +39,7 @@ DROPS: dict[str, dict[str, str]] = {
 
 
 class MLIRTarget(Target):
+    toolchain = ("iree-base-compiler", "iree-base-runtime")
     name = "mlir"
     description = "linalg on tensors, compiled by IREE"
     #: linalg writes attention over whole tensors: online softmax and split-KV need rewrites upstream lacks

@@ -51,6 +51,7 @@ DROPS: dict[str, dict[str, str]] = {
 
 
 class TritonTarget(Target):
+    toolchain = ("triton",)
     name = "triton"
     description = "GPU kernels written in Triton"
     takes = TAKES

@@ -1,0 +1,104 @@
+"""``akc tune``: measure a kernel's strategy space on a target at given dims (:mod:`arke.tune`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+
+def add_command(sub: Any) -> None:
+    """Register ``akc tune``."""
+    tune = sub.add_parser("tune", help="search a kernel's strategies by measuring them",
+                          description="Measure the strategies a target honours for KERNEL at DIMS: the defaults "
+                                      "first, then the points a sampler proposes, each checked against the reference "
+                                      "interpreter; confirm the best against the defaults and store the records.")
+    tune.add_argument("path", metavar="FILE")
+    tune.add_argument("--kernel", required=True)
+    tune.add_argument("--dims", required=True, help="dim values, as M=1024,N=1024,K=1024")
+    tune.add_argument("--target", default="llvm")
+    stop = tune.add_mutually_exclusive_group()
+    stop.add_argument("--budget", type=int, default=None, help="measurements, the defaults' included (default 40)")
+    stop.add_argument("--time", type=float, default=None, help="seconds to spend (the budget is then unbounded)")
+    tune.add_argument("--db", default=None, help="a SQLAlchemy URL or a SQLite file (default: ARKE_TUNING_DB, else "
+                                                 "~/.cache/arke/tuning.db)")
+    tune.add_argument("--write", default=None, metavar="FILE.ak",
+                      help="append the confirmed strategy to this file as an @strategy block")
+    tune.add_argument("--format", choices=("text", "json"), default="text")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--timeout", type=float, default=120.0, help="seconds one candidate may take (default 120)")
+    tune.set_defaults(handler=cmd_tune)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from arke.cli.build import parse_dims
+    from arke.tune import tune
+    from arke.tune.db import TuningDatabaseError
+
+    dims = parse_dims(args.dims)
+    quiet = args.format == "json"
+    try:
+        result = tune(args.path, args.kernel, dims, target=args.target,
+                      budget=None if args.time is not None else (args.budget or 40), time_s=args.time, db=args.db,
+                      seed=args.seed, timeout_s=args.timeout,
+                      progress=None if quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
+    except (ValueError, TuningDatabaseError) as err:
+        from arke.cli.app import UsageError
+
+        raise UsageError(str(err)) from None
+    if args.write and result.chosen.strategy is not None:
+        _write(args, result)
+    if quiet:
+        print(json.dumps(result.as_json(), indent=2))
+    else:
+        _table(result)
+    return 0 if result.default.outcome == "ok" else 1
+
+
+def _write(args: argparse.Namespace, result: Any) -> None:
+    """Append the confirmed strategy as source, after checking the file with it is clean."""
+    from pathlib import Path
+
+    import arke
+    from arke.tune.source import strategy_block
+
+    assert result.chosen.strategy is not None
+    path = Path(args.write)
+    block = strategy_block(args.kernel, result.target, result.chosen.strategy, result.dims,
+                           f"akc tune: {result.speedup:.2f}x the defaults at {result.dims} (noise {result.noise:.1%})")
+    before = path.read_text(encoding="utf-8") if path.exists() else ""
+    if not before and Path(args.path).resolve() != path.resolve():
+        before = Path(args.path).read_text(encoding="utf-8")  # a new file: the kernel, then its strategy
+    text = before + ("\n" if before and not before.endswith("\n\n") else "") + block
+    arke.loads(text, path=str(path))  # raises CheckError rather than write a file that does not check
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote the strategy to {path}", file=sys.stderr)
+
+
+def _table(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from arke.tune.search import _text
+
+    default = result.confirmed.get("", result.default.median)
+    chosen = result.confirmed.get(_text(result.chosen.strategy), result.chosen.median)
+    table = Table(title=f"akc tune {result.kernel} on {result.target} at "
+                        + ",".join(f"{k}={v}" for k, v in result.dims.items()))
+    for column in ("default", "tuned", "speedup", "% of FMA peak", "noise", "decisions changed"):
+        table.add_column(column)
+    peak = (f"{100 * result.flops / chosen / result.fma_peak:.0f}%"
+            if result.flops and result.fma_peak and not math.isinf(chosen) else "n/a")
+    table.add_row(f"{default * 1e3:.3f} ms", f"{chosen * 1e3:.3f} ms", f"{result.speedup:.2f}×", peak,
+                  f"{result.noise:.1%}", ", ".join(result.changed()) or "none (the defaults stay)")
+    console = Console()
+    console.print(table)
+    counts: dict[str, int] = {}
+    for t in result.trials:
+        counts[t.outcome] = counts.get(t.outcome, 0) + 1
+    console.print(f"measured {sum(counts.values())} ({', '.join(f'{v} {k}' for k, v in counts.items())}) in "
+                  f"{result.seconds:.0f} s; records in {result.db_url}")
+    for note in result.notes:
+        console.print(f"note: {note}")

@@ -1,0 +1,290 @@
+"""The tuning database: one record per measured configuration, in SQLite by default
+(``~/.cache/arke/tuning.db``, or ``ARKE_TUNING_DB`` / ``--db``) or any SQLAlchemy URL (a team's
+PostgreSQL server).
+
+A record keys a configuration by the kernel's canonical IR hash, the target and its options, the
+dims bucket (:func:`bucket`: a record made at ``M = 1000`` serves calls whose dims fall in the same
+power-of-two buckets), the machine identity, arke's and the toolchain's versions and the measurement
+protocol (:mod:`arke.tune.machine`); it holds the configuration as StrategyIR JSON, its samples, and
+the outcome (``ok``, ``mismatch``, ``failed``, ``timeout``, ``pruned``, ``flagged``). A lookup only
+ever returns records whose every key matches: another machine's, toolchain's or protocol's never.
+
+Writers commit one record per transaction, so tuners sharing a database interleave safely (SQLite
+waits on its lock for up to 30 s). A database file that cannot be read is reported and set aside
+(renamed ``<name>.corrupt-<time>``) and a new one started: never a traceback, never data taken
+for good that is not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arke.ir import semantic as S
+from arke.ir import strategy as sir
+
+#: Outcomes a record may have; only ``ok`` records compete for "best".
+OUTCOMES = ("ok", "mismatch", "failed", "timeout", "pruned", "flagged")
+#: The winner of a tuning run (confirmed against the defaults), per key: what arke.build uses.
+CHOSEN = "chosen"
+
+
+class TuningDatabaseError(Exception):
+    """The database cannot be used (a bad URL, a server that refuses); the message says what to do."""
+
+
+def default_url() -> str:
+    """``ARKE_TUNING_DB``, else SQLite at ``$XDG_CACHE_HOME/arke/tuning.db`` (``~/.cache/arke/tuning.db``)."""
+    explicit = os.environ.get("ARKE_TUNING_DB", "").strip()
+    if explicit:
+        return explicit if "://" in explicit else f"sqlite:///{Path(explicit).expanduser()}"
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return f"sqlite:///{base / 'arke' / 'tuning.db'}"
+
+
+def bucket(dims: Mapping[str, int]) -> dict[str, int]:
+    """The bucket of each dim (rule ``pow2``): the power of two at or above it (1 and 2 stay as they are)."""
+    return {k: 1 << max(0, math.ceil(math.log2(max(1, v)))) for k, v in sorted(dims.items())}
+
+
+BUCKET_RULE = "pow2"
+
+
+def kernel_hash(module: S.Module, ir_name: str) -> str:
+    """The canonical IR hash of a kernel: its text form and that of every kernel it calls."""
+    import hashlib
+
+    from arke.ir.text import print_function
+
+    seen: list[str] = []
+    todo = [ir_name]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.append(name)
+        todo += [op.callee for op in module.get(name).ops if isinstance(op, S.CallOp)]
+    text = "\n".join(print_function(module.get(n)) for n in sorted(seen))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Key:
+    """What a record is for, and who measured it: every field must match for a record to be used."""
+
+    kernel: str  # the kernel's canonical IR hash
+    target: str
+    options: str  # the target's options (arch, device) as JSON
+    dims_bucket: str  # JSON of bucket(dims)
+    machine: str  # digest of the machine identity
+    versions: str  # digest of arke's and the toolchain's versions
+    protocol: int
+
+    @staticmethod
+    def make(module: S.Module, ir_name: str, target: str, dims: Mapping[str, int], arch: str | None = None,
+             device: str = "cpu") -> Key:
+        from arke.tune import machine
+
+        return Key(kernel_hash(module, ir_name), target, json.dumps({"arch": arch, "device": device}, sort_keys=True),
+                   json.dumps(bucket(dims), sort_keys=True), machine.digest(machine.identity(target, device)),
+                   machine.digest(machine.versions(target)), machine.PROTOCOL)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measured configuration."""
+
+    key: Key
+    dims: dict[str, int]
+    strategy: sir.Strategy | None  # None: the defaults
+    outcome: str
+    samples: tuple[float, ...] = ()
+    note: str = ""  # why it failed or was pruned; a rationale (the agent interface)
+    kernel_name: str = ""
+    created: float = 0.0
+
+    @property
+    def median(self) -> float:
+        if self.outcome != "ok" or not self.samples:
+            return math.inf
+        s = sorted(self.samples)
+        n = len(s)
+        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def strategy_json(strategy: sir.Strategy | None) -> str:
+    from arke.ir.serialize import strategies_to_json
+
+    return "" if strategy is None else strategies_to_json(sir.StrategySet((strategy,)))
+
+
+def strategy_from(text: str) -> sir.Strategy | None:
+    from arke.ir.serialize import strategies_from_json
+
+    return None if not text else strategies_from_json(text).strategies[0]
+
+
+class Database:
+    """A tuning database at a SQLAlchemy URL (created with its table on first use)."""
+
+    def __init__(self, url: str | None = None):
+        url = url or default_url()
+        self.url = url if "://" in url else f"sqlite:///{Path(url).expanduser().resolve()}"  # a plain file path
+        self._engine: Any = None
+        self.notes: list[str] = []  # what was reported (a corrupted file set aside)
+
+    # -------------------------------------------------------------- connection
+    def _open(self) -> Any:
+        if self._engine is not None:
+            return self._engine
+        try:
+            import sqlalchemy as sa
+        except ImportError:
+            raise TuningDatabaseError("the tuning database needs SQLAlchemy: pip install 'arke[tune]'") from None
+        path = self._sqlite_path()
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            engine = sa.create_engine(self.url, connect_args={"timeout": 30} if path is not None else {})
+        except Exception as err:
+            raise TuningDatabaseError(f"cannot use the tuning database {self._shown()}: {err}") from None
+        try:
+            _metadata(sa).create_all(engine)
+            with engine.connect() as c:  # a file that is not a database fails here
+                c.execute(sa.text("SELECT COUNT(*) FROM arke_tuning")).scalar()
+        except Exception as err:
+            engine.dispose()
+            if path is None or not path.exists():
+                raise TuningDatabaseError(f"cannot use the tuning database {self._shown()}: "
+                                          f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
+            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+            path.rename(aside)
+            note = (f"the tuning database {path} could not be read ({type(err).__name__}); it was set aside as "
+                    f"{aside.name} and a new one started")
+            self.notes.append(note)
+            warnings.warn(note, RuntimeWarning, stacklevel=3)
+            engine = sa.create_engine(self.url, connect_args={"timeout": 30})
+            _metadata(sa).create_all(engine)
+        self._engine = engine
+        return engine
+
+    def _sqlite_path(self) -> Path | None:
+        prefix = "sqlite:///"
+        return Path(self.url[len(prefix):]) if self.url.startswith(prefix) and len(self.url) > len(prefix) else None
+
+    def _shown(self) -> str:
+        return self.url.split("@")[-1] if "@" in self.url else self.url  # never print a password
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    # -------------------------------------------------------------- writing and reading
+    def add(self, record: Record) -> None:
+        """Store one record (its own transaction)."""
+        import sqlalchemy as sa
+
+        engine = self._open()
+        k = record.key
+        row = {"kernel": k.kernel, "target": k.target, "options": k.options, "dims_bucket": k.dims_bucket,
+               "machine": k.machine, "versions": k.versions, "protocol": k.protocol, "bucket_rule": BUCKET_RULE,
+               "dims": json.dumps(record.dims, sort_keys=True), "strategy": strategy_json(record.strategy),
+               "outcome": record.outcome, "samples": json.dumps(list(record.samples)),
+               "median": None if math.isinf(record.median) else record.median, "note": record.note[:2000],
+               "kernel_name": record.kernel_name, "created": record.created or time.time(),
+               "identity": json.dumps(self._identity(k.target, k.options), sort_keys=True)}
+        with engine.begin() as c:
+            c.execute(sa.insert(_table(sa)).values(**row))
+
+    @staticmethod
+    def _identity(target: str, options: str) -> dict[str, object]:
+        from arke.tune import machine
+
+        return {"machine": machine.identity(target, json.loads(options).get("device", "cpu")),
+                "versions": machine.versions(target)}
+
+    def records(self, key: Key, outcome: str | None = None) -> list[Record]:
+        """The records for exactly this key (machine, versions and protocol included), oldest first."""
+        import sqlalchemy as sa
+
+        engine = self._open()
+        t = _table(sa)
+        q = sa.select(t).where(t.c.kernel == key.kernel, t.c.target == key.target, t.c.options == key.options,
+                               t.c.dims_bucket == key.dims_bucket, t.c.machine == key.machine,
+                               t.c.versions == key.versions, t.c.protocol == key.protocol)
+        if outcome is not None:
+            q = q.where(t.c.outcome == outcome)
+        out = []
+        with engine.connect() as c:
+            for row in c.execute(q.order_by(t.c.id)):
+                try:
+                    strategy = strategy_from(row.strategy)
+                    samples = tuple(float(x) for x in json.loads(row.samples))
+                    dims = {str(a): int(b) for a, b in json.loads(row.dims).items()}
+                except (ValueError, TypeError, KeyError) as err:  # a damaged row: skipped, said once
+                    self.notes.append(f"record {row.id} of {self._shown()} is damaged ({err}); skipped")
+                    continue
+                out.append(Record(key, dims, strategy, row.outcome, samples, row.note or "", row.kernel_name or "",
+                                  row.created or 0.0))
+        return out
+
+    def chosen(self, key: Key) -> Record | None:
+        """The latest confirmed winner for this key (what ``arke.build`` uses), or None."""
+        found = self.records(key, CHOSEN)
+        return found[-1] if found else None
+
+    def best(self, key: Key) -> Record | None:
+        """The fastest ``ok`` record for this key, or None."""
+        found = [r for r in self.records(key, "ok")]
+        return min(found, key=lambda r: r.median) if found else None
+
+    def count(self) -> int:
+        import sqlalchemy as sa
+
+        with self._open().connect() as c:
+            return int(c.execute(sa.select(sa.func.count()).select_from(_table(sa))).scalar() or 0)
+
+
+_TABLES: dict[int, Any] = {}
+
+
+def _metadata(sa: Any) -> Any:
+    return _table(sa).metadata
+
+
+def _table(sa: Any) -> Any:
+    """The one table (created on first use): every key column indexed together for the lookups."""
+    if id(sa) not in _TABLES:
+        md = sa.MetaData()
+        t = sa.Table(
+            "arke_tuning", md,
+            sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+            sa.Column("kernel", sa.String(64), nullable=False), sa.Column("kernel_name", sa.String(200)),
+            sa.Column("target", sa.String(32), nullable=False), sa.Column("options", sa.String(200), nullable=False),
+            sa.Column("dims_bucket", sa.Text, nullable=False), sa.Column("bucket_rule", sa.String(32)),
+            sa.Column("dims", sa.Text, nullable=False),
+            sa.Column("machine", sa.String(64), nullable=False), sa.Column("versions", sa.String(64), nullable=False),
+            sa.Column("identity", sa.Text), sa.Column("protocol", sa.Integer, nullable=False),
+            sa.Column("strategy", sa.Text, nullable=False), sa.Column("outcome", sa.String(16), nullable=False),
+            sa.Column("samples", sa.Text, nullable=False), sa.Column("median", sa.Float),
+            sa.Column("note", sa.Text), sa.Column("created", sa.Float),
+            sa.Index("arke_tuning_key", "kernel", "target", "options", "dims_bucket", "machine", "versions",
+                     "protocol", "outcome"))
+        _TABLES[id(sa)] = t
+    return _TABLES[id(sa)]
+
+
+def records_table(records: Sequence[Record]) -> list[dict[str, Any]]:
+    """Records as plain dicts (``--format json``, the agent interface)."""
+    from arke.ir.text import print_strategy
+
+    return [{"outcome": r.outcome, "median_s": None if math.isinf(r.median) else r.median,
+             "strategy": "" if r.strategy is None else print_strategy(r.strategy), "note": r.note} for r in records]

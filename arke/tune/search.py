@@ -1,0 +1,307 @@
+"""``arke.tune``: a measured search of a kernel's strategy space on one target at given dims.
+
+The defaults are measured first; then points the sampler proposes (Optuna's TPE sampler, or every
+point where the space is no larger than the budget), each pruned before compiling if the checker or
+the target would not honour it as written, compiled in parallel ahead of their turn, then checked and
+timed one at a time by the measuring worker (:mod:`arke.tune.worker`). Every result is a record in
+the tuning database. The best few are confirmed against the defaults in interleaved rounds, and the
+defaults are replaced only by a win larger than the measured noise (the rounds' interquartile
+spread); the confirmed choice is stored as the key's ``chosen`` record, which ``arke.build`` uses. A
+time faster than the machine's measured FMA peak allows (f32 kernels) is flagged, not recorded as ok.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arke.ir import semantic as S
+from arke.ir import strategy as sir
+from arke.tune import db as tdb
+from arke.tune.space import Knob, knobs, prune, space_size, strategy_of
+from arke.tune.worker import Worker
+
+#: Finalists re-measured against the defaults, and the interleaved rounds they get.
+FINALISTS, ROUNDS = 3, 3
+#: The smallest win that replaces the defaults, whatever the noise (2 %).
+MIN_WIN = 0.02
+
+
+@dataclass
+class Trial:
+    """One measured (or pruned) point."""
+
+    strategy: sir.Strategy | None
+    outcome: str
+    samples: tuple[float, ...] = ()
+    note: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples) if self.outcome == "ok" and self.samples else math.inf
+
+    @property
+    def spread(self) -> float:
+        if len(self.samples) < 4:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.samples, n=4)
+        return (q3 - q1) / self.median
+
+
+@dataclass
+class TuneResult:
+    """What a tuning run found (``akc tune`` prints it; ``--format json`` writes :meth:`as_json`)."""
+
+    kernel: str
+    target: str
+    dims: dict[str, int]
+    default: Trial
+    chosen: Trial  # the confirmed choice: the defaults unless a finalist won by more than the noise
+    trials: list[Trial] = field(default_factory=list)
+    confirmed: dict[str, float] = field(default_factory=dict)  # strategy text -> confirmation median
+    noise: float = 0.0
+    flops: float = 0.0
+    fma_peak: float = 0.0
+    db_url: str = ""
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def speedup(self) -> float:
+        d = self.confirmed.get("", self.default.median)
+        c = self.confirmed.get(_text(self.chosen.strategy), self.chosen.median)
+        return d / c if c and not math.isinf(c) else 1.0
+
+    def changed(self) -> list[str]:
+        """The decisions the chosen strategy sets (every one differs from "the target's default")."""
+        from arke.ir.text import decision_text
+
+        return [decision_text(d) for d in self.chosen.strategy.decisions] if self.chosen.strategy else []
+
+    def as_json(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for t in self.trials:
+            counts[t.outcome] = counts.get(t.outcome, 0) + 1
+        default = self.confirmed.get("", self.default.median)
+        chosen = self.confirmed.get(_text(self.chosen.strategy), self.chosen.median)
+        return {"kernel": self.kernel, "target": self.target, "dims": self.dims, "default_s": default,
+                "tuned_s": chosen, "speedup": self.speedup, "noise": self.noise, "changed": self.changed(),
+                "strategy": _text(self.chosen.strategy), "outcomes": counts, "flops": self.flops,
+                "fma_peak": self.fma_peak, "percent_of_fma_peak": (100 * self.flops / chosen / self.fma_peak
+                                                                    if self.flops and self.fma_peak else None),
+                "database": self.db_url, "notes": self.notes, "seconds": self.seconds}
+
+
+def _text(strategy: sir.Strategy | None) -> str:
+    from arke.ir.text import print_strategy
+
+    return "" if strategy is None else print_strategy(strategy)
+
+
+def flops_of(fn: S.Function, dims: Mapping[str, int]) -> float:
+    """Floating-point operations of a kernel at ``dims`` where its float work is f32 sums of products
+    (2 per term of each contraction or sum over a product); 0 where that says nothing (16-bit or
+    int8 inputs run on other units, elementwise kernels are bound by memory)."""
+    from arke.ir.shapes import evaluate
+
+    if any(p.type.rank and p.type.dtype.is_float and p.type.dtype.name != "F32" for p in fn.params):
+        return 0.0
+    total = 0.0
+    for op in fn.ops:
+        if isinstance(op, S.ContractOp | S.ReduceOp) and op.dtype.name == "F32":
+            if isinstance(op, S.ReduceOp) and not (op.kind == "sum" and isinstance(op.body, S.Binary)
+                                                   and op.body.op == "mul"):
+                continue
+            n = 1.0
+            for axis in (*op.axes, *op.reduce_axes):
+                try:
+                    n *= float(evaluate(axis.extent, dict(dims)))
+                except (ValueError, TypeError, KeyError):
+                    return 0.0
+            total += 2.0 * n
+    return total
+
+
+def _source_of(source: str | Path | Any) -> tuple[str, str]:
+    """(text, path) of a file path, source text, or a loaded module (read from its path)."""
+    if not isinstance(source, str | Path):  # a loaded module
+        path = str(source.path)
+        return Path(path).read_text(encoding="utf-8"), path
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).is_file()):
+        return Path(source).read_text(encoding="utf-8"), str(source)
+    return str(source), "<tune>"
+
+
+def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, target: str = "llvm",
+         budget: int | None = 40, time_s: float | None = None, db: str | None = None, seed: int = 0,
+         timeout_s: float = 120.0, progress: Callable[[str], None] | None = None,
+         flag_roofline: bool = True) -> TuneResult:
+    """Tune ``kernel`` of ``source`` (a path, source text, or an :func:`arke.load`-ed module) on ``target``
+    at ``dims``: at most ``budget`` measurements (the defaults' included) and ``time_s`` seconds.
+    Records go to the tuning database at ``db`` (default :func:`arke.tune.db.default_url`); the confirmed
+    choice is what ``arke.build`` uses from then on for calls in the same dims bucket."""
+    import arke
+
+    started = time.perf_counter()
+    text, path = _source_of(source)
+    module = arke.loads(text, path=path)
+    if kernel not in module.kernel_map:
+        raise ValueError(f"`{path}` has no kernel `{kernel}`; it has: {', '.join(module.names)}")
+    ir_name = module.kernel_map[kernel]
+    if ir_name in module.generics:
+        raise ValueError(f"`{kernel}` is generic: tune one specialisation (akc tune --dtypes A=bf16 ...)")
+    fn = module.semantic.get(ir_name)
+    dims = {k: int(v) for k, v in dims.items()}
+    missing = sorted({s.name for p in fn.params for d in p.type.shape for s in getattr(d, "free_symbols", ())}
+                     - set(dims))
+    if missing:
+        raise ValueError(f"give every dim of `{kernel}` (missing: {', '.join(missing)})")
+    say = progress or (lambda _: None)
+    database = tdb.Database(db)
+    key = tdb.Key.make(module.semantic, ir_name, target, dims)
+    space = knobs(module, ir_name, target, dims)
+    worker = Worker()
+    result = TuneResult(kernel, target, dims, Trial(None, "failed"), Trial(None, "failed"), db_url=database.url)
+    result.flops = flops_of(fn, dims)
+    if flag_roofline and result.flops:
+        from arke.runtime.host import cores
+        from arke.runtime.peaks import fma_peak
+
+        result.fma_peak = fma_peak(cores(), 0.2)
+    seen: dict[str, Trial] = {}
+
+    def run(strategy: sir.Strategy | None, samples: int = 7) -> Trial:
+        request = {"source": text, "path": path, "kernel": kernel, "target": target, "dims": dims,
+                   "strategy": tdb.strategy_json(strategy), "seed": seed + len(seen) * 101, "samples": samples}
+        reply = worker.request(request, timeout_s)
+        trial = Trial(strategy, reply.get("status", "failed"), tuple(reply.get("samples", ())),
+                      str(reply.get("error", "")))
+        if trial.outcome == "ok" and result.fma_peak and result.flops / trial.median > 1.05 * result.fma_peak:
+            trial.outcome, trial.note = "flagged", (f"{result.flops / trial.median / 1e9:.0f} GFLOP/s is beyond the "
+                                                    f"measured FMA peak ({result.fma_peak / 1e9:.0f} GFLOP/s)")
+        return trial
+
+    def record(trial: Trial, outcome: str | None = None) -> None:
+        database.add(tdb.Record(key, dims, trial.strategy, outcome or trial.outcome, trial.samples, trial.note,
+                                kernel))
+
+    try:
+        say(f"{kernel} on {target} at {dims}: {len(space)} decisions, {space_size(space)} points; the defaults first")
+        result.default = run(None)
+        record(result.default)
+        result.trials.append(result.default)
+        seen[""] = result.default
+        if result.default.outcome != "ok":
+            result.notes.append(f"the defaults did not run: {result.default.outcome}: {result.default.note}")
+            result.chosen = result.default
+            return result
+        _search(result, space, module, ir_name, target, dims, budget, time_s, started, seed, run, record, seen, say)
+        _confirm(result, worker, run, record, say)
+    finally:
+        worker.stop()
+        result.notes += database.notes
+        database.close()
+        result.seconds = time.perf_counter() - started
+    return result
+
+
+def _search(result: TuneResult, space: list[Knob], module: Any, ir_name: str, target: str, dims: dict[str, int],
+            budget: int | None, time_s: float | None, started: float, seed: int,
+            run: Callable[[sir.Strategy | None], Trial], record: Callable[[Trial], None],
+            seen: dict[str, Trial], say: Callable[[str], None]) -> None:
+    """Propose, prune, precompile and measure points until the budget or the time is spent."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    exhaustive = budget is not None and space_size(space) <= budget - 1
+    choices = {k.key: [str(v) for v in k.values] for k in space}
+    sampler: Any = (optuna.samplers.GridSampler(choices, seed=seed) if exhaustive
+                    else optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True))
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    measured, asked = 1, 0
+    limit = budget if budget is not None else 10 ** 9
+    pool = ThreadPoolExecutor(max_workers=2)
+
+    def out_of_time() -> bool:
+        return time_s is not None and time.perf_counter() - started > time_s
+
+    while measured < limit and not out_of_time() and asked < 20 * max(limit, 10):
+        asked += 1
+        trial = study.ask()
+        point: dict[str, int | str] = {}
+        for knob in space:
+            picked = trial.suggest_categorical(knob.key, choices[knob.key])
+            point[knob.key] = next(v for v in knob.values if str(v) == picked)
+        strategy = strategy_of(ir_name, target, point, space)
+        text = _text(strategy) if strategy.decisions else ""
+        if text in seen:  # the same strategy again: its result, not another measurement
+            earlier = seen[text]
+            study.tell(trial, earlier.median if earlier.outcome == "ok" else None,
+                       state=None if earlier.outcome == "ok" else optuna.trial.TrialState.FAIL)
+            if exhaustive and len(seen) >= space_size(space):
+                break
+            continue
+        why = prune(module, ir_name, strategy, dims)
+        if why is not None:
+            pruned = Trial(strategy, "pruned", note=why)
+            seen[text] = pruned
+            record(pruned)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            continue
+        found = run(strategy)
+        seen[text] = found
+        record(found)
+        result.trials.append(found)
+        measured += 1
+        if found.outcome == "ok":
+            study.tell(trial, found.median)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        best = min((t.median for t in result.trials), default=math.inf)
+        say(f"[{measured}/{limit if budget is not None else '∞'}] {found.outcome:8s} "
+            f"{found.median * 1e3:9.3f} ms  best {best * 1e3:.3f} ms  {text.splitlines()[1:] if text else ''}")
+    pool.shutdown()
+
+
+def _confirm(result: TuneResult, worker: Worker, run: Callable[..., Trial], record: Callable[..., None],
+             say: Callable[[str], None]) -> None:
+    """Re-measure the finalists against the defaults in interleaved rounds; keep the defaults unless the
+    best finalist wins by more than the noise; store the choice as the key's ``chosen`` record."""
+    ok = sorted((t for t in result.trials if t.outcome == "ok" and t.strategy is not None), key=lambda t: t.median)
+    finalists = [t for t in ok if t.median < result.default.median][:FINALISTS]
+    if not finalists:
+        result.chosen = result.default
+        record(result.default, tdb.CHOSEN)
+        say("no point beat the defaults: they stay")
+        return
+    say(f"confirming {len(finalists)} finalists against the defaults in {ROUNDS} interleaved rounds")
+    rounds: dict[str, list[float]] = {"": []}
+    for t in finalists:
+        rounds[_text(t.strategy)] = []
+    for _ in range(ROUNDS):
+        for candidate in [result.default, *finalists]:
+            again = run(candidate.strategy, samples=5)
+            if again.outcome == "ok":
+                rounds[_text(candidate.strategy)] += list(again.samples)
+    medians = {k: statistics.median(v) if v else math.inf for k, v in rounds.items()}
+    spreads = []
+    for v in rounds.values():
+        if len(v) >= 4:
+            q1, _, q3 = statistics.quantiles(v, n=4)
+            spreads.append((q3 - q1) / statistics.median(v))
+    result.noise = max([MIN_WIN, *spreads])
+    result.confirmed = medians
+    best = min(finalists, key=lambda t: medians[_text(t.strategy)])
+    if medians[_text(best.strategy)] < medians[""] * (1 - result.noise):
+        result.chosen = Trial(best.strategy, "ok", tuple(rounds[_text(best.strategy)]))
+    else:
+        result.chosen = Trial(None, "ok", tuple(rounds[""]))
+        result.notes.append(f"the best finalist ({medians[_text(best.strategy)] * 1e3:.3f} ms) did not beat the "
+                            f"defaults ({medians[''] * 1e3:.3f} ms) by more than the noise ({result.noise:.1%})")
+    record(result.chosen, tdb.CHOSEN)

@@ -1,0 +1,151 @@
+"""The tuning database (arke.tune.db): keys, reuse within a dims bucket, refusal across machines,
+versions and protocols, concurrent writers, a corrupted file, and a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import threading
+import warnings
+from pathlib import Path
+
+import postgres_support
+import pytest
+
+import arke
+from arke.ir import strategy as sir
+from arke.tune import db as tdb
+from arke.tune.lookup import tuned_strategy
+
+SOURCE = "kernel mm(a: f32[M, K], b: f32[K, N]) -> f32[M, N] {\n  return sum(a[m, k] * b[k, n] for k)\n}\n"
+TILE = sir.Strategy("mm", "llvm", None, (sir.Decision("tile", "m", 12),))
+
+
+def _key(dims: dict[str, int]) -> tdb.Key:
+    module = arke.loads(SOURCE)
+    return tdb.Key.make(module.semantic, module.kernel_map["mm"], "llvm", dims)
+
+
+def _record(key: tdb.Key, outcome: str = "ok", samples: tuple[float, ...] = (1e-3, 1.1e-3, 0.9e-3),
+            strategy: sir.Strategy | None = TILE) -> tdb.Record:
+    return tdb.Record(key, {"M": 100, "N": 100, "K": 100}, strategy, outcome, samples, kernel_name="mm")
+
+
+def test_keys_bucket_reuse_and_refusal(tmp_path: Path) -> None:
+    database = tdb.Database(str(tmp_path / "t.db"))
+    key = _key({"M": 1000, "N": 100, "K": 64})
+    assert key == _key({"M": 600, "N": 128, "K": 64})  # the same power-of-two buckets
+    assert key != _key({"M": 1025, "N": 100, "K": 64})
+    database.add(_record(key))
+    database.add(_record(key, samples=(5e-4, 6e-4, 7e-4), strategy=None))
+    database.add(_record(key, "mismatch", ()))
+    assert len(database.records(key)) == 3 and database.best(key).strategy is None  # the faster one
+    assert database.best(key).median == pytest.approx(6e-4)
+    for other in (dataclasses.replace(key, machine="another-cpu"), dataclasses.replace(key, versions="llvm-99"),
+                  dataclasses.replace(key, protocol=key.protocol + 1), dataclasses.replace(key, target="mlir"),
+                  dataclasses.replace(key, kernel="0" * 32)):
+        assert database.records(other) == [] and database.best(other) is None
+    row = json.loads(_identity_row(tmp_path / "t.db"))
+    assert row["machine"]["cpu"]["cores"] >= 1 and "LLVM" in row["versions"] and "arke" in row["versions"]
+
+
+def _identity_row(path: Path) -> str:
+    with sqlite3.connect(path) as c:
+        return str(c.execute("SELECT identity FROM arke_tuning LIMIT 1").fetchone()[0])
+
+
+def test_build_uses_the_chosen_record_only_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """arke.build runs the key's chosen strategy where the source has none; tuning='off', another bucket,
+    another machine or an explicit @strategy keep their own."""
+    url = f"sqlite:///{tmp_path / 'tuning.db'}"
+    monkeypatch.setenv("ARKE_TUNING_DB", url)
+    dims = {"M": 40, "N": 48, "K": 24}
+    key = _key(dims)
+    database = tdb.Database(url)
+    database.add(_record(key, tdb.CHOSEN))
+    database.add(_record(dataclasses.replace(key, machine="elsewhere"), tdb.CHOSEN,
+                         strategy=sir.Strategy("mm", "llvm", None, (sir.Decision("tile", "m", 3),))))
+    module = arke.loads(SOURCE)
+    found = tuned_strategy(module.semantic, module.kernel_map["mm"], "llvm", dims)
+    assert found is not None and found.decisions == TILE.decisions
+    kernel = arke.build(module).kernels["mm"]
+    source = kernel.variant(kernel.choose(dims)).artifact.source
+    assert "ptr noalias %a11, i64 %sak" in source  # the 12-row register block
+    assert kernel.choose({"M": 4000, "N": 48, "K": 24}) == -1  # no record for that bucket
+    off = arke.build(module, tuning="off").kernels["mm"]
+    assert off.choose(dims) == -1
+    own = arke.loads(SOURCE + "@strategy(mm, target = llvm) { tile m = 4 }\n")
+    mine = arke.build(own).kernels["mm"]
+    assert mine.choose(dims) == 0 and mine.strategies()[0].decisions[0].value == 4
+    with pytest.raises(ValueError, match="tuning is 'on'"):
+        arke.build(module, tuning="maybe")
+
+
+def test_concurrent_writers(tmp_path: Path) -> None:
+    url = str(tmp_path / "shared.db")
+    key = _key({"M": 64, "N": 64, "K": 64})
+    tdb.Database(url).count()  # the table exists before the writers race
+
+    def write(n: int) -> None:
+        mine = tdb.Database(url)
+        for k in range(10):
+            mine.add(_record(key, samples=(1e-3 * (n + 1), 1e-3 * (k + 1))))
+        mine.close()
+
+    workers = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert tdb.Database(url).count() == 40
+
+
+def test_a_corrupted_file_is_set_aside(tmp_path: Path) -> None:
+    path = tmp_path / "tuning.db"
+    path.write_bytes(b"this is not a database" * 100)
+    database = tdb.Database(str(path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert database.count() == 0
+    assert any("set aside" in str(w.message) for w in caught) and database.notes
+    aside = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]
+    assert len(aside) == 1 and aside[0].read_bytes().startswith(b"this is not")
+    module = arke.loads(SOURCE)  # a build never fails on it either
+    path.write_bytes(b"garbage again")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert tuned_strategy(module.semantic, module.kernel_map["mm"], "llvm", {"M": 1, "N": 1, "K": 1},
+                              url=f"sqlite:///{path}") is None
+
+
+def test_a_damaged_row_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    database = tdb.Database(str(path))
+    key = _key({"M": 8, "N": 8, "K": 8})
+    database.add(_record(key))
+    database.add(_record(key))
+    with sqlite3.connect(path) as c:
+        c.execute("UPDATE arke_tuning SET samples = 'not json' WHERE id = 1")
+    assert len(database.records(key)) == 1 and "damaged" in database.notes[0]
+
+
+def test_a_bad_url_is_a_clear_error() -> None:
+    with pytest.raises(tdb.TuningDatabaseError, match="cannot use the tuning database"):
+        tdb.Database("nosuchdialect://x/y").count()
+
+
+@pytest.mark.skipif(postgres_support.unavailable() is not None, reason=str(postgres_support.unavailable()))
+def test_postgresql_server(tmp_path: Path) -> None:
+    """The same records on a real PostgreSQL server (started for the test), by two writers."""
+    with postgres_support.running_postgres(tmp_path) as url:
+        key = _key({"M": 64, "N": 64, "K": 64})
+        first, second = tdb.Database(url), tdb.Database(url)
+        first.add(_record(key))
+        second.add(_record(key, samples=(1e-4, 2e-4, 3e-4), strategy=None))
+        second.add(_record(key, tdb.CHOSEN))
+        assert len(first.records(key)) == 3 and first.best(key).strategy is None
+        assert first.chosen(key).strategy.decisions == TILE.decisions
+        assert first.records(dataclasses.replace(key, machine="x")) == []
+        first.close()
+        second.close()
