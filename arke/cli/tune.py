@@ -72,7 +72,15 @@ def _write(args: argparse.Namespace, result: Any) -> None:
     if not before and Path(args.path).resolve() != path.resolve():
         before = Path(args.path).read_text(encoding="utf-8")  # a new file: the kernel, then its strategy
     text = before + ("\n" if before and not before.endswith("\n\n") else "") + block
-    arke.loads(text, path=str(path))  # raises CheckError rather than write a file that does not check
+    try:
+        arke.loads(text, path=str(path))  # never write a file that does not check
+    except arke.CheckError as err:
+        from arke.cli.app import UsageError
+
+        first = err.diagnostics[0].message if getattr(err, "diagnostics", None) else str(err)
+        raise UsageError(f"the tuned strategy is in the database but cannot be written to {path}: {first} (a "
+                         "kernel written without named indices, as `a @ b`, cannot name them in a strategy: write "
+                         "it with them, as sum(a[m, k] * b[k, n] for k))") from None
     path.write_text(text, encoding="utf-8")
     print(f"wrote the strategy to {path}", file=sys.stderr)
 
@@ -102,3 +110,24 @@ def _table(result: Any) -> None:
                   f"{result.seconds:.0f} s; records in {result.db_url}")
     for note in result.notes:
         console.print(f"note: {note}")
+
+
+def add_mcp_command(sub: Any) -> None:
+    """Register ``akc mcp``."""
+    mcp = sub.add_parser("mcp", help="the tuner's tools for agents, over the Model Context Protocol (stdio)",
+                         description="Serve list_kernels, legal_decisions, check_strategy, measure and record over "
+                                     "MCP on stdin/stdout; every call is appended to a trajectory log.")
+    mcp.add_argument("--db", default=None, help="the tuning database (default: ARKE_TUNING_DB, else SQLite)")
+    mcp.add_argument("--log", default=None, help="the trajectory log (default ~/.cache/arke/agent-trajectory.jsonl)")
+    mcp.set_defaults(handler=cmd_mcp)
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    try:
+        from arke.tune.agent import serve
+    except ImportError as err:
+        from arke.cli.app import UsageError
+
+        raise UsageError(f"akc mcp needs the mcp package: pip install 'arke[tune]' ({err})") from None
+    serve(args.db, args.log)
+    return 0
