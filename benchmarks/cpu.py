@@ -274,13 +274,15 @@ class CompileBudget:
     left_s: float
 
 
-_LIBS: dict[tuple[str, str], Any] = {}
+_LIBS: dict[tuple[str, str, str], Any] = {}
 
 
-def library(module: str, target: str = "llvm") -> Any:
-    if (module, target) not in _LIBS:
-        _LIBS[module, target] = arke.build(stdlib_path(module), target=target)
-    return _LIBS[module, target]
+def library(module: str, target: str = "llvm", tuning: str = "off") -> Any:
+    """The stdlib module built for ``target``: its defaults (``tuning="off"``: the arke column), or with the
+    strategies ``akc tune`` confirmed on this machine (``"on"``: the tuned column)."""
+    if (module, target, tuning) not in _LIBS:
+        _LIBS[module, target, tuning] = arke.build(stdlib_path(module), target=target, tuning=tuning)
+    return _LIBS[module, target, tuning]
 
 
 def mlir_available() -> str | None:
@@ -303,6 +305,16 @@ def specialised(kernel: Any, args: tuple[Any, ...]) -> Any:
     return kernel.member(pick(kernel.generic, args, {})) if isinstance(kernel, GenericKernel) else kernel
 
 
+def _dims_of(kernel: Any, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """The kernel's dims bound by these argument shapes (for the hint of how to tune a row)."""
+    from arke.runtime.guards import check_call
+
+    try:
+        return dict(check_call(kernel.function, shapes))
+    except Exception:  # a hint only
+        return {}
+
+
 def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget, mlir: str | None) -> Row:
     row = Row(bench)
     args = bench.make(torch.Generator().manual_seed(0))
@@ -314,6 +326,13 @@ def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget, mlir: str
     row.build_s = time.perf_counter() - start
     candidates: dict[str, Callable[[], object]] = {"arke": lambda: kernel(*args),
                                                    "torch": lambda: bench.torch_fn(*args)}
+    tuned = specialised(library(bench.module, tuning="on").kernels[bench.kernel], args)
+    if tuned.choose(shapes) >= 0:  # a strategy akc tune confirmed for this bucket on this machine
+        tuned.variant(tuned.choose(shapes))
+        candidates["tuned"] = lambda: tuned(*args)
+    else:
+        row.notes["tuned"] = (f"not tuned here: akc tune {stdlib_path(bench.module)} --kernel {bench.kernel} "
+                              f"--dims " + ",".join(f"{k}={v}" for k, v in _dims_of(kernel, shapes).items()))
     if mlir is None and bench.llvm_only:
         mlir = bench.llvm_only
     if mlir is not None:
@@ -380,15 +399,17 @@ def ratio(row: Row, other: str, of: str = "arke") -> str:
 def report(rows: list[Row], limits: Limits, quick: bool, wall_s: float) -> None:
     table = Table(title=f"arke (llvm) vs torch on this CPU{' — quick shapes' if quick else ''}", show_lines=False)
     for column, justify in [("kernel", "left"), ("shape", "left"), ("arke", "right"), ("torch", "right"),
-                            ("torch.compile", "right"), ("arke/torch", "right"), ("arke/compile", "right"),
+                            ("torch.compile", "right"), ("tuned", "right"), ("arke/torch", "right"),
+                            ("arke/compile", "right"), ("tuned/arke", "right"),
                             ("arke rate", "right"), ("arke % limit", "right"), ("torch % limit", "right"),
                             ("rounds", "right"), ("check", "left")]:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for row in rows:
         b, t = row.bench, row.times
-        cells = [t[c].summary() if c in t else "n/a" for c in ("arke", "torch", "torch.compile")]
+        cells = [t[c].summary() if c in t else "n/a" for c in ("arke", "torch", "torch.compile", "tuned")]
         check = "ok" if row.error < b.tol else f"[red]MISMATCH {row.error:.1e}[/red]"
         table.add_row(b.name, b.shape, *cells, ratio(row, "torch"), ratio(row, "torch.compile"),
+                      ratio(row, "arke", "tuned"),
                       rate(b, t["arke"].median), of_limit(b, t["arke"].median, limits),
                       of_limit(b, t["torch"].median, limits), str(len(t["arke"].samples)), f"{check} ({row.error:.0e})")
     console.print(table)

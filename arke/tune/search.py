@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,9 +141,11 @@ def _source_of(source: str | Path | Any) -> tuple[str, str]:
 def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, target: str = "llvm",
          budget: int | None = 40, time_s: float | None = None, db: str | None = None, seed: int = 0,
          timeout_s: float = 120.0, progress: Callable[[str], None] | None = None,
-         flag_roofline: bool = True) -> TuneResult:
+         flag_roofline: bool = True, decisions: Sequence[str] | None = None, exhaustive: bool = False) -> TuneResult:
     """Tune ``kernel`` of ``source`` (a path, source text, or an :func:`arke.load`-ed module) on ``target``
     at ``dims``: at most ``budget`` measurements (the defaults' included) and ``time_s`` seconds.
+    ``decisions``: search only these knobs (``["tile m", "tile k"]``); ``exhaustive``: measure every point
+    of the space (its size is the budget), not the sampler's proposals.
     Records go to the tuning database at ``db`` (default :func:`arke.tune.db.default_url`); the confirmed
     choice is what ``arke.build`` uses from then on for calls in the same dims bucket."""
     import arke
@@ -166,6 +168,14 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
     database = tdb.Database(db)
     key = tdb.Key.make(module.semantic, ir_name, target, dims)
     space = knobs(module, ir_name, target, dims)
+    if decisions is not None:
+        unknown = sorted(set(decisions) - {k.key for k in space})
+        if unknown:
+            raise ValueError(f"`{kernel}` on {target} takes no {', '.join(unknown)} here; it takes: "
+                             f"{', '.join(k.key for k in space)}")
+        space = [k for k in space if k.key in decisions]
+    if exhaustive:
+        budget, time_s = space_size(space) + 1, None  # every point, and the defaults measured first
     worker = Worker()
     result = TuneResult(kernel, target, dims, Trial(None, "failed"), Trial(None, "failed"), db_url=database.url)
     result.flops = flops_of(fn, dims)
