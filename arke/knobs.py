@@ -24,6 +24,8 @@ KNOBS: dict[str, str] = {
     "ARKE_THREADS": "the CPU worker team's size (default: every core this process may use)",
     "ARKE_NO_REUSE": "1 = allocate every result, temporary and scratch buffer afresh on every call",
     "ARKE_NO_TEAM": "1 = run parallel launches on a Python thread pool instead of the native worker team",
+    "ARKE_TUNING_DB": "the tuning database akc tune writes and arke.build reads: a SQLAlchemy URL or a SQLite file "
+                      "(default $XDG_CACHE_HOME/arke/tuning.db or ~/.cache/arke/tuning.db)",
     "ARKE_IREE_FLAGS": "extra iree-compile flags for the mlir target, space-separated (part of the cache key)",
 }
 

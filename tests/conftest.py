@@ -21,10 +21,12 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_kernel_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Compiled kernels go to a cache of the test run's own, never the user's ~/.cache/arke."""
+    """Compiled kernels go to a cache of the test run's own, never the user's ~/.cache/arke; tuning records too."""
     directory = tmp_path_factory.mktemp("arke-cache")
     patch = pytest.MonkeyPatch()
     patch.setenv("ARKE_CACHE_DIR", str(directory))
+    # ... and builds never consult the user's tuning database (a test that tunes names its own)
+    patch.setenv("ARKE_TUNING_DB", str(directory / "tuning.db"))
     yield directory
     patch.undo()
 
