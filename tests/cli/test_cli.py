@@ -188,7 +188,7 @@ def test_folder_without_programs_is_a_usage_error(tmp_path: Path, capsys: pytest
 
 def test_examples_check_clean(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "check", str(ROOT / "examples"))
-    assert (status, out) == (0, "ok: 2 files\n")
+    assert (status, out) == (0, "ok: 3 files\n")
 
 
 # ---------------------------------------------------------------- bad paths: clear, never a traceback

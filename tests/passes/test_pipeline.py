@@ -64,7 +64,7 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
         ("proj_add_h", (2, 2)), ("swiglu_h", (5, 3)))},
 }
 #: Where an example kernel differs from the std one of the same name (examples/attention.ak is causal).
-EXAMPLE_OP_COUNTS: dict[str, tuple[int, int]] = {"attention": (8, 6)}
+EXAMPLE_OP_COUNTS: dict[str, tuple[int, int]] = {"attention": (8, 6), "mm": (1, 1)}
 
 NN = str(stdlib_path("std.nn"))
 EXAMPLE = str(ROOT / "examples" / "rmsnorm.ak")  # rmsnorm and softmax
