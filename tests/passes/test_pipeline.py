@@ -89,7 +89,8 @@ def test_op_counts(path: str, name: str) -> None:
     module = load(path).semantic
     inlined, final = count_ops(inline_calls(module, name)), count_ops(optimise(module, name))
     table = EXAMPLE_OP_COUNTS if "/examples/" in path else {}
-    assert (inlined, final) == (table[name] if name in table else OP_COUNTS[name]), print_function(optimise(module, name))
+    want = table[name] if name in table else OP_COUNTS[name]
+    assert (inlined, final) == want, print_function(optimise(module, name))
 
 
 @pytest.mark.parametrize("path,name", KERNELS, ids=[_id(pk) for pk in KERNELS])
