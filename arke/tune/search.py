@@ -12,17 +12,19 @@ time faster than the machine's measured FMA peak allows (f32 kernels) is flagged
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from arke.ir import semantic as S
 from arke.ir import strategy as sir
+from arke.runtime.host import cores
 from arke.tune import db as tdb
 from arke.tune.space import Knob, knobs, prune, space_size, strategy_of
 from arke.tune.worker import Worker
@@ -180,7 +182,6 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
     result = TuneResult(kernel, target, dims, Trial(None, "failed"), Trial(None, "failed"), db_url=database.url)
     result.flops = flops_of(fn, dims)
     if flag_roofline and result.flops:
-        from arke.runtime.host import cores
         from arke.runtime.peaks import fma_peak
 
         result.fma_peak = fma_peak(cores(), 0.2)
@@ -231,52 +232,102 @@ def _search(result: TuneResult, space: list[Knob], module: Any, ir_name: str, ta
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     exhaustive = budget is not None and space_size(space) <= budget - 1
     choices = {k.key: [str(v) for v in k.values] for k in space}
-    sampler: Any = (optuna.samplers.GridSampler(choices, seed=seed) if exhaustive
-                    else optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True))
-    study = optuna.create_study(direction="minimize", sampler=sampler)
+    # every point in order where the space fits the budget, else the TPE sampler's proposals
+    grid = itertools.product(*(k.values for k in space)) if exhaustive else None
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(
+        seed=seed, n_startup_trials=8, multivariate=True))
     measured, asked = 1, 0
     limit = budget if budget is not None else 10 ** 9
-    pool = ThreadPoolExecutor(max_workers=2)
 
     def out_of_time() -> bool:
         return time_s is not None and time.perf_counter() - started > time_s
 
-    while measured < limit and not out_of_time() and asked < 20 * max(limit, 10):
+    def tell(trial: Any, outcome: Trial | None) -> None:
+        if trial is None:
+            return
+        if outcome is None:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        elif outcome.outcome == "ok":
+            study.tell(trial, outcome.median)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    pool = ThreadPoolExecutor(max_workers=max(1, cores() - 1))
+    pending: list[tuple[Any, sir.Strategy, str, Future[None]]] = []  # compiling while the worker times
+
+    def propose() -> bool:
+        """Ask for the next point, prune or dedupe it, else start compiling it; False when none is left."""
+        nonlocal asked
         asked += 1
-        trial = study.ask()
+        trial: Any = None
         point: dict[str, int | str] = {}
-        for knob in space:
-            picked = trial.suggest_categorical(knob.key, choices[knob.key])
-            point[knob.key] = next(v for v in knob.values if str(v) == picked)
+        if grid is not None:
+            values = next(grid, None)
+            if values is None:
+                return False
+            point = {k.key: v for k, v in zip(space, values)}
+        else:
+            trial = study.ask()
+            for knob in space:
+                picked = trial.suggest_categorical(knob.key, choices[knob.key])
+                point[knob.key] = next(v for v in knob.values if str(v) == picked)
         strategy = strategy_of(ir_name, target, point, space)
         text = _text(strategy) if strategy.decisions else ""
-        if text in seen:  # the same strategy again: its result, not another measurement
-            earlier = seen[text]
-            study.tell(trial, earlier.median if earlier.outcome == "ok" else None,
-                       state=None if earlier.outcome == "ok" else optuna.trial.TrialState.FAIL)
-            if exhaustive and len(seen) >= space_size(space):
-                break
-            continue
+        if text in seen or any(p[2] == text for p in pending):  # measured (or queued) already
+            tell(trial, seen[text] if text in seen and seen[text].outcome != "pruned" else None)
+            return True
         why = prune(module, ir_name, strategy, dims)
         if why is not None:
             pruned = Trial(strategy, "pruned", note=why)
             seen[text] = pruned
             record(pruned)
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            continue
-        found = run(strategy)
-        seen[text] = found
-        record(found)
-        result.trials.append(found)
-        measured += 1
-        if found.outcome == "ok":
-            study.tell(trial, found.median)
-        else:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        best = min((t.median for t in result.trials), default=math.inf)
-        say(f"[{measured}/{limit if budget is not None else '∞'}] {found.outcome:8s} "
-            f"{found.median * 1e3:9.3f} ms  best {best * 1e3:.3f} ms  {text.splitlines()[1:] if text else ''}")
-    pool.shutdown()
+            tell(trial, None)
+            return True
+        pending.append((trial, strategy, text, pool.submit(precompile, module, ir_name, strategy, target, dims)))
+        return True
+
+    try:
+        exhausted = False
+        while measured < limit and not out_of_time() and asked < 20 * max(limit, 10):
+            while not exhausted and len(pending) < 2 and measured + len(pending) < limit:
+                exhausted = not propose()
+            if not pending:
+                if exhausted or asked >= 20 * max(limit, 10):
+                    break
+                continue
+            trial, strategy, text, compiling = pending.pop(0)
+            compiling.result()  # a build that failed is the worker's to report, with its message
+            found = run(strategy)
+            seen[text] = found
+            record(found)
+            result.trials.append(found)
+            measured += 1
+            tell(trial, found)
+            best = min((t.median for t in result.trials), default=math.inf)
+            say(f"[{measured}/{limit if budget is not None else '∞'}] {found.outcome:8s} "
+                f"{found.median * 1e3:9.3f} ms  best {best * 1e3:.3f} ms  {' '.join(text.split())}")
+    finally:
+        for trial, _, _, compiling in pending:  # points asked but not measured (the budget ran out)
+            compiling.cancel()
+            tell(trial, None)
+        pool.shutdown(wait=True)
+
+
+def precompile(module: Any, ir_name: str, strategy: sir.Strategy, target: str, dims: Mapping[str, int]) -> None:
+    """Build a candidate into the on-disk kernel cache, where the worker's build finds it (candidates
+    compile in parallel while one is timed); a failure is left for the worker to report."""
+    import dataclasses
+
+    import arke
+
+    try:
+        others = tuple(s for s in module.strategies.strategies if s.kernel != ir_name)
+        mine = dataclasses.replace(module, strategies=sir.StrategySet((*others, strategy)))
+        name = next(n for n, i in module.kernel_map.items() if i == ir_name)
+        kernel = arke.build(mine, target=target, tuning="off").kernels[name]
+        kernel.variant(kernel.choose(dict(dims)))
+    except Exception:  # the worker measures it and says why it fails
+        return
 
 
 def _confirm(result: TuneResult, worker: Worker, run: Callable[..., Trial], record: Callable[..., None],

@@ -96,3 +96,18 @@ def test_akc_tune_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "no kernel `nope`" in capsys.readouterr().err
     assert cli.main(["tune", str(path), "--kernel", "mm", "--dims", "M=4"]) == 2
     assert "missing: K, N" in capsys.readouterr().err
+
+
+def test_exhaustive_search_of_a_small_space(tmp_path: Path) -> None:
+    """Every point of the chosen knobs is measured once (the all-unset point is the defaults), candidates
+    compiled ahead of their turn; an unknown knob is a clear error."""
+    from arke.tune import tune
+
+    path = tmp_path / "mm.ak"
+    path.write_text(SOURCE, encoding="utf-8")
+    result = tune(path, "mm", DIMS, db=str(tmp_path / "t.db"), decisions=["vectorize n"], exhaustive=True)
+    vectorize = [k for k in knobs(arke.loads(SOURCE), "mm", "llvm", DIMS) if k.key == "vectorize n"][0]
+    assert len(result.trials) == len(vectorize.values)  # the defaults, then each width once
+    assert {t.outcome for t in result.trials} == {"ok"}
+    with pytest.raises(ValueError, match="takes no warps"):
+        tune(path, "mm", DIMS, db=str(tmp_path / "t.db"), decisions=["warps"])
