@@ -106,7 +106,7 @@ def test_exhaustive_search_of_a_small_space(tmp_path: Path) -> None:
     path = tmp_path / "mm.ak"
     path.write_text(SOURCE, encoding="utf-8")
     result = tune(path, "mm", DIMS, db=str(tmp_path / "t.db"), decisions=["vectorize n"], exhaustive=True)
-    vectorize = [k for k in knobs(arke.loads(SOURCE), "mm", "llvm", DIMS) if k.key == "vectorize n"][0]
+    vectorize = next(k for k in knobs(arke.loads(SOURCE), "mm", "llvm", DIMS) if k.key == "vectorize n")
     assert len(result.trials) == len(vectorize.values)  # the defaults, then each width once
     assert {t.outcome for t in result.trials} == {"ok"}
     with pytest.raises(ValueError, match="takes no warps"):
