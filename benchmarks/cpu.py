@@ -322,17 +322,18 @@ def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget, mlir: str
     names = [p.name for p in kernel.library.module.semantic.get(kernel.ir_name).params]
     start = time.perf_counter()
     shapes = {n: tuple(a.shape) for n, a in zip(names, args) if isinstance(a, torch.Tensor)}
-    kernel.variant(kernel.choose(shapes))  # compile outside the timing
+    dims = _dims_of(kernel, shapes)
+    kernel.variant(kernel.choose(dims))  # compile outside the timing
     row.build_s = time.perf_counter() - start
     candidates: dict[str, Callable[[], object]] = {"arke": lambda: kernel(*args),
                                                    "torch": lambda: bench.torch_fn(*args)}
     tuned = specialised(library(bench.module, tuning="on").kernels[bench.kernel], args)
-    if tuned.choose(shapes) >= 0:  # a strategy akc tune confirmed for this bucket on this machine
-        tuned.variant(tuned.choose(shapes))
+    if tuned.choose(dims) >= 0:  # a strategy akc tune confirmed for this bucket on this machine
+        tuned.variant(tuned.choose(dims))
         candidates["tuned"] = lambda: tuned(*args)
     else:
         row.notes["tuned"] = (f"not tuned here: akc tune {stdlib_path(bench.module)} --kernel {bench.kernel} "
-                              f"--dims " + ",".join(f"{k}={v}" for k, v in _dims_of(kernel, shapes).items()))
+                              f"--dims " + ",".join(f"{k}={v}" for k, v in dims.items()))
     if mlir is None and bench.llvm_only:
         mlir = bench.llvm_only
     if mlir is not None:
@@ -341,8 +342,7 @@ def run_bench(bench: Bench, budget_s: float, compiling: CompileBudget, mlir: str
         on_iree = specialised(library(bench.module, "mlir").kernels[bench.kernel], args)
         start = time.perf_counter()
         try:
-            on_iree.variant(on_iree.choose({n: tuple(a.shape) for n, a in zip(names, args)
-                                             if isinstance(a, torch.Tensor)}))
+            on_iree.variant(on_iree.choose(dims))
             candidates["mlir"] = lambda: on_iree(*args)
         except Exception as err:  # a report, never a crash: the row says why
             row.notes["mlir"] = short(err)
