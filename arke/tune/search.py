@@ -159,7 +159,8 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
         raise ValueError(f"`{path}` has no kernel `{kernel}`; it has: {', '.join(module.names)}")
     ir_name = module.kernel_map[kernel]
     if ir_name in module.generics:
-        raise ValueError(f"`{kernel}` is generic: tune one specialisation (akc tune --dtypes A=bf16 ...)")
+        raise ValueError(f"`{kernel}` is generic (a kernel per dtype set, spec/language.md §5.6): akc tune takes "
+                         "kernels with fixed dtypes for now; write the specialisation you run as a kernel of its own")
     fn = module.semantic.get(ir_name)
     dims = {k: int(v) for k, v in dims.items()}
     missing = sorted({s.name for p in fn.params for d in p.type.shape for s in getattr(d, "free_symbols", ())}
