@@ -33,6 +33,7 @@ def add_command(sub: Any) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    import arke
     from arke.cli.build import parse_dims
     from arke.tune import tune
     from arke.tune.db import TuningDatabaseError
@@ -41,9 +42,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     quiet = args.format == "json"
     try:
         result = tune(args.path, args.kernel, dims, target=args.target,
-                      budget=None if args.time is not None else (args.budget or 40), time_s=args.time, db=args.db,
-                      seed=args.seed, timeout_s=args.timeout,
+                      budget=None if args.time is not None else (40 if args.budget is None else args.budget),
+                      time_s=args.time, db=args.db, seed=args.seed, timeout_s=args.timeout,
                       progress=None if quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
+    except arke.CheckError as err:  # the file has errors: its diagnostics, as akc check prints them
+        print(str(err), file=sys.stderr)
+        return 1
     except (ValueError, TuningDatabaseError) as err:
         from arke.cli.app import UsageError
 

@@ -133,10 +133,12 @@ def flops_of(fn: S.Function, dims: Mapping[str, int]) -> float:
 def _source_of(source: str | Path | Any) -> tuple[str, str]:
     """(text, path) of a file path, source text, or a loaded module (read from its path)."""
     if not isinstance(source, str | Path):  # a loaded module
-        path = str(source.path)
-        return Path(path).read_text(encoding="utf-8"), path
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).is_file()):
-        return Path(source).read_text(encoding="utf-8"), str(source)
+        return Path(str(source.path)).read_text(encoding="utf-8"), str(source.path)
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and "{" not in source):
+        file = Path(source)
+        if not file.is_file():
+            raise ValueError(f"{source}: no such file (akc tune takes a .ak file)")
+        return file.read_text(encoding="utf-8"), str(source)
     return str(source), "<tune>"
 
 
@@ -167,8 +169,13 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
                      - set(dims))
     if missing:
         raise ValueError(f"give every dim of `{kernel}` (missing: {', '.join(missing)})")
+    if budget is not None and budget < 1:
+        raise ValueError(f"the budget is a number of measurements, at least 1 (the defaults'), not {budget}")
+    if time_s is not None and not time_s > 0:
+        raise ValueError(f"the time is a number of seconds above 0, not {time_s}")
     say = progress or (lambda _: None)
     database = tdb.Database(db)
+    database.count()  # a database that cannot be used is said now, before anything is measured
     key = tdb.Key.make(module.semantic, ir_name, target, dims)
     space = knobs(module, ir_name, target, dims)
     if decisions is not None:

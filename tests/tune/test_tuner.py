@@ -111,3 +111,20 @@ def test_exhaustive_search_of_a_small_space(tmp_path: Path) -> None:
     assert {t.outcome for t in result.trials} == {"ok"}
     with pytest.raises(ValueError, match="takes no warps"):
         tune(path, "mm", DIMS, db=str(tmp_path / "t.db"), decisions=["warps"])
+
+
+def test_akc_tune_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A missing file, a file with errors, a budget of 0 and a database that cannot be used: clear errors
+    (exit 2, or 1 with the diagnostics), never a traceback, nothing measured."""
+    bad = tmp_path / "bad.ak"
+    bad.write_text("kernel bad(a: f32[M]) -> f32[M] {\n  return a[m] + zz\n}\n", encoding="utf-8")
+    good = tmp_path / "mm.ak"
+    good.write_text(SOURCE, encoding="utf-8")
+    cases = [([str(tmp_path / "missing.ak"), "--kernel", "mm", "--dims", "M=4,N=4,K=4"], 2, "no such file"),
+             ([str(bad), "--kernel", "bad", "--dims", "M=4"], 1, "AK2001"),
+             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--budget", "0"], 2, "at least 1"),
+             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--db", "nosuch://x"], 2, "cannot use")]
+    for args, status, words in cases:
+        assert cli.main(["tune", *args]) == status
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err and "the defaults first" not in err
