@@ -114,3 +114,15 @@ def same_bits(a: Any, b: Any) -> bool:
         if not torch.equal(tx, ty):
             return False
     return True
+
+
+def check_results(got: Any, want: Any, bounds: Sequence[torch.Tensor | None]) -> None:
+    """Raise AssertionError unless every result of ``got`` is the interpreter's ``want``: integers and booleans
+    equal, floats within ``bounds`` (:func:`tolerance`; what the tuner checks each candidate with)."""
+    for g, w, b in zip(results(got), results(want), bounds):
+        gt, wt = torch.as_tensor(g), torch.as_tensor(w)
+        if b is None or not gt.is_floating_point():
+            if not torch.equal(gt, wt):
+                raise AssertionError("an integer or boolean result differs from the interpreter's")
+        else:
+            within(gt.double(), wt.double(), b, "result")

@@ -116,9 +116,9 @@ class Agent:
 
             module = arke.loads(full, path=source_path)
             ir_name = module.kernel_map[kernel]
-            (mine,) = module.strategies.for_kernel(ir_name, target)[-1:] or (None,)
-            if mine is not None:
-                dropped = prune(module, ir_name, mine, dict(dims or {}))
+            found = module.strategies.for_kernel(ir_name, target)
+            if found:  # the strategy added last is the agent's
+                dropped = prune(module, ir_name, found[-1], dict(dims or {}))
         # a warning on the strategy's lines is a decision the checker knows the target drops (AK4009, AK4014)
         return {"ok": not diagnostics and dropped is None, "diagnostics": diagnostics, "not_honoured": dropped}
 

@@ -243,7 +243,7 @@ class Database:
 
     def best(self, key: Key) -> Record | None:
         """The fastest ``ok`` record for this key, or None."""
-        found = [r for r in self.records(key, "ok")]
+        found = self.records(key, "ok")
         return min(found, key=lambda r: r.median) if found else None
 
     def count(self) -> int:

@@ -221,7 +221,7 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
             result.chosen = result.default
             return result
         _search(result, space, module, ir_name, target, dims, budget, time_s, started, seed, run, record, seen, say)
-        _confirm(result, worker, run, record, say)
+        _confirm(result, run, record, say)
     finally:
         worker.stop()
         result.notes += database.notes
@@ -338,7 +338,7 @@ def precompile(module: Any, ir_name: str, strategy: sir.Strategy, target: str, d
         return
 
 
-def _confirm(result: TuneResult, worker: Worker, run: Callable[..., Trial], record: Callable[..., None],
+def _confirm(result: TuneResult, run: Callable[..., Trial], record: Callable[..., None],
              say: Callable[[str], None]) -> None:
     """Re-measure the finalists against the defaults in interleaved rounds; keep the defaults unless the
     best finalist wins by more than the noise; store the choice as the key's ``chosen`` record."""

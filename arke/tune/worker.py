@@ -76,7 +76,7 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
 
     import arke
     from arke.ir import strategy as sir
-    from arke.runtime.tolerance import results, tolerance, within
+    from arke.runtime.tolerance import check_results, results, tolerance
     from arke.tune.db import strategy_from
 
     module = arke.loads(request["source"], path=request.get("path") or "<tune>")
@@ -102,7 +102,7 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
             first = results(got)[0]
             first.view(-1)[0] += 1.0
         try:
-            within_all(got, want, tolerance(reference, args), within, results)
+            check_results(got, want, tolerance(reference, args))
         except AssertionError as err:
             return {"status": "mismatch", "error": f"at {check}: {str(err)[:600]}"}
     args = _inputs(fn, dims, seed)
@@ -130,18 +130,6 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
             call()
         samples.append((time.perf_counter() - start) / repeat)
     return {"status": "ok", "samples": samples, "repeat": repeat}
-
-
-def within_all(got: Any, want: Any, bounds: Any, within: Any, results: Any) -> None:
-    import torch
-
-    for g, w, b in zip(results(got), results(want), bounds):
-        gt, wt = torch.as_tensor(g), torch.as_tensor(w)
-        if b is None or not gt.is_floating_point():
-            if not torch.equal(gt, wt):
-                raise AssertionError("an integer or boolean result differs from the interpreter's")
-        else:
-            within(gt.double(), wt.double(), b, "result")
 
 
 def main() -> int:
