@@ -176,8 +176,11 @@ class _Gemm(GemmRouted):
 
     # -- sizes
     def padded_rows(self) -> Dim:
+        """Rows of the sum tile: M rounded up to register blocks, and at least the rows decode's panel dots
+        write whatever M is (``GEMV_ROWS - 1``; a strategy may ask for blocks of fewer rows)."""
         mr = self.blk.mr
-        return mr * sympy.floor((self.rows() + mr - 1) / mr)
+        blocks = mr * sympy.floor((self.rows() + mr - 1) / mr)
+        return blocks + (GEMV_ROWS - 1 - mr if mr < GEMV_ROWS - 1 else 0)
 
     def scratch_words(self) -> Dim:
         """8-byte words of scratch per worker: packed B block, packed A rows, f32 sum tile, the few

@@ -312,7 +312,7 @@ class GemmBase(LLVMFunction):
 
             self.counted("pk", "0", k_ext, step)
             col = self.let(f"mul i64 {p}, {nr}")
-            for r in range(rows):  # the tile has at least mr >= 3 rows of nc columns: every store is inside
+            for r in range(rows):  # the tile has at least GEMV_ROWS - 1 rows (padded_rows): every store is inside
                 for v in range(blk.nv):
                     q = self.let(f"add i64 {r * blk.nc}, {col}")
                     q = self.let(f"add i64 {q}, {v * lanes}")

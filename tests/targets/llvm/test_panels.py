@@ -37,6 +37,25 @@ def test_linear_reads_prepacked_panels(lib: object, m: int, n: int, k: int) -> N
     assert_conforms(got, MODULE.kernels["linear"], x, w)
 
 
+@pytest.mark.parametrize("mr", [1, 2, 3])
+@pytest.mark.parametrize("m", [1, 2, 3, 5])
+def test_register_blocks_of_few_rows_read_panels(mr: int, m: int) -> None:
+    """A strategy's register block of fewer rows than decode's panel dots write (``tile`` on the rows): the
+    sum tile still holds those rows (it once overflowed the scratch at M = 1 and 2 and corrupted the heap)."""
+    src = f"""kernel lin(x: f32[M, K], w: f32[N, K]) -> f32[M, N] {{
+  return sum(x[m, k] * w[n, k] for k)
+}}
+@strategy(lin) {{ tile m = {mr} }}
+"""
+    module = arke.loads(src, "<few rows>")
+    kernel = arke.build(module, tuning="off").kernels["lin"]
+    g = torch.Generator().manual_seed(mr * 10 + m)
+    x, w = torch.randn(m, 64, generator=g), torch.randn(3 * NR - 5, 64, generator=g)
+    for _ in range(3):  # a heap overflow shows by the later calls, if not the first
+        got = kernel(x, pack_panels(w, NR))
+    assert_conforms(got, module.kernels["lin"], x, w)
+
+
 def test_epilogues_and_prologues_with_panels(lib: object) -> None:
     """attn_out (residual epilogue) and mlp (norm prologue, two panels halves of one matrix) on panels."""
     g = torch.Generator().manual_seed(7)
