@@ -99,9 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     from arke.cli.build import add_commands
     from arke.cli.tune import add_command as add_tune
     from arke.cli.tune import add_mcp_command
+    from arke.cli.tune_model import add_command as add_tune_model
 
     add_commands(sub)
     add_tune(sub)
+    add_tune_model(sub)
     add_mcp_command(sub)
     return parser
 

@@ -93,10 +93,8 @@ def _table(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from arke.tune.search import _text
-
     default = result.confirmed.get("", result.default.median)
-    chosen = result.confirmed.get(_text(result.chosen.strategy), result.chosen.median)
+    chosen = result.confirmed.get(result.chosen.label, result.chosen.median)
     table = Table(title=f"akc tune {result.kernel} on {result.target} at "
                         + ",".join(f"{k}={v}" for k, v in result.dims.items()))
     for column in ("default", "tuned", "speedup", "% of FMA peak", "noise", "decisions changed"):

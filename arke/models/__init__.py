@@ -1,7 +1,20 @@
 """Decoder layers from the ecosystem, compiled: :func:`from_transformers` and :func:`from_pretrained`.
 
-Both return an :class:`~arke.models.layer.CompiledLayer` (see :mod:`arke.models.layer`)."""
+Both return an :class:`~arke.models.layer.CompiledLayer` (see :mod:`arke.models.layer`); :func:`tune`
+measures a layer's whole-layer plan on this machine (:mod:`arke.tune.layer`)."""
+
+from collections.abc import Sequence
+from typing import Any
 
 from arke.models.hf import SUPPORTED, from_pretrained, from_transformers, layer_config
 
-__all__ = ["SUPPORTED", "from_pretrained", "from_transformers", "layer_config"]
+__all__ = ["SUPPORTED", "from_pretrained", "from_transformers", "layer_config", "tune"]
+
+
+def tune(layer: Any, prefill: Sequence[int] = (), decode_context: Sequence[int] = (), **options: Any) -> Any:
+    """Tune ``layer``'s whole-layer plan for prefill of each of ``prefill`` tokens and decode at each of
+    ``decode_context``; see :func:`arke.tune.layer.tune` for the options. Returns a
+    :class:`~arke.tune.layer.LayerTuneResult`; layers built here afterwards use the chosen plans."""
+    from arke.tune.layer import tune as tune_layer
+
+    return tune_layer(layer, prefill, decode_context, **options)

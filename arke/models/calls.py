@@ -36,6 +36,10 @@ class KernelCall:
             self._scalar_memo[key] = found
         return found
 
+    def dims(self, tensors: list[torch.Tensor], scalars: dict[str, Any]) -> dict[str, int]:
+        """The dims of a call with these tensors (checked, nothing compiled)."""
+        return dict(self._prepare(self.fn, tensors, scalars, keep_device=self.keep_device)[1])
+
     def resolve(self, tensors: list[torch.Tensor], scalars: dict[str, Any]) -> tuple[dict[str, int], Any]:
         """The dims and compiled variant for a call with these tensors (fully checked the first time)."""
         key = tuple((t.shape, t.dtype, t.device) for t in tensors)

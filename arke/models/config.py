@@ -59,3 +59,22 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = (w.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny)
     q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
     return q.contiguous(), scale.contiguous()
+
+
+def random_weights(config: LayerConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random weights of a layer of ``config`` (the names :class:`~arke.models.layer.CompiledLayer` reads),
+    scaled like a trained layer's (unit-order activations): what a plan is measured and checked with."""
+    g = torch.Generator().manual_seed(seed)
+    c, d, e = config, config.hidden, config.head_dim
+
+    def w(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g) * shape[-1] ** -0.5
+
+    raw = {"input_norm": 1 + 0.1 * torch.randn(d, generator=g), "post_norm": 1 + 0.1 * torch.randn(d, generator=g),
+           "q": w(c.heads * e, d), "k": w(c.kv_heads * e, d), "v": w(c.kv_heads * e, d), "o": w(d, c.heads * e)}
+    if c.experts:
+        raw |= {"router": w(c.experts, d), "experts_gate_up": w(c.experts, 2 * c.intermediate, d),
+                "experts_down": w(c.experts, d, c.intermediate)}
+    else:
+        raw |= {"gate": w(c.intermediate, d), "up": w(c.intermediate, d), "down": w(d, c.intermediate)}
+    return raw

@@ -103,7 +103,7 @@ def _layer_weights(layer: Any, config: LayerConfig) -> dict[str, torch.Tensor]:
 
 def from_transformers(layer: Any, config: Any, target: str = "llvm", max_seq: int = 4096,
                       weights: str = "f32", threads: int | None = None,
-                      dtype: torch.dtype = torch.float32) -> CompiledLayer:
+                      dtype: torch.dtype = torch.float32, plan: Any = None, tuning: str = "on") -> CompiledLayer:
     """Compile a transformers decoder layer (Llama, Qwen2, Mistral, Mixtral) for ``target``.
 
     ``weights``: ``"f32"``, ``"bf16"``, ``"f16"`` or ``"int8"`` (weight-only, one scale per output channel).
@@ -111,6 +111,9 @@ def from_transformers(layer: Any, config: Any, target: str = "llvm", max_seq: in
     :class:`~arke.models.layer_half.HalfLayer` (dense layers): activations, KV cache and weights
     all in that dtype, rounded where transformers rounds running the layer in it (``weights``
     must then be left as it is or name the same dtype).
+    ``plan``: a whole-layer plan (``.ak`` strategy blocks, a file of them, or strategies) that the
+    layer's kernels run by; without one, the plan :func:`arke.models.tune` confirmed for such a layer
+    on this machine is used, unless ``tuning="off"``.
     The layer's own module is only read. Returns a :class:`~arke.models.layer.CompiledLayer`::
 
         cache = compiled.new_cache(batch=1)
@@ -127,15 +130,17 @@ def from_transformers(layer: Any, config: Any, target: str = "llvm", max_seq: in
         raise ValueError(f"attention scaling {scaling} is not 1/sqrt(head_dim): unsupported")
     with torch.no_grad():
         raw = {k: v.detach() for k, v in _layer_weights(layer, spec).items()}
-    return _compiled(spec, raw, target, max_seq, weights, threads, dtype, f"{SUPPORTED[kind]}DecoderLayer")
+    return _compiled(spec, raw, target, max_seq, weights, threads, dtype, f"{SUPPORTED[kind]}DecoderLayer", plan,
+                     tuning)
 
 
 def _compiled(spec: LayerConfig, raw: dict[str, torch.Tensor], target: str, max_seq: int, weights: str,
-              threads: int | None, dtype: torch.dtype, name: str) -> CompiledLayer:
+              threads: int | None, dtype: torch.dtype, name: str, plan: Any = None,
+              tuning: str = "on") -> CompiledLayer:
     """The compiled layer for these activations: f32 (any weight kind) or half (weights of that dtype)."""
     if dtype == torch.float32:
         return CompiledLayer(spec, raw, target=target, max_seq=max_seq, weights_dtype=weights, name=name,
-                             threads=threads)
+                             threads=threads, plan=plan, tuning=tuning)
     from arke.models.layer_half import HALF, HalfLayer
 
     if dtype not in HALF:
@@ -143,7 +148,8 @@ def _compiled(spec: LayerConfig, raw: dict[str, torch.Tensor], target: str, max_
     if weights not in ("f32", HALF[dtype]):
         raise ValueError(f"{HALF[dtype]} activations read {HALF[dtype]} weights, not {weights!r}: leave weights "
                          f"unset (or use dtype=torch.float32 for {weights} weights with f32 activations)")
-    return HalfLayer(spec, raw, dtype=dtype, target=target, max_seq=max_seq, name=name, threads=threads)
+    return HalfLayer(spec, raw, dtype=dtype, target=target, max_seq=max_seq, name=name, threads=threads, plan=plan,
+                     tuning=tuning)
 
 
 # ---------------------------------------------------------------- model folders
@@ -196,7 +202,7 @@ def _layer_tensors(folder: Path, layer_index: int) -> dict[str, torch.Tensor]:
 
 def from_pretrained(folder: str | os.PathLike[str], layer_index: int = 0, target: str = "llvm",
                     max_seq: int = 4096, weights: str = "f32", threads: int | None = None,
-                    dtype: torch.dtype = torch.float32) -> CompiledLayer:
+                    dtype: torch.dtype = torch.float32, plan: Any = None, tuning: str = "on") -> CompiledLayer:
     """Compile layer ``layer_index`` of a Hugging Face model folder (``config.json`` + ``*.safetensors``).
 
     ``weights`` and ``dtype`` as for :func:`from_transformers`.
@@ -243,4 +249,5 @@ def from_pretrained(folder: str | os.PathLike[str], layer_index: int = 0, target
     if missing:
         raise ValueError(f"layer {layer_index} of {path} lacks {', '.join(missing)}")
     raw.update({k: t[v] for k, v in names.items()})
-    return _compiled(spec, raw, target, max_seq, weights, threads, dtype, f"{SUPPORTED[kind]}DecoderLayer")
+    return _compiled(spec, raw, target, max_seq, weights, threads, dtype, f"{SUPPORTED[kind]}DecoderLayer", plan,
+                     tuning)

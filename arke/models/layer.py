@@ -22,12 +22,16 @@ call per expert on the tokens routed to it → ``moe_combine``), and advances th
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from arke.ir import strategy as sir
 from arke.models.calls import KernelCall, ReferenceCall
 from arke.models.config import KVCache, LayerConfig, quantize_int8
 from arke.runtime.errors import GuardError
@@ -99,7 +103,8 @@ class CompiledLayer:
 
     def __init__(self, config: LayerConfig, weights: dict[str, torch.Tensor], *, target: str = "llvm",
                  max_seq: int = 4096, weights_dtype: str = "f32", name: str = "decoder layer",
-                 threads: int | None = None):
+                 threads: int | None = None, plan: str | Path | Sequence[sir.Strategy] | None = None,
+                 tuning: str = "on"):
         import arke
 
         if weights_dtype not in WEIGHT_KINDS:
@@ -109,7 +114,23 @@ class CompiledLayer:
         self.config, self.target, self.max_seq, self.kind, self.name = config, target, max_seq, weights_dtype, name
         self.backend = None if target == REFERENCE else _layer_target(target)
         self.device = torch.device("cpu") if self.backend is None else self.backend.layer_device()
+        if tuning not in ("on", "off"):
+            raise ValueError(f"tuning is 'on' (use arke.models.tune's plans) or 'off', not {tuning!r}")
+        self.threads = threads
         module = arke.loads(LAYER_SOURCE, "<decoder layer>")
+        #: the plan's strategies (spec/tuning.md §6): given, else this machine's tuned plan, before the defaults
+        self.plan: tuple[sir.Strategy, ...] = ()
+        if self.backend is not None:
+            from arke.models import plans
+
+            found = plans.resolve(plan) if plan is not None else (
+                plans.tuned(config, weights_dtype, str(self.act_dtype), target, self.device.type)
+                if tuning == "on" else ())
+            self.plan = tuple(s for s in found if s.target in (None, target))
+            if self.plan:
+                module = dataclasses.replace(module, strategies=sir.StrategySet((*self.plan,
+                                                                                 *module.strategies.strategies)))
+        self.module = module
         if self.backend is None:
             kernels = module.kernels
 
@@ -117,7 +138,7 @@ class CompiledLayer:
                 k = kernels[name]
                 return ReferenceCall(k.specialise(**dtypes) if dtypes else k)
         else:
-            built = arke.build(module, target=target, threads=threads)
+            built = arke.build(module, target=target, threads=threads, tuning=tuning)
             compiled = built.kernels
             on_device = not built.on_host
 

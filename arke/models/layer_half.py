@@ -39,7 +39,7 @@ class HalfLayer(CompiledLayer):
 
     def __init__(self, config: LayerConfig, weights: dict[str, torch.Tensor], *, dtype: torch.dtype,
                  target: str = "llvm", max_seq: int = 4096, name: str = "decoder layer",
-                 threads: int | None = None):
+                 threads: int | None = None, plan: Any = None, tuning: str = "on"):
         if dtype not in HALF:
             raise ValueError(f"half-precision activations are bf16 or f16, not {dtype}")
         if config.experts:
@@ -47,7 +47,7 @@ class HalfLayer(CompiledLayer):
                              "with f32 activations (dtype=torch.float32, weights='bf16' for bf16 weights)")
         self.act_dtype = dtype
         super().__init__(config, weights, target=target, max_seq=max_seq, weights_dtype=HALF[dtype], name=name,
-                         threads=threads)
+                         threads=threads, plan=plan, tuning=tuning)
 
     def __repr__(self) -> str:
         return super().__repr__().replace(f"{self.kind} weights", f"{self.kind} activations and weights")

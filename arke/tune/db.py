@@ -90,9 +90,14 @@ class Key:
     @staticmethod
     def make(module: S.Module, ir_name: str, target: str, dims: Mapping[str, int], arch: str | None = None,
              device: str = "cpu") -> Key:
+        return Key.of(kernel_hash(module, ir_name), target, dims, arch, device)
+
+    @staticmethod
+    def of(kernel: str, target: str, dims: Mapping[str, int], arch: str | None = None, device: str = "cpu") -> Key:
+        """The key of ``kernel`` (an IR hash, or a layer's :data:`LAYER_PREFIX` digest) measured here."""
         from arke.tune import machine
 
-        return Key(kernel_hash(module, ir_name), target, json.dumps({"arch": arch, "device": device}, sort_keys=True),
+        return Key(kernel, target, json.dumps({"arch": arch, "device": device}, sort_keys=True),
                    json.dumps(bucket(dims), sort_keys=True), machine.digest(machine.identity(target, device)),
                    machine.digest(machine.versions(target)), machine.PROTOCOL)
 
@@ -109,6 +114,8 @@ class Record:
     note: str = ""  # why it failed or was pruned; a rationale (the agent interface)
     kernel_name: str = ""
     created: float = 0.0
+    #: a whole-layer plan's strategies (one block per dispatch it changes; ``strategy`` is None then)
+    plan: tuple[sir.Strategy, ...] = ()
 
     @property
     def median(self) -> float:
@@ -129,6 +136,22 @@ def strategy_from(text: str) -> sir.Strategy | None:
     from arke.ir.serialize import strategies_from_json
 
     return None if not text else strategies_from_json(text).strategies[0]
+
+
+def plan_json(plan: Sequence[sir.Strategy]) -> str:
+    from arke.ir.serialize import strategies_to_json
+
+    return strategies_to_json(sir.StrategySet(tuple(plan))) if plan else ""
+
+
+def plan_from(text: str) -> tuple[sir.Strategy, ...]:
+    from arke.ir.serialize import strategies_from_json
+
+    return () if not text else strategies_from_json(text).strategies
+
+
+#: What a whole-layer plan's key has instead of a kernel's IR hash: ``layer-`` and a digest of the layer.
+LAYER_PREFIX = "layer-"
 
 
 class Database:
@@ -196,7 +219,8 @@ class Database:
         k = record.key
         row = {"kernel": k.kernel, "target": k.target, "options": k.options, "dims_bucket": k.dims_bucket,
                "machine": k.machine, "versions": k.versions, "protocol": k.protocol, "bucket_rule": BUCKET_RULE,
-               "dims": json.dumps(record.dims, sort_keys=True), "strategy": strategy_json(record.strategy),
+               "dims": json.dumps(record.dims, sort_keys=True),
+               "strategy": plan_json(record.plan) if record.plan else strategy_json(record.strategy),
                "outcome": record.outcome, "samples": json.dumps(list(record.samples)),
                "median": None if math.isinf(record.median) else record.median, "note": record.note[:2000],
                "kernel_name": record.kernel_name, "created": record.created or time.time(),
@@ -215,26 +239,47 @@ class Database:
         """The records for exactly this key (machine, versions and protocol included), oldest first."""
         import sqlalchemy as sa
 
-        engine = self._open()
         t = _table(sa)
         q = sa.select(t).where(t.c.kernel == key.kernel, t.c.target == key.target, t.c.options == key.options,
                                t.c.dims_bucket == key.dims_bucket, t.c.machine == key.machine,
                                t.c.versions == key.versions, t.c.protocol == key.protocol)
         if outcome is not None:
             q = q.where(t.c.outcome == outcome)
+        return self._rows(q.order_by(t.c.id), key)
+
+    def _rows(self, query: Any, key: Key | None) -> list[Record]:
+        """The records a query selects (``key``: theirs, else each row's own); damaged rows skipped, said once."""
         out = []
-        with engine.connect() as c:
-            for row in c.execute(q.order_by(t.c.id)):
+        with self._open().connect() as c:
+            for row in c.execute(query):
                 try:
-                    strategy = strategy_from(row.strategy)
+                    layer = row.kernel.startswith(LAYER_PREFIX)
+                    plan = plan_from(row.strategy) if layer else ()
+                    strategy = None if layer else strategy_from(row.strategy)
                     samples = tuple(float(x) for x in json.loads(row.samples))
                     dims = {str(a): int(b) for a, b in json.loads(row.dims).items()}
-                except (ValueError, TypeError, KeyError) as err:  # a damaged row: skipped, said once
+                except (ValueError, TypeError, KeyError, IndexError) as err:
                     self.notes.append(f"record {row.id} of {self._shown()} is damaged ({err}); skipped")
                     continue
-                out.append(Record(key, dims, strategy, row.outcome, samples, row.note or "", row.kernel_name or "",
-                                  row.created or 0.0))
+                found = key or Key(row.kernel, row.target, row.options, row.dims_bucket, row.machine, row.versions,
+                                   row.protocol)
+                out.append(Record(found, dims, strategy, row.outcome, samples, row.note or "", row.kernel_name or "",
+                                  row.created or 0.0, plan))
         return out
+
+    def chosen_plans(self, key: Key) -> list[Record]:
+        """The latest confirmed plan of every dims bucket of ``key``'s layer (its ``dims_bucket`` ignored; every
+        other field must match): the blocks a layer built here runs, one bucket's beside the others'."""
+        import sqlalchemy as sa
+
+        t = _table(sa)
+        q = sa.select(t).where(t.c.kernel == key.kernel, t.c.target == key.target, t.c.options == key.options,
+                               t.c.machine == key.machine, t.c.versions == key.versions,
+                               t.c.protocol == key.protocol, t.c.outcome == CHOSEN)
+        latest: dict[str, Record] = {}
+        for record in self._rows(q.order_by(t.c.id), None):
+            latest[record.key.dims_bucket] = record
+        return [latest[b] for b in sorted(latest)]
 
     def chosen(self, key: Key) -> Record | None:
         """The latest confirmed winner for this key (what ``arke.build`` uses), or None."""

@@ -12,6 +12,7 @@ time faster than the machine's measured FMA peak allows (f32 kernels) is flagged
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import statistics
@@ -43,6 +44,12 @@ class Trial:
     outcome: str
     samples: tuple[float, ...] = ()
     note: str = ""
+    plan: str = ""  # a whole-layer plan's source (arke.tune.layer); "" for a kernel's strategy
+
+    @property
+    def label(self) -> str:
+        """What tells this point from the others: its plan's source, else its strategy's text ("": the defaults)."""
+        return self.plan or _text(self.strategy)
 
     @property
     def median(self) -> float:
@@ -77,7 +84,7 @@ class TuneResult:
     @property
     def speedup(self) -> float:
         d = self.confirmed.get("", self.default.median)
-        c = self.confirmed.get(_text(self.chosen.strategy), self.chosen.median)
+        c = self.confirmed.get(self.chosen.label, self.chosen.median)
         return d / c if c and not math.isinf(c) else 1.0
 
     def changed(self) -> list[str]:
@@ -91,7 +98,7 @@ class TuneResult:
         for t in self.trials:
             counts[t.outcome] = counts.get(t.outcome, 0) + 1
         default = self.confirmed.get("", self.default.median)
-        chosen = self.confirmed.get(_text(self.chosen.strategy), self.chosen.median)
+        chosen = self.confirmed.get(self.chosen.label, self.chosen.median)
         return {"kernel": self.kernel, "target": self.target, "dims": self.dims, "default_s": default,
                 "tuned_s": chosen, "speedup": self.speedup, "noise": self.noise, "changed": self.changed(),
                 "strategy": _text(self.chosen.strategy), "outcomes": counts, "flops": self.flops,
@@ -221,7 +228,7 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
             result.chosen = result.default
             return result
         _search(result, space, module, ir_name, target, dims, budget, time_s, started, seed, run, record, seen, say)
-        _confirm(result, run, record, say)
+        confirm(result, lambda t: run(t.strategy, samples=5), record, say)
     finally:
         worker.stop()
         result.notes += database.notes
@@ -338,11 +345,14 @@ def precompile(module: Any, ir_name: str, strategy: sir.Strategy, target: str, d
         return
 
 
-def _confirm(result: TuneResult, run: Callable[..., Trial], record: Callable[..., None],
-             say: Callable[[str], None]) -> None:
-    """Re-measure the finalists against the defaults in interleaved rounds; keep the defaults unless the
-    best finalist wins by more than the noise; store the choice as the key's ``chosen`` record."""
-    ok = sorted((t for t in result.trials if t.outcome == "ok" and t.strategy is not None), key=lambda t: t.median)
+def confirm(result: TuneResult, again: Callable[[Trial], Trial], record: Callable[..., None],
+            say: Callable[[str], None]) -> None:
+    """Re-measure the finalists (``again``) against the defaults in interleaved rounds; keep the defaults
+    unless the best finalist wins by more than the noise; store the choice as the key's ``chosen`` record.
+    Candidates are told apart by their :attr:`Trial.label` (the defaults' is "")."""
+    def name(t: Trial) -> str:
+        return t.label
+    ok = sorted((t for t in result.trials if t.outcome == "ok" and name(t)), key=lambda t: t.median)
     finalists = [t for t in ok if t.median < result.default.median][:FINALISTS]
     if not finalists:
         result.chosen = result.default
@@ -352,12 +362,12 @@ def _confirm(result: TuneResult, run: Callable[..., Trial], record: Callable[...
     say(f"confirming {len(finalists)} finalists against the defaults in {ROUNDS} interleaved rounds")
     rounds: dict[str, list[float]] = {"": []}
     for t in finalists:
-        rounds[_text(t.strategy)] = []
+        rounds[name(t)] = []
     for _ in range(ROUNDS):
         for candidate in [result.default, *finalists]:
-            again = run(candidate.strategy, samples=5)
-            if again.outcome == "ok":
-                rounds[_text(candidate.strategy)] += list(again.samples)
+            remeasured = again(candidate)
+            if remeasured.outcome == "ok":
+                rounds[name(candidate) if candidate is not result.default else ""] += list(remeasured.samples)
     medians = {k: statistics.median(v) if v else math.inf for k, v in rounds.items()}
     spreads = []
     for v in rounds.values():
@@ -366,11 +376,11 @@ def _confirm(result: TuneResult, run: Callable[..., Trial], record: Callable[...
             spreads.append((q3 - q1) / statistics.median(v))
     result.noise = max([MIN_WIN, *spreads])
     result.confirmed = medians
-    best = min(finalists, key=lambda t: medians[_text(t.strategy)])
-    if medians[_text(best.strategy)] < medians[""] * (1 - result.noise):
-        result.chosen = Trial(best.strategy, "ok", tuple(rounds[_text(best.strategy)]))
+    best = min(finalists, key=lambda t: medians[name(t)])
+    if medians[name(best)] < medians[""] * (1 - result.noise):
+        result.chosen = dataclasses.replace(best, outcome="ok", samples=tuple(rounds[name(best)]))
     else:
-        result.chosen = Trial(None, "ok", tuple(rounds[""]))
-        result.notes.append(f"the best finalist ({medians[_text(best.strategy)] * 1e3:.3f} ms) did not beat the "
+        result.chosen = dataclasses.replace(result.default, outcome="ok", samples=tuple(rounds[""]))
+        result.notes.append(f"the best finalist ({medians[name(best)] * 1e3:.3f} ms) did not beat the "
                             f"defaults ({medians[''] * 1e3:.3f} ms) by more than the noise ({result.noise:.1%})")
     record(result.chosen, tdb.CHOSEN)

@@ -18,6 +18,12 @@ def when_of(dims: Mapping[str, int]) -> str:
     return " and ".join(parts)
 
 
+def expressible(subject: str | None) -> bool:
+    """Whether a decision on ``subject`` can be written in source (an index or operand name; not an unnamed
+    intermediate's position, nor an index of a kernel written without named ones, as ``a @ b``)."""
+    return subject is None or (subject.isidentifier() and not subject.startswith("_"))
+
+
 def decision_source(d: sir.Decision) -> str:
     """One decision as the language writes it (``tile m = 8``, ``pack b``, ``threads = 2``)."""
     if d.subject is None:

@@ -21,7 +21,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: Largest relative error of the result at the tuning dims against the interpreter (a gross check: the
@@ -117,6 +117,12 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
                                                    f"of the largest value"}
     threads = request.get("threads")
     call = (lambda: kernel(*args)) if threads is None else (lambda: kernel(*args, threads=int(threads)))
+    return {"status": "ok", "samples": timed(call, request)}
+
+
+def timed(call: Callable[[], Any], request: Mapping[str, Any]) -> list[float]:
+    """Seconds per call: the same warm-up for every candidate (``warmup`` calls), then ``samples`` samples of
+    repeated calls, each at least ``min_sample_s`` long."""
     for _ in range(int(request.get("warmup", 3))):
         call()
     start = time.perf_counter()
@@ -129,7 +135,7 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
         for _ in range(repeat):
             call()
         samples.append((time.perf_counter() - start) / repeat)
-    return {"status": "ok", "samples": samples, "repeat": repeat}
+    return samples
 
 
 def main() -> int:
@@ -145,7 +151,12 @@ def main() -> int:
                 os._exit(9)
             if request.get("op") == "hang":
                 time.sleep(3600)
-            reply = measure(request)
+            if request.get("op") == "layer":  # a whole-layer plan (arke.tune.layer)
+                from arke.tune.layer_worker import measure_layer
+
+                reply = measure_layer(request)
+            else:
+                reply = measure(request)
         except Exception as err:  # a candidate that raises is a failure of that candidate, never of the worker
             reply = {"status": "failed", "error": f"{type(err).__name__}: {str(err)[:600]}"}
         out.write(json.dumps(reply) + "\n")

@@ -105,6 +105,11 @@ class CPUKernel:
         # a kernel whose subscripts or integer divisions are checked as it runs writes an out= only on success
         self._may_fail = can_fail(plan.function, module)
 
+    @property
+    def panel_reads(self) -> set[tuple[int, str]]:
+        """The (buffer, layout) pairs of the prepacked panels this kernel's contractions can read."""
+        return set(self._panel_at.values())
+
     def __repr__(self) -> str:
         return f"<arke kernel {self.name} on llvm, {len(self._launches)} dispatches>"
 
