@@ -29,6 +29,9 @@ def add_command(sub: Any) -> None:
     tune.add_argument("--format", choices=("text", "json"), default="text")
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--timeout", type=float, default=120.0, help="seconds one candidate may take (default 120)")
+    tune.add_argument("--ray", default=None, metavar="ADDRESS",
+                      help="measure on the nodes of this Ray cluster that match this machine (pip install "
+                           "'arke[distributed]'); records go to --db from here")
     tune.set_defaults(handler=cmd_tune)
 
 
@@ -43,7 +46,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     try:
         result = tune(args.path, args.kernel, dims, target=args.target,
                       budget=None if args.time is not None else (40 if args.budget is None else args.budget),
-                      time_s=args.time, db=args.db, seed=args.seed, timeout_s=args.timeout,
+                      time_s=args.time, db=args.db, seed=args.seed, timeout_s=args.timeout, ray=args.ray,
                       progress=None if quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
     except arke.CheckError as err:  # the file has errors: its diagnostics, as akc check prints them
         print(str(err), file=sys.stderr)

@@ -147,6 +147,7 @@ class CompiledLayer:
                 return KernelCall(k.specialise(**dtypes) if dtypes else k, on_device)
         # weights are packed once into the panels the target's contraction kernels read (0: not packed)
         self.nr = 0 if self.backend is None else self.backend.panel_width(weights_dtype)
+        self.packed_weights = False  # whether some weights are held in a contraction's prepacked panels
         self.weights = self._pack(weights)
         self._bind(call)
         self._shapes: dict[tuple[int, int], _Shape] = {}
@@ -188,6 +189,7 @@ class CompiledLayer:
             from arke.targets.llvm.panels import pack_panels
 
             into[name] = pack_panels(w, self.nr)
+            self.packed_weights = True
         else:
             into[name] = w.to(self.device)
 

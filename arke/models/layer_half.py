@@ -71,6 +71,7 @@ class HalfLayer(CompiledLayer):
             if pack and self.backend is not None:  # a projection's matrix: in the kernels' panels, once
                 packed = self.backend.pack_weight(out[name])
                 out[name] = out[name] if packed is None else packed
+                self.packed_weights |= packed is not None
 
         put("wn1", raw["input_norm"])
         put("wn2", raw["post_norm"])

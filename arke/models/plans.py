@@ -37,16 +37,21 @@ class Dispatch:
 
 def dispatches(layer: Any, batch: int, tokens: int) -> list[Dispatch]:
     """The tunable kernel calls of a ``layer`` call with ``batch`` sequences of ``tokens`` tokens (the
-    experts of a mixture are left out: their row counts change with every call's routing)."""
+    experts of a mixture are left out: their row counts change with every call's routing). Calls of one
+    kernel in one dims bucket (a half layer's two norms) are one: a block serves them both."""
     from arke.models.calls import KernelCall
+    from arke.tune.source import when_of
 
     names = {ir: n for n, ir in layer.module.kernel_map.items()}
-    out = []
+    out, seen = [], set()
     for tag, call, tensors, scalars in layer._steps(batch, tokens):
         if not isinstance(call, KernelCall) or tag == "experts":
             continue
-        kernel = call.kernel
-        out.append(Dispatch(tag, kernel.name, names[kernel.ir_name], kernel.ir_name, call.dims(tensors, scalars)))
+        kernel, dims = call.kernel, call.dims(tensors, scalars)
+        if (kernel.name, when_of(dims)) in seen:
+            continue
+        seen.add((kernel.name, when_of(dims)))
+        out.append(Dispatch(tag, kernel.name, names[kernel.ir_name], kernel.ir_name, dims))
     return out
 
 

@@ -256,7 +256,7 @@ def _tune_phase(layer: Any, module: Any, phase: Phase, batch: int, budget: int, 
     base = {d.tag: _baseline(module, d, target) for d in phase.dispatches}
     phase.baseline = "".join(block(d, target, base[d.tag]) for d in phase.dispatches)
     panels: dict[str, set[Any]] = {}
-    if layer.nr:  # the layer's f32 weights are packed once, in the panels its defaults' contractions read
+    if layer.packed_weights:  # weights packed once, at load, in the panels its defaults' contractions read
         panels = {tag: set(getattr(v, "panel_reads", set()))
                   for tag, v in _variants(module, target, phase.baseline, phase.dispatches).items()}
     _candidates(module, phase, target, dispatch_budget, deadline, database.url, seed, timeout_s, panels, say)

@@ -3,7 +3,8 @@
 The defaults are measured first; then points the sampler proposes (Optuna's TPE sampler, or every
 point where the space is no larger than the budget), each pruned before compiling if the checker or
 the target would not honour it as written, compiled in parallel ahead of their turn, then checked and
-timed one at a time by the measuring worker (:mod:`arke.tune.worker`). Every result is a record in
+timed one at a time by the measuring worker (:mod:`arke.tune.worker`; with ``ray=``, one at a time on
+each matching node of a Ray cluster, :mod:`arke.tune.lanes`). Every result is a record in
 the tuning database. The best few are confirmed against the defaults in interleaved rounds, and the
 defaults are replaced only by a win larger than the measured noise (the rounds' interquartile
 spread); the confirmed choice is stored as the key's ``chosen`` record, which ``arke.build`` uses. A
@@ -27,8 +28,9 @@ from arke.ir import semantic as S
 from arke.ir import strategy as sir
 from arke.runtime.host import cores
 from arke.tune import db as tdb
+from arke.tune.lanes import local as local_lanes
+from arke.tune.lanes import ray_lanes
 from arke.tune.space import Knob, knobs, prune, space_size, strategy_of
-from arke.tune.worker import Worker
 
 #: Finalists re-measured against the defaults, and the interleaved rounds they get.
 FINALISTS, ROUNDS = 3, 3
@@ -152,11 +154,13 @@ def _source_of(source: str | Path | Any) -> tuple[str, str]:
 def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, target: str = "llvm",
          budget: int | None = 40, time_s: float | None = None, db: str | None = None, seed: int = 0,
          timeout_s: float = 120.0, progress: Callable[[str], None] | None = None,
-         flag_roofline: bool = True, decisions: Sequence[str] | None = None, exhaustive: bool = False) -> TuneResult:
+         flag_roofline: bool = True, decisions: Sequence[str] | None = None, exhaustive: bool = False,
+         ray: str | None = None) -> TuneResult:
     """Tune ``kernel`` of ``source`` (a path, source text, or an :func:`arke.load`-ed module) on ``target``
     at ``dims``: at most ``budget`` measurements (the defaults' included) and ``time_s`` seconds.
     ``decisions``: search only these knobs (``["tile m", "tile k"]``); ``exhaustive``: measure every point
-    of the space (its size is the budget), not the sampler's proposals.
+    of the space (its size is the budget), not the sampler's proposals. ``ray``: the address of a Ray cluster
+    whose nodes like this machine measure candidates side by side (:mod:`arke.tune.lanes`).
     Records go to the tuning database at ``db`` (default :func:`arke.tune.db.default_url`); the confirmed
     choice is what ``arke.build`` uses from then on for calls in the same dims bucket."""
     import arke
@@ -193,7 +197,8 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
         space = [k for k in space if k.key in decisions]
     if exhaustive:
         budget, time_s = space_size(space) + 1, None  # every point, and the defaults measured first
-    worker = Worker()
+    notes: list[str] = []
+    lanes = ray_lanes(ray, target, notes) if ray else local_lanes()
     result = TuneResult(kernel, target, dims, Trial(None, "failed"), Trial(None, "failed"), db_url=database.url)
     result.flops = flops_of(fn, dims)
     if flag_roofline and result.flops:
@@ -201,11 +206,16 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
 
         result.fma_peak = fma_peak(cores(), 0.2)
     seen: dict[str, Trial] = {}
+    requests = itertools.count()
+    result.notes += notes
+    if ray:
+        result.notes.append(f"measured on {lanes.width} Ray node{'s' if lanes.width > 1 else ''} "
+                            f"({', '.join(lanes.names)}); confirmed on {lanes.names[0]}")
 
-    def run(strategy: sir.Strategy | None, samples: int = 7) -> Trial:
+    def run(strategy: sir.Strategy | None, samples: int = 7, lane: Any = None) -> Trial:
         request = {"source": text, "path": path, "kernel": kernel, "target": target, "dims": dims,
-                   "strategy": tdb.strategy_json(strategy), "seed": seed + len(seen) * 101, "samples": samples}
-        reply = worker.request(request, timeout_s)
+                   "strategy": tdb.strategy_json(strategy), "seed": seed + next(requests) * 101, "samples": samples}
+        reply = lanes.request(request, timeout_s, lane)
         trial = Trial(strategy, reply.get("status", "failed"), tuple(reply.get("samples", ())),
                       str(reply.get("error", "")))
         if trial.outcome == "ok" and result.fma_peak and result.flops / trial.median > 1.05 * result.fma_peak:
@@ -219,7 +229,7 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
 
     try:
         say(f"{kernel} on {target} at {dims}: {len(space)} decisions, {space_size(space)} points; the defaults first")
-        result.default = run(None)
+        result.default = run(None, lane=lanes.all[0])
         record(result.default)
         result.trials.append(result.default)
         seen[""] = result.default
@@ -227,10 +237,11 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
             result.notes.append(f"the defaults did not run: {result.default.outcome}: {result.default.note}")
             result.chosen = result.default
             return result
-        _search(result, space, module, ir_name, target, dims, budget, time_s, started, seed, run, record, seen, say)
-        confirm(result, lambda t: run(t.strategy, samples=5), record, say)
+        _search(result, space, module, ir_name, target, dims, budget, time_s, started, seed, run, record, seen, say,
+                lanes.width)
+        confirm(result, lambda t: run(t.strategy, samples=5, lane=lanes.all[0]), record, say)
     finally:
-        worker.stop()
+        lanes.stop()
         result.notes += database.notes
         database.close()
         result.seconds = time.perf_counter() - started
@@ -240,8 +251,9 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
 def _search(result: TuneResult, space: list[Knob], module: Any, ir_name: str, target: str, dims: dict[str, int],
             budget: int | None, time_s: float | None, started: float, seed: int,
             run: Callable[[sir.Strategy | None], Trial], record: Callable[[Trial], None],
-            seen: dict[str, Trial], say: Callable[[str], None]) -> None:
-    """Propose, prune, precompile and measure points until the budget or the time is spent."""
+            seen: dict[str, Trial], say: Callable[[str], None], width: int = 1) -> None:
+    """Propose, prune, precompile and measure points until the budget or the time is spent (``width``
+    at a time: one per lane)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -301,31 +313,37 @@ def _search(result: TuneResult, space: list[Knob], module: Any, ir_name: str, ta
         pending.append((trial, strategy, text, pool.submit(precompile, module, ir_name, strategy, target, dims)))
         return True
 
+    lanes = ThreadPoolExecutor(max_workers=width) if width > 1 else None
     try:
         exhausted = False
         while measured < limit and not out_of_time() and asked < 20 * max(limit, 10):
-            while not exhausted and len(pending) < 2 and measured + len(pending) < limit:
+            while not exhausted and len(pending) < 2 * width and measured + len(pending) < limit:
                 exhausted = not propose()
             if not pending:
                 if exhausted or asked >= 20 * max(limit, 10):
                     break
                 continue
-            trial, strategy, text, compiling = pending.pop(0)
-            compiling.result()  # a build that failed is the worker's to report, with its message
-            found = run(strategy)
-            seen[text] = found
-            record(found)
-            result.trials.append(found)
-            measured += 1
-            tell(trial, found)
-            best = min((t.median for t in result.trials), default=math.inf)
-            say(f"[{measured}/{limit if budget is not None else '∞'}] {found.outcome:8s} "
-                f"{found.median * 1e3:9.3f} ms  best {best * 1e3:.3f} ms  {' '.join(text.split())}")
+            batch = [pending.pop(0) for _ in range(min(width, len(pending)))]
+            for _, _, _, compiling in batch:
+                compiling.result()  # a build that failed is the worker's to report, with its message
+            strategies = [b[1] for b in batch]
+            founds = list(lanes.map(run, strategies)) if lanes is not None else [run(strategies[0])]
+            for (trial, _, text, _), found in zip(batch, founds):
+                seen[text] = found
+                record(found)
+                result.trials.append(found)
+                measured += 1
+                tell(trial, found)
+                best = min((t.median for t in result.trials), default=math.inf)
+                say(f"[{measured}/{limit if budget is not None else '∞'}] {found.outcome:8s} "
+                    f"{found.median * 1e3:9.3f} ms  best {best * 1e3:.3f} ms  {' '.join(text.split())}")
     finally:
         for trial, _, _, compiling in pending:  # points asked but not measured (the budget ran out)
             compiling.cancel()
             tell(trial, None)
         pool.shutdown(wait=True)
+        if lanes is not None:
+            lanes.shutdown(wait=True)
 
 
 def precompile(module: Any, ir_name: str, strategy: sir.Strategy, target: str, dims: Mapping[str, int]) -> None:

@@ -173,3 +173,16 @@ def test_akc_tune_model_on_a_folder(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert plan.read_text().startswith("import std.decoder") and cli.main(["check", str(plan)]) == 0
     assert cli.main(["tune-model", str(tmp_path / "model"), "--db", db]) == 2  # no shape: a usage error
     assert cli.main(["tune-model", str(tmp_path), "--prefill", "8", "--db", db]) == 2  # not a model folder
+
+
+def test_a_bf16_layer_is_tuned_on_its_own_kernels(tmp_path: Path) -> None:
+    """bf16 activations end to end (HalfLayer): its own kernels, its packed weights, its tolerance."""
+    from arke.models.layer_half import HalfLayer
+
+    half = HalfLayer(CONFIG, random_weights(CONFIG, 1), dtype=torch.bfloat16, max_seq=MAX_SEQ, tuning="off")
+    result = arke.models.tune(half, prefill=[8], budget=3, dispatch_budget=1, db=str(tmp_path / "t.db"))
+    phase = result.phases[0]
+    assert phase.result.default.outcome == "ok", phase.result.default.note
+    assert sum(t.outcome == "ok" for t in phase.result.trials) >= 2
+    kernels = {s.kernel for s in plans.strategies(result.plan())}
+    assert "std.decoder.swiglu_h__A_bf16" in kernels and "std.decoder.mlp__W_f32" not in kernels
