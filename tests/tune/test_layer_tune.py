@@ -20,6 +20,9 @@ from arke.tune import db as tdb
 from arke.tune.layer_worker import TOLERANCE
 from arke.tune.worker import Worker
 
+#: one worker runs this module: its tuned layer (the module fixture) is measured once, not once per worker
+pytestmark = pytest.mark.xdist_group("layer-tune")
+
 CONFIG = LayerConfig(hidden=64, heads=8, kv_heads=2, head_dim=16, intermediate=96, eps=1e-5,
                      inv_freq=tuple(1 / 10000 ** (i / 8) for i in range(8)))
 MAX_SEQ = 64
