@@ -24,7 +24,7 @@ demo: setup
 	$(BIN)/python examples/demo.py
 
 test: setup
-	$(BIN)/python -m pytest -q -n auto --dist loadgroup
+	$(BIN)/python -m pytest -q -n auto
 
 lint: setup
 	$(BIN)/ruff check $(CODE)
