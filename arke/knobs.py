@@ -69,6 +69,12 @@ def no_team() -> bool:
     return _flag("ARKE_NO_TEAM")
 
 
+def no_omp() -> bool:
+    """``ARKE_NO_OMP``: run parallel launches on Arke's native team, not on the OpenMP runtime torch loaded
+    (``arke.targets.llvm.omp``)."""
+    return _flag("ARKE_NO_OMP")
+
+
 def cache_dir() -> Path:
     """The directory of the on-disk kernel cache (``ARKE_CACHE_DIR``); it may not exist yet.
 

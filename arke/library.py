@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from arke import knobs
 from arke.ir import strategy as sir
 from arke.runtime.guards import dim_params, eval_cond, prepare_args
 from arke.runtime.pool import evict_oldest
@@ -225,6 +226,8 @@ class Library:
         arch = found.check_options(device, arch)  # a ValueError saying which values it takes
         found.require(device, arch)  # a ValueError saying what to install or do
         self.module, self.target, self.threads, self.device = module, target, run_threads(threads), device
+        #: no thread count given (nor ARKE_THREADS): host kernels follow torch.get_num_threads() at each call
+        self.follows_torch = threads is None and knobs.threads() is None
         self.arch, self.backend = arch, found
         #: whether kernels run on this CPU (arguments are moved there; no device is kept)
         self.on_host = found.on_host(device, arch)
@@ -253,7 +256,8 @@ def warn_unhonoured(library: Library, name: str, ir_name: str, strategy: sir.Str
 
 def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> CPUKernel:
     """Compile one variant through the library's target (which plans, renders, compiles and caches)."""
+    # threads=0: no count was given, so a host kernel follows torch.get_num_threads() at each call
     compiled: CPUKernel = library.backend.build_kernel(library.module.semantic, ir_name, strategy,
-                                                       threads=library.threads, device=library.device,
+                                                       threads=0 if library.follows_torch else library.threads, device=library.device,
                                                        arch=library.arch)
     return compiled

@@ -199,9 +199,6 @@ def run_demo(examples: Path = EXAMPLES, seed: int = 0) -> int:
 
 def run_all(examples: Path = EXAMPLES, layer: bool = True) -> int:
     """The example kernels (:func:`run_demo`), then the decoder layer (:mod:`arke.cli.demo_layer`)."""
-    # before torch starts its OpenMP workers: spinning after each of torch's parallel regions, they
-    # would take the cores from the compiled layer that runs next (spec/codegen.md, Calls)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     status = run_demo(examples)
     if layer:
         from arke.cli.demo_layer import run_layer_demo

@@ -10,7 +10,6 @@ errors and the times side by side; the exit status is 1 when a check fails.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +111,6 @@ def _error(got: list[Any], want: list[Any]) -> float:
 
 def run_layer_demo(console: Any = None, shape: DemoShape = DemoShape()) -> int:
     """Build, run, check and time the layer; print the results. Returns the exit status."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch's spinning workers would take our cores
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     from rich.table import Table

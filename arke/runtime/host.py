@@ -24,11 +24,13 @@ def cores() -> int:
 
 
 def default_threads() -> int:
-    """``ARKE_THREADS``, else every core this process may run on."""
+    """``ARKE_THREADS``, else torch's thread count (``torch.get_num_threads()``: one pool, one size)."""
     chosen = knobs.threads()
     if chosen is not None:
         return chosen
-    return cores()
+    import torch
+
+    return max(1, torch.get_num_threads())
 
 
 @cache

@@ -211,7 +211,8 @@ class Target:
     def build_kernel(self, module: ir.Module, ir_name: str, strategy: sir.Strategy | None, *, threads: int,
                      device: str = "cpu", arch: str | None = None) -> Any:
         """Plan, render, compile (through the cache) and load one strategy variant of a kernel: an object
-        with ``run_prepared(args, dims, numpy_out, threads, out)`` and ``artifact``."""
+        with ``run_prepared(args, dims, numpy_out, threads, out)`` and ``artifact``. ``threads``: the
+        workers of a host kernel's launches; 0 when none was asked for: follow ``torch.get_num_threads()``."""
         raise NotImplementedError(f"the {self.name} target cannot build kernels")
 
     def resources(self, kernel: Any) -> list[Resource]:

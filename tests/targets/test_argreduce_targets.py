@@ -24,6 +24,12 @@ SHAPES = [(3, 4097), (6, 33)]
 CASES = [(d, k, s) for d in DTYPES for k in kinds(d) for s in SHAPES] + [(d, "random", (1, 1)) for d in DTYPES]
 
 
+def _sampled_kinds(dtype: str) -> tuple[str, ...]:
+    """Two value kinds per dtype, rotating so that the float (integer) dtypes together cover every kind."""
+    ks, i = kinds(dtype), DTYPES.index(dtype)
+    return ks[2 * i % len(ks)], ks[(2 * i + 1) % len(ks)]
+
+
 def _id(case: tuple[str, str, tuple[int, int]]) -> str:
     dtype, kind, (m, n) = case
     return f"{dtype}-{kind}-{m}x{n}"
@@ -33,6 +39,8 @@ def _id(case: tuple[str, str, tuple[int, int]]) -> str:
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_positions_equal_the_interpreter(target: str, case: tuple[str, str, tuple[int, int]]) -> None:
     dtype, kind, shape = case
+    if target == "triton" and shape[1] > 33 and kind not in _sampled_kinds(dtype):
+        pytest.skip("long rows in Triton's CPU interpreter: two kinds per dtype, every kind over the dtypes")
     module = text_module(rows_source(dtype))
     x = values(kind, dtype, shape, seeded("argreduce-targets", *case))
     lib = build(module, target)
@@ -74,6 +82,8 @@ needs_host = pytest.mark.skipif(not cuda_host.available(), reason="no g++")
 @pytest.mark.parametrize("case", [c for c in CASES if c[1] in ("random", "nan", "ties", "extreme")], ids=_id)
 def test_cuda_c_on_the_host_equals_the_interpreter(case: tuple[str, str, tuple[int, int]]) -> None:
     dtype, kind, shape = case
+    if target == "triton" and shape[1] > 33 and kind not in _sampled_kinds(dtype):
+        pytest.skip("long rows in Triton's CPU interpreter: two kinds per dtype, every kind over the dtypes")
     module = text_module(rows_source(dtype))
     x = values(kind, dtype, shape, seeded("argreduce-cuda-host", *case))
     # the host runs every thread of a launch in turn: columns (a block per column) only on a short row

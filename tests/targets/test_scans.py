@@ -198,6 +198,8 @@ ROW_KERNELS = ["cumsum", "cumsum_excl", "cumprod", "cummax", "cummin_excl", "cum
 @pytest.mark.parametrize("dims", SHAPES, ids=str)
 @pytest.mark.parametrize("name", ROW_KERNELS)
 def test_targets_conform(target: str, dims: dict[str, int], name: str) -> None:
+    if target == "triton" and name == "cumsum_rows" and dims["N"] > 17:
+        pytest.skip("4097 columns are 4097 launches in Triton's CPU interpreter (75 s): 3 × 17 covers the form")
     args = row_inputs(name, dims)
     got = build(module(), target).kernels[name](*args)
     assert_conforms(got, kernel(name), *args, what=f"{name} on {target}")

@@ -1,5 +1,6 @@
 """The llvm target's kernels on this CPU: plan, render and compile (through the cache) a kernel,
-then run its dispatches on a team of worker threads (:mod:`.jit` compiles and loads).
+then run its dispatches on worker threads (:mod:`.jit` compiles and loads): the OpenMP runtime torch
+loaded (:mod:`.omp`: one pool for torch and Arke), else Arke's native team (:mod:`.team`).
 
 Each dispatch's parallel axis is cut into static, contiguous chunks, one per worker;
 reductions never cross a chunk, so results are bit-identical for any thread count. JIT code
@@ -30,6 +31,7 @@ from arke.runtime.outputs import can_fail, check_out
 from arke.runtime.pool import BufferPool, evict_oldest
 from arke.targets.artifact import Artifact
 from arke.targets.llvm.jit import Loaded, compile_object, host_renderer
+from arke.targets.llvm.omp import launcher
 from arke.targets.llvm.panels import _PANELS, _panels_of
 from arke.targets.llvm.team import MAX_BUFFERS, team
 
@@ -165,7 +167,8 @@ class CPUKernel:
                 if role != "temp":
                     pooled.append(i)
         try:
-            self._run(buffers, sizes, threads or self.threads)
+            # a library built without a thread count follows torch's (0 here): one pool, one size
+            self._run(buffers, sizes, threads or self.threads or torch.get_num_threads())
         finally:
             for i, ((role, _, _), t) in enumerate(zip(self._roles, buffers)):
                 if role == "temp" and i not in lent:
@@ -232,7 +235,8 @@ class CPUKernel:
         threads = max(1, min(threads, worker_limit(), max((n for n, _ in sizes.launches), default=1)))
         errors = (ctypes.c_int64 * max(1, threads))()
         pool = _pool() if threads > 1 else None
-        crew = team(threads) if threads > 1 and not knobs.no_team() else None
+        omp = launcher() if threads > 1 and not knobs.no_team() and not knobs.no_omp() else None
+        crew = team(threads) if threads > 1 and omp is None and not knobs.no_team() else None
         dim_array = self._with_panels(buffers, sizes.dim_array) if _PANELS else sizes.dim_array
         for launch, (n, width) in zip(self._launches, sizes.launches):
             ptrs = [buffers[i].data_ptr() for i in launch.buffers]
@@ -241,6 +245,11 @@ class CPUKernel:
             at = scratch.data_ptr() if scratch is not None else 0
             if chunks <= 1:
                 launch.fn(*ptrs, dim_array, 0, n, ctypes.addressof(errors), at)
+            elif omp is not None and len(ptrs) <= MAX_BUFFERS:
+                base = ctypes.addressof(errors)
+                omp.run(launch.address, [*ptrs, ctypes.addressof(dim_array)],
+                        [(k * n // chunks, (k + 1) * n // chunks, base + 8 * k, at + k * width if at else 0)
+                         for k in range(chunks)], threads)
             elif crew is not None and len(ptrs) <= MAX_BUFFERS:
                 base = ctypes.addressof(errors)
                 crew.run(launch.fn, launch.address, [*ptrs, ctypes.addressof(dim_array)],

@@ -169,7 +169,14 @@ def _worker_ir() -> str:
         "  ret void",
         "}",
     ]
-    for n in range(MAX_BUFFERS + 1):  # arke_call_<n>(args): args = [fn, b0 .. b<n-1>, dims, lo, hi, err, scratch]
+    return "\n".join(lines) + "\n" + trampolines_ir()
+
+
+def trampolines_ir() -> str:
+    """``arke_call_<n>(args)`` for n buffers: calls ``args[0]`` with the words of a chunk's argument block,
+    ``[fn, b0 .. b<n-1>, dims, lo, hi, err, scratch]`` (the same layout for the team and the OpenMP launcher)."""
+    lines = []
+    for n in range(MAX_BUFFERS + 1):
         body = [f"define void @arke_call_{n}(ptr %a) {{", "entry:", "  %f = load ptr, ptr %a"]
         names = []
         for k in range(n + 5):

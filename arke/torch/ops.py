@@ -1,0 +1,263 @@
+"""Arke kernels as torch operators: ``torch.ops.<namespace>.<kernel>`` with exact fake implementations.
+
+:func:`register` defines one operator per kernel of a built library through ``torch.library``:
+
+* the schema follows the signature: tensor parameters are ``Tensor``, dim parameters ``SymInt``,
+  scalars ``float``/``int``/``bool`` with the kernel's defaults, results one ``Tensor`` each;
+* an ``out`` overload (``torch.ops.arke.rmsnorm.out(x, w, out=y)``) writes the results in place and
+  declares it (``Tensor(a!)``), so functionalization and ``torch.compile`` know what it mutates;
+* the fake (meta) implementation computes each result's shape from the symbolic dims of the
+  signature, with the inputs' sizes (``SymInt`` under dynamic shapes) bound to them, and the
+  contiguous strides the kernels write; it checks ranks and dtypes as a real call would;
+* the implementation is registered for the device the library's target runs on (CPU, or CUDA for
+  the GPU targets) and calls the kernel itself, so a wrong shape is the same ``GuardError``.
+
+The operators are defined with ``Library.define``/``Library.impl``/``register_fake`` rather than the
+``custom_op`` decorator: the decorator adds an autograd wrapper in Python to every call (about 10 µs),
+while an operator without autograd costs one dispatcher hop (the call overhead is measured in
+``benchmarks/torch_interop.py``). ``torch.library.opcheck`` passes for every stdlib kernel.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sympy
+import torch
+
+from arke.ir import semantic as ir
+from arke.ir.dtypes import DType
+from arke.runtime.errors import GuardError
+from arke.runtime.guards import TORCH_DTYPES, dim_params, dtype_of
+
+if TYPE_CHECKING:
+    from arke.library import GenericKernel, Kernel, Library
+
+_LOCK = threading.Lock()
+_LIBS: dict[str, torch.library.Library] = {}  # namespace -> its torch.library fragment (kept alive)
+_DEFINED: dict[tuple[str, str], _Op] = {}  # (namespace, op name) -> the operator's current kernel
+
+
+@dataclass
+class _Op:
+    """One registered operator: its schema and the kernel its implementations call (re-pointable)."""
+
+    schema: str
+    kernel: Kernel | GenericKernel
+    tensors: list[int]  # the positions of the tensor and dim parameters (the rest are scalars)
+    defaults: dict[int, Any]  # scalar position -> its default (None: it has none)
+
+    def bound(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The tensor and dim arguments of a call."""
+        return tuple(args[i] for i in self.tensors)
+
+    def call(self, args: tuple[Any, ...], out: Any = None) -> Any:
+        lead = len(self.tensors)
+        if self.tensors[-1:] == [lead - 1] and all(args[i] == d for i, d in self.defaults.items() if i < len(args)):
+            return self.kernel(*args[:lead], out=out)  # the kernel's fast path: tensors only
+        return self.kernel(*args, out=out)  # positional arguments fill the parameters in declaration order
+
+
+def _scalar_type(p: ir.Param) -> str:
+    dtype = p.type.dtype
+    if dtype == DType.BOOL:
+        return "bool"
+    return "float" if dtype.is_float else "int"
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, float):
+        return repr(value) if value == value and abs(value) != float("inf") else "None"
+    return str(value)
+
+
+def _signature(fn: ir.Function) -> tuple[str, list[int], dict[int, Any]]:
+    """The schema's argument list, the positions of tensor and dim parameters, the scalars' defaults."""
+    dims = dim_params(fn)
+    parts, tensors, defaults = [], [], {}
+    for i, p in enumerate(fn.params):
+        if p.name in dims:
+            parts.append(f"SymInt {p.name}" + (f"={p.default}" if p.default is not None else ""))
+            tensors.append(i)
+        elif p.type.rank:
+            parts.append(f"Tensor {p.name}")
+            tensors.append(i)
+        else:
+            default = "" if p.default is None else f"={_literal(p.default)}"
+            parts.append(f"{_scalar_type(p)} {p.name}{default}")
+            defaults[i] = p.default
+    return ", ".join(parts), tensors, defaults
+
+
+def _function(kernel: Kernel | GenericKernel, args: tuple[Any, ...]) -> ir.Function:
+    """The function a call runs: the kernel's own, or the specialisation a generic kernel's dtypes pick."""
+    from arke.library import GenericKernel
+
+    if isinstance(kernel, GenericKernel):
+        from arke.runtime.generics import pick
+
+        return kernel.member(pick(kernel.generic, args, {})).function
+    return kernel.function
+
+
+def _eval(d: Any, env: dict[str, Any]) -> Any:
+    """A dim's value for these bindings, as Python (Sym)ints: symbolic sizes stay symbolic."""
+    expr = sympy.sympify(d)
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return env[str(expr)]
+    if expr.is_Add:
+        return sum((_eval(a, env) for a in expr.args), 0)
+    if expr.is_Mul:
+        out: Any = 1
+        for a in expr.args:
+            out = out * _eval(a, env)
+        return out
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+        return _eval(expr.base, env) ** int(expr.exp)
+    if isinstance(expr, sympy.floor) and expr.args[0].is_Mul:  # floor(a / b), as the parser writes a // b
+        num, den = expr.args[0].as_numer_denom()
+        return _eval(num, env) // _eval(den, env)
+    if isinstance(expr, sympy.ceiling) and expr.args[0].is_Mul:
+        num, den = expr.args[0].as_numer_denom()
+        return -((-_eval(num, env)) // _eval(den, env))
+    if isinstance(expr, sympy.Mod):
+        return _eval(expr.args[0], env) % _eval(expr.args[1], env)
+    if isinstance(expr, sympy.Max | sympy.Min):
+        vals = [_eval(a, env) for a in expr.args]
+        return (torch.sym_max if isinstance(expr, sympy.Max) else torch.sym_min)(*vals)
+    raise NotImplementedError(f"dim {expr} in a fake implementation")
+
+
+def result_meta(fn: ir.Function, args: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], torch.dtype]]:
+    """Each result's shape and dtype for a call with ``args`` (tensors, or fake tensors, and dim values in
+    signature order): ranks and dtypes are checked as the kernel checks them, sizes may be symbolic."""
+    env: dict[str, Any] = {}
+    positional = [p for p in fn.params if p.type.rank or p.name in dim_params(fn)]
+    by_name = {p.name: a for p, a in zip(positional, args)}
+    params = {p.name: p for p in fn.params}
+    for b in fn.bindings:
+        value = by_name.get(b.param, params[b.param].default)
+        if b.axis < 0:
+            env.setdefault(b.dim, value)
+            continue
+        p, t = params[b.param], by_name[b.param]
+        if t.dim() != p.type.rank:
+            raise GuardError(fn.name, f"`{p.name}` has rank {p.type.rank} ({p.type}), but was given "
+                             f"{t.dim()} axes {tuple(t.shape)}", rule="rank", param=p.name)
+        env.setdefault(b.dim, t.shape[b.axis])
+    for p in positional:
+        t = by_name[p.name]
+        if p.type.rank and dtype_of(t.dtype) != p.type.dtype:
+            raise GuardError(fn.name, f"`{p.name}` is {p.type.dtype}, but was given "
+                             f"{str(t.dtype).removeprefix('torch.')}", rule="dtype", param=p.name)
+    types = fn.value_types()
+    return [(tuple(_eval(d, env) for d in types[r].shape), TORCH_DTYPES[types[r].dtype]) for r in fn.results]
+
+
+def _device_of(args: tuple[Any, ...]) -> torch.device:
+    return next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+
+
+def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_key: str) -> None:
+    from arke.library import GenericKernel
+
+    # a generic kernel's specialisations share one signature but for the dtypes (all `Tensor` here)
+    fn = kernel.member(kernel.generic.members[0][1]).function if isinstance(kernel, GenericKernel) else kernel.function
+    params, tensors, defaults = _signature(fn)
+    results = len(fn.results)
+    rets = "Tensor" if results == 1 else f"({', '.join(['Tensor'] * results)})"
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    outs = ", ".join(f"Tensor({letters[k]}!) out{k if results > 1 else ''}" for k in range(results))
+    out_rets = (f"Tensor({letters[0]}!)" if results == 1
+                else f"({', '.join(f'Tensor({letters[k]}!)' for k in range(results))})")
+    schema = f"({params}) -> {rets}"
+    found = _DEFINED.get((namespace, name))
+    if found is not None:
+        if found.schema != schema:
+            raise ValueError(f"torch.ops.{namespace}.{name} is already registered as {name}{found.schema}; "
+                             f"this kernel's signature is {name}{schema}: register it under another namespace")
+        found.kernel = kernel  # a newer library's kernel of the same signature takes over
+        return
+    op = _Op(schema, kernel, tensors, defaults)
+    lib = _LIBS.get(namespace)
+    if lib is None:
+        lib = _LIBS[namespace] = torch.library.Library(namespace, "FRAGMENT")
+    lib.define(f"{name}{schema}")
+    lib.define(f"{name}.out({params}{', ' if params else ''}*, {outs}) -> {out_rets}")
+
+    def real(*args: Any) -> Any:
+        return op.call(args)
+
+    def real_out(*args: Any, **outputs: Any) -> Any:
+        given = [outputs[k] for k in sorted(outputs)]
+        return op.call(args, given[0] if len(given) == 1 else tuple(given))
+
+    def fake(*args: Any) -> Any:
+        bound = op.bound(args)
+        metas = result_meta(_function(op.kernel, bound), bound)
+        device = _device_of(args)
+        made = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in metas]
+        return made[0] if len(made) == 1 else tuple(made)
+
+    def fake_out(*args: Any, **outputs: Any) -> Any:
+        given = [outputs[k] for k in sorted(outputs)]
+        bound = op.bound(args)
+        metas = result_meta(_function(op.kernel, bound), bound)
+        for t, (shape, dtype) in zip(given, metas):
+            if t.dtype != dtype or len(t.shape) != len(shape):
+                raise GuardError(name, f"out= needs {str(dtype).removeprefix('torch.')} with {len(shape)} axes, "
+                                 f"but was given {str(t.dtype).removeprefix('torch.')} {tuple(t.shape)}",
+                                 rule="out", param="out")
+        return given[0] if len(given) == 1 else tuple(given)
+
+    lib.impl(name, real, device_key)
+    lib.impl(f"{name}.out", real_out, device_key)
+    torch.library.register_fake(f"{namespace}::{name}", fake, lib=lib)
+    torch.library.register_fake(f"{namespace}::{name}.out", fake_out, lib=lib)
+    _DEFINED[(namespace, name)] = op
+
+
+def op_name(kernel_name: str) -> str:
+    """The operator name of a kernel (``decoder.mlp`` -> ``decoder_mlp``: operator names have no dots)."""
+    return kernel_name.replace(".", "_")
+
+
+class Ops:
+    """The operators :func:`register` defined: ``ops.rmsnorm`` is ``torch.ops.<namespace>.rmsnorm``."""
+
+    def __init__(self, namespace: str, names: dict[str, str]):
+        self.namespace, self.names = namespace, names
+
+    def __getattr__(self, kernel: str) -> Any:
+        names = self.__dict__.get("names", {})
+        if kernel not in names:
+            raise AttributeError(f"no operator for kernel `{kernel}`; registered: {', '.join(names)}")
+        return getattr(getattr(torch.ops, self.namespace), names[kernel])
+
+    def __iter__(self) -> Any:
+        return iter(self.names)
+
+
+def register(library: Library, namespace: str = "arke", kernels: list[str] | None = None) -> Ops:
+    """Define ``torch.ops.<namespace>.<kernel>`` (and its ``.out`` overload) for the library's kernels
+    (all, or those named); registering a kernel again with the same signature re-points the operator
+    to the new library's kernel, a different signature is a ValueError naming both."""
+    if not namespace.isidentifier():
+        raise ValueError(f"namespace must be a Python identifier, not {namespace!r}")
+    chosen = list(library.kernels) if kernels is None else kernels
+    unknown = [k for k in chosen if k not in library.kernels]
+    if unknown:
+        raise ValueError(f"no kernel {unknown[0]!r} in this library; it has: {', '.join(library.kernels)}")
+    device_key = "CPU" if library.on_host else "CUDA"
+    names = {}
+    with _LOCK:
+        for k in chosen:
+            names[k] = op_name(k)
+            _define(namespace, names[k], library.kernels[k], device_key)
+    return Ops(namespace, names)

@@ -1,0 +1,192 @@
+"""Arke inside PyTorch (issue 20): one thread pool, torch.ops call overhead, torch.compile(backend="arke").
+
+    .venv/bin/python benchmarks/torch_interop.py [--quick] [--skip-backend]
+
+1. **Alternating loop.** A Qwen2-0.5B-shaped decoder layer (hidden 896, 14/2 heads of 64, MLP 4864)
+   decoding at context 256: Arke's layer alone, and in one loop with transformers' own layer (torch
+   ops between Arke's steps), once on torch's OpenMP team (the default) and once on Arke's own team
+   (``ARKE_NO_OMP=1``, the behaviour before issue 20), each in a fresh process, no environment
+   variable of OpenMP set.
+2. **Operator overhead.** ``torch.ops.arke.<kernel>`` against a direct call of the kernel (a tiny
+   relu: the call is all overhead), and torch's own relu for scale.
+3. **Backend.** A 2-layer Qwen2-0.5B-shaped transformers model: prefill 128 and a decode step at
+   context 512, eager, ``torch.compile`` (Inductor) and ``torch.compile(backend="arke")``.
+
+Times are medians of interleaved rounds; the machine and torch's thread count are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import torch
+
+HIDDEN, HEADS, KV, HEAD, MLP = 896, 14, 2, 64, 4864
+
+
+def _qwen2_config(layers: int = 1) -> Any:
+    from transformers import Qwen2Config
+
+    cfg = Qwen2Config(hidden_size=HIDDEN, intermediate_size=MLP, num_attention_heads=HEADS,
+                      num_key_value_heads=KV, num_hidden_layers=layers, max_position_embeddings=2048,
+                      vocab_size=32000)
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+def _median_us(f: Any, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
+def alternating(context: int = 256, rounds: int = 60) -> dict[str, float]:
+    """One process: Arke's decode step alone, then alternating with transformers' (times in µs)."""
+    from transformers import DynamicCache
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer, Qwen2RotaryEmbedding
+
+    import arke.models
+
+    torch.manual_seed(0)
+    cfg = _qwen2_config()
+    hf = Qwen2DecoderLayer(cfg, layer_idx=0).eval()
+    rotary = Qwen2RotaryEmbedding(cfg)
+    layer = arke.models.from_transformers(hf, cfg, target="llvm", max_seq=context + 2 * rounds + 8)
+    x = torch.randn(1, context, HIDDEN)
+    cache = layer.new_cache(batch=1)
+    with torch.no_grad():
+        layer(x, torch.arange(context)[None], cache)
+        hf_cache = DynamicCache()
+        hf(x, cache=hf_cache, use_cache=True, position_embeddings=rotary(x, torch.arange(context)[None]))
+    step = torch.randn(1, 1, HIDDEN)
+
+    def ours() -> None:
+        pos = torch.tensor([[cache.length]])
+        layer(step, pos, cache)
+
+    def theirs() -> None:
+        pos = torch.tensor([[context]])
+        hf(step, cache=hf_cache, use_cache=False, position_embeddings=rotary(step, pos))
+
+    with torch.no_grad():
+        for _ in range(5):
+            ours()
+            theirs()
+        alone = _median_us(ours, rounds)
+        torch_alone = _median_us(theirs, rounds)
+        mixed_ours = []
+        for _ in range(rounds):
+            theirs()
+            t = time.perf_counter()
+            ours()
+            mixed_ours.append(time.perf_counter() - t)
+    return {"alone": alone, "alternating": statistics.median(mixed_ours) * 1e6, "torch": torch_alone}
+
+
+def _in_fresh_process(env: dict[str, str]) -> dict[str, float]:
+    code = "import json, benchmarks.torch_interop as b; print(json.dumps(b.alternating()))"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def overhead(rounds: int = 20000) -> dict[str, float]:
+    """µs per call: a direct kernel call, the registered operator, torch's relu."""
+    import arke
+    import arke.torch
+
+    lib = arke.build(arke.loads("import std.nn\n"), threads=1)
+    ops = arke.torch.register(lib, kernels=["relu"])
+    x = torch.randn(1, 8)
+    op = ops.relu.default
+    calls = {"direct": lambda: lib.relu(x), "torch.ops": lambda: op(x), "torch.relu": lambda: torch.relu(x)}
+    best = {k: float("inf") for k in calls}
+    for f in calls.values():
+        for _ in range(500):
+            f()
+    for _ in range(7):  # interleaved: each round times every form
+        for name, f in calls.items():
+            t = time.perf_counter()
+            for _ in range(rounds // 7):
+                f()
+            best[name] = min(best[name], (time.perf_counter() - t) / (rounds // 7) * 1e6)
+    return best
+
+
+def backend_rows(prefill: int = 128, context: int = 512, rounds: int = 10) -> list[tuple[str, float, float, float]]:
+    """(phase, eager ms, inductor ms, arke ms) for a 2-layer Qwen2-0.5B-shaped model."""
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_qwen2_config(layers=2)).eval()
+    ids = torch.randint(0, 32000, (1, prefill))
+    ctx_ids = torch.randint(0, 32000, (1, context))
+    forms = {"eager": model, "inductor": torch.compile(model, dynamic=True),
+             "arke": torch.compile(model, backend="arke", dynamic=True)}
+    rows = []
+    with torch.no_grad():
+        want = model(ids).logits
+        caches = {}
+        for name, m in forms.items():
+            got = m(ids).logits
+            err = float((got - want).abs().max() / want.abs().max())
+            print(f"  {name}: prefill logits max rel. difference {err:.1e}", flush=True)
+            cache = DynamicCache()
+            m(ctx_ids, past_key_values=cache, use_cache=True)
+            caches[name] = cache
+        token = torch.tensor([[7]])
+        times: dict[str, dict[str, list[float]]] = {"prefill": {k: [] for k in forms}, "decode": {k: [] for k in forms}}
+        for _ in range(rounds):
+            for name, m in forms.items():
+                t = time.perf_counter()
+                m(ids)
+                times["prefill"][name].append(time.perf_counter() - t)
+                cache = caches[name]
+                cache.crop(context)  # the same context each round
+                t = time.perf_counter()
+                m(token, past_key_values=cache, use_cache=True)
+                times["decode"][name].append(time.perf_counter() - t)
+    for phase, by in times.items():
+        med = {k: statistics.median(v) * 1e3 for k, v in by.items()}
+        rows.append((phase, med["eager"], med["inductor"], med["arke"]))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-backend", action="store_true", help="no torch.compile rows (they compile for minutes)")
+    args = parser.parse_args()
+    from arke.runtime.host import host_description
+
+    print(f"machine: {host_description().split()[1]}, {os.cpu_count()} CPUs, torch {torch.__version__} with "
+          f"{torch.get_num_threads()} threads; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
+    print("\n1. Qwen2-0.5B-shaped layer, decode at context 256 (µs per Arke step, median)")
+    print(f"{'pool':<34}{'alone':>10}{'alternating':>13}{'ratio':>8}{'transformers':>14}{'vs transformers':>17}")
+    pools = (("torch's OpenMP team (default)", {}), ("Arke's own team (ARKE_NO_OMP=1)", {"ARKE_NO_OMP": "1"}))
+    for label, env in pools:
+        r = _in_fresh_process(env)
+        print(f"{label:<34}{r['alone']:>10.0f}{r['alternating']:>13.0f}{r['alternating'] / r['alone']:>7.2f}×"
+              f"{r['torch']:>14.0f}{r['torch'] / r['alternating']:>16.2f}×")
+    print("\n2. Call overhead (µs per call, best of 7 rounds; a 1×8 relu)")
+    o = overhead()
+    print("  " + ", ".join(f"{k} {v:.2f}" for k, v in o.items()) +
+          f"; operator - direct = {o['torch.ops'] - o['direct']:.2f} µs")
+    if not args.skip_backend:
+        print("\n3. torch.compile(backend='arke'), 2-layer Qwen2-0.5B-shaped model (ms, median of rounds)")
+        print(f"{'':<10}{'eager':>9}{'inductor':>10}{'arke':>9}{'vs eager':>10}{'vs inductor':>13}")
+        for phase, e, i, a in backend_rows():
+            print(f"{phase:<10}{e:>9.2f}{i:>10.2f}{a:>9.2f}{e / a:>9.2f}×{i / a:>12.2f}×")
+
+
+if __name__ == "__main__":
+    main()

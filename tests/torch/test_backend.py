@@ -1,0 +1,102 @@
+"""torch.compile(backend="arke") against eager on small transformers models (random weights, two layers):
+prefill and decode steps over a KV cache, no recompilation as the cache grows, fallbacks reported."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+import transformers
+
+from arke.torch import backend
+
+VOCAB = 96
+
+
+def model(arch: str) -> Any:
+    torch.manual_seed(0)
+    common: dict[str, Any] = dict(vocab_size=VOCAB, max_position_embeddings=128)
+    if arch == "gpt2":
+        cfg: Any = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=128, vocab_size=VOCAB)
+    else:
+        cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config,
+               "mistral": transformers.MistralConfig}[arch]
+        extra = {"sliding_window": 64} if arch == "mistral" else {}
+        cfg = cls(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, **common, **extra)
+    cfg._attn_implementation = "sdpa"
+    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral", "gpt2"])
+def test_prefill_and_decode_match_eager(arch: str) -> None:
+    torch._dynamo.reset()
+    m = model(arch)
+    # the rewrite is what is tested: the rest of the graph runs as torch ops (Inductor compiles it in
+    # test_inductor_compiles_the_rest, once: it takes most of a minute per model here)
+    compiled = torch.compile(m, backend="arke", dynamic=True, options={"arke.rest": "eager"})
+    ids = torch.randint(0, VOCAB, (1, 11))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", backend.ArkeFallbackWarning)
+        want = m(ids, use_cache=True)
+        got = compiled(ids, use_cache=True)
+        torch.testing.assert_close(got.logits, want.logits, rtol=1e-4, atol=1e-4)
+        past_w, past_g = want.past_key_values, got.past_key_values
+        token = want.logits[:, -1:].argmax(-1)
+        for _ in range(4):  # decode steps: the cache grows by one each time
+            w = m(token, past_key_values=past_w, use_cache=True)
+            g = compiled(token, past_key_values=past_g, use_cache=True)
+            torch.testing.assert_close(g.logits, w.logits, rtol=1e-4, atol=1e-4)
+            token = w.logits[:, -1:].argmax(-1)
+    taken = sum((r.taken for r in backend.reports()[-3:]), start=backend.Report().taken)
+    assert taken["linear"] >= 1  # at least the head; the llama family's projections too
+    if arch != "gpt2":
+        assert taken["attention"] >= 1
+
+
+def test_inductor_compiles_the_rest() -> None:
+    torch._dynamo.reset()
+    m = model("llama")
+    ids = torch.randint(0, VOCAB, (1, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(m, backend="arke")(ids).logits, m(ids).logits, rtol=1e-4, atol=1e-4)
+    assert backend.reports()[-1].taken["attention"] == 2
+
+
+def test_decode_does_not_recompile_per_length() -> None:
+    torch._dynamo.reset()
+    m = model("qwen2")
+    graphs: list[int] = []
+
+    def counting(gm: Any, example_inputs: list[Any]) -> Any:
+        graphs.append(1)
+        return backend.arke_backend(gm, example_inputs, options={"arke.rest": "eager"})
+
+    compiled = torch.compile(m, backend=counting, dynamic=True)
+    counts = []
+    with torch.no_grad():
+        out = compiled(torch.randint(0, VOCAB, (1, 8)), use_cache=True)
+        past = out.past_key_values
+        for step in range(6):
+            out = compiled(torch.tensor([[step + 1]]), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            counts.append(len(graphs))
+    assert counts[1] == counts[-1], counts  # after the first decode step, no length compiles again
+
+
+def test_nodes_arke_cannot_take_are_reported_with_the_reason() -> None:
+    torch._dynamo.reset()
+
+    def f(x: torch.Tensor, w: torch.Tensor, q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        a = torch.nn.functional.linear(x.double(), w.double()).float()
+        o = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+        return a.sum() + o.sum() + torch.nn.functional.linear(x, w).sum()
+
+    args = (torch.randn(3, 8), torch.randn(5, 8), torch.randn(1, 2, 4, 8), torch.zeros(4, 4))
+    with pytest.warns(backend.ArkeFallbackWarning, match="float64") as caught:
+        got = torch.compile(f, backend="arke")(*args)
+    torch.testing.assert_close(got, f(*args), rtol=1e-4, atol=1e-4)
+    text = str(caught[0].message)
+    assert "an attention mask" in text and "Arke took 1 × linear" in text

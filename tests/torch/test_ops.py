@@ -1,0 +1,128 @@
+"""Arke kernels as torch operators (arke.torch.register): every stdlib kernel passes torch.library.opcheck,
+``out=`` overloads mutate what they declare, fake implementations keep sizes symbolic under torch.compile."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import pytest
+import torch
+
+import arke
+import arke.torch
+from arke.cli.build import random_inputs
+from arke.runtime.errors import GuardError
+from arke.runtime.guards import check_guards
+
+STD = ("std.nn", "std.attention", "std.decoder", "std.moe")
+#: dims where the `where` clauses of a kernel need more than "every dim is 4"
+DIMS: dict[str, dict[str, int]] = {
+    "heads": {"H": 4, "G": 2, "E": 4, "R": 2, "C": 32},
+    "rope": {"D": 4}, "rope_interleaved": {"D": 4},
+}
+_EQUAL = {"H": 4, "G": 2, "E": 4, "R": 2, "C": 32, "K": 2}
+
+
+@cache
+def library() -> arke.Library:
+    return arke.build(arke.loads("".join(f"import {m}\n" for m in STD)))
+
+
+@cache
+def ops() -> arke.torch.Ops:
+    return arke.torch.register(library(), namespace="arke_test")
+
+
+def sample(name: str) -> tuple[Any, ...]:
+    """Random arguments of kernel ``name`` whose dims satisfy its `where` clauses."""
+    k = library().kernels[name]
+    fn = k.function if hasattr(k, "function") else k.member(k.generic.members[0][1]).function
+    names = {b.dim for b in fn.bindings}
+    dims = {d: DIMS.get(name, {}).get(d, _EQUAL.get(d, 4)) for d in names}
+    check_guards(fn, dims)  # a new stdlib kernel whose clauses these dims break: give it a row in DIMS
+    args = random_inputs(fn, dims, seed=len(name))  # every parameter, in declaration order
+    for i, p in enumerate(fn.params):
+        if p.name == "n" and not p.type.rank:  # the cached attentions' filled length: every query has keys
+            args[i] = 4
+    return tuple(args)
+
+
+def _kernels() -> list[str]:
+    return sorted(library().kernels)
+
+
+@pytest.mark.parametrize("name", _kernels())
+def test_opcheck_every_stdlib_kernel(name: str) -> None:
+    op = getattr(ops(), name)
+    args = sample(name)
+    want = library().kernels[name](*args)
+    got = op(*args)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)  # the same kernel: bit-identical
+    # the aot_dispatch checks compile the op through AOTAutograd: a sample of kernels is enough for them
+    utils = (("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+             if name in ("rmsnorm", "quantize_rows", "attn_cached", "embedding", "heads")
+             else ("test_schema", "test_autograd_registration", "test_faketensor"))
+    torch.library.opcheck(op.default, args, test_utils=utils)
+
+
+def test_out_overload_writes_in_place_and_declares_it() -> None:
+    x, w = torch.randn(5, 16), torch.randn(16)
+    y = torch.full((5, 16), 7.0)
+    got = ops().rmsnorm.out(x, w, out=y)
+    assert got is y
+    torch.testing.assert_close(y, library().rmsnorm(x, w), rtol=0, atol=0)
+    assert ops().rmsnorm.out._schema.arguments[-1].alias_info.is_write  # functionalization sees the write
+    q, s = torch.empty(5, 16, dtype=torch.int8), torch.empty(5)
+    ops().quantize_rows.out(x, out0=q, out1=s)
+    want_q, want_s = library().quantize_rows(x)
+    assert torch.equal(q, want_q) and torch.equal(s, want_s)
+
+
+def test_a_bad_call_is_the_kernels_guard_error_and_leaves_out_untouched() -> None:
+    y = torch.full((5, 16), 7.0)
+    with pytest.raises(GuardError, match="rmsnorm"):
+        ops().rmsnorm.out(torch.randn(5, 16), torch.randn(15), out=y)
+    assert bool((y == 7.0).all())
+    with pytest.raises(GuardError, match="rank"):
+        ops().rmsnorm(torch.randn(16), torch.randn(16))
+
+
+def test_compiled_graph_has_no_break_and_keeps_sizes_symbolic() -> None:
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    ops()
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.ops.arke_test.rmsnorm(x, w)) * 2.0
+
+    compiled = torch.compile(f, backend=counter, fullgraph=True, dynamic=True)
+    w = torch.randn(16)
+    for rows in (3, 9, 4097):
+        x = torch.randn(rows, 16)
+        torch.testing.assert_close(compiled(x, w), torch.relu(library().rmsnorm(x, w)) * 2.0, rtol=0, atol=0)
+    assert counter.frame_count == 1  # one graph for every row count: the fake kept M symbolic
+
+
+def test_fake_rejects_what_the_kernel_rejects() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(), pytest.raises(GuardError, match="is f32, but was given float64"):
+        ops().matmul(torch.randn(3, 4, dtype=torch.float64), torch.randn(4, 5))
+
+
+def test_registering_again_repoints_and_a_different_signature_is_refused() -> None:
+    first = arke.torch.register(arke.build(arke.loads("kernel twice(x: f32[N]) -> f32[N] { return x * 2.0 }\n")),
+                                namespace="arke_re")
+    x = torch.randn(6)
+    torch.testing.assert_close(first.twice(x), x * 2)
+    again = arke.torch.register(arke.build(arke.loads("kernel twice(x: f32[N]) -> f32[N] { return x + x }\n")),
+                                namespace="arke_re")
+    torch.testing.assert_close(again.twice(x), x + x)
+    other = arke.build(arke.loads("kernel twice(x: f32[N], y: f32[N]) -> f32[N] { return x + y }\n"))
+    with pytest.raises(ValueError, match="another namespace"):
+        arke.torch.register(other, namespace="arke_re")
+    with pytest.raises(ValueError, match="identifier"):
+        arke.torch.register(other, namespace="not a name")
