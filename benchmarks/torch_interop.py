@@ -61,7 +61,7 @@ def alternating(context: int = 256, rounds: int = 60) -> dict[str, float]:
     cfg = _qwen2_config()
     hf = Qwen2DecoderLayer(cfg, layer_idx=0).eval()
     rotary = Qwen2RotaryEmbedding(cfg)
-    layer = arke.models.from_transformers(hf, cfg, target="llvm", max_seq=context + 2 * rounds + 8)
+    layer = arke.models.from_transformers(hf, cfg, target="llvm", max_seq=context + 8)
     x = torch.randn(1, context, HIDDEN)
     cache = layer.new_cache(batch=1)
     with torch.no_grad():
@@ -70,13 +70,36 @@ def alternating(context: int = 256, rounds: int = 60) -> dict[str, float]:
         hf(x, cache=hf_cache, use_cache=True, position_embeddings=rotary(x, torch.arange(context)[None]))
     step = torch.randn(1, 1, HIDDEN)
 
+    pos = torch.tensor([[context]])
+
     def ours() -> None:
-        pos = torch.tensor([[cache.length]])
+        cache.length = context  # every step decodes at the same context
         layer(step, pos, cache)
 
     def theirs() -> None:
-        pos = torch.tensor([[context]])
         hf(step, cache=hf_cache, use_cache=False, position_embeddings=rotary(step, pos))
+
+    # controls: torch work on the same OpenMP team that touches little memory (matmuls in cache), and a
+    # read of as many bytes as transformers' step reads (its weights): which part of a slowdown is the
+    # threads' and which the cache's (the two layers' weights do not stay cached together)
+    a, b = torch.randn(192, 192), torch.randn(192, 192)
+    weights = torch.randn(sum(p.numel() for p in hf.parameters()))
+
+    def compute() -> None:
+        for _ in range(8):
+            torch.mm(a, b)
+
+    def read() -> None:
+        weights.sum()
+
+    def after(other: Any) -> float:
+        times = []
+        for _ in range(rounds):
+            other()
+            t = time.perf_counter()
+            ours()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times) * 1e6
 
     with torch.no_grad():
         for _ in range(5):
@@ -84,13 +107,9 @@ def alternating(context: int = 256, rounds: int = 60) -> dict[str, float]:
             theirs()
         alone = _median_us(ours, rounds)
         torch_alone = _median_us(theirs, rounds)
-        mixed_ours = []
-        for _ in range(rounds):
-            theirs()
-            t = time.perf_counter()
-            ours()
-            mixed_ours.append(time.perf_counter() - t)
-    return {"alone": alone, "alternating": statistics.median(mixed_ours) * 1e6, "torch": torch_alone}
+        mixed = after(theirs)
+        return {"alone": alone, "alternating": mixed, "torch": torch_alone, "after_compute": after(compute),
+                "after_read": after(read)}
 
 
 def _in_fresh_process(env: dict[str, str]) -> dict[str, float]:
@@ -152,7 +171,7 @@ def backend_rows(prefill: int = 128, context: int = 512, rounds: int = 10) -> li
                 m(ids)
                 times["prefill"][name].append(time.perf_counter() - t)
                 cache = caches[name]
-                cache.crop(context)  # the same context each round
+                cache.crop(-1) if cache.get_seq_length() > context else None  # the same context each round
                 t = time.perf_counter()
                 m(token, past_key_values=cache, use_cache=True)
                 times["decode"][name].append(time.perf_counter() - t)
@@ -171,12 +190,14 @@ def main() -> None:
     print(f"machine: {host_description().split()[1]}, {os.cpu_count()} CPUs, torch {torch.__version__} with "
           f"{torch.get_num_threads()} threads; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
     print("\n1. Qwen2-0.5B-shaped layer, decode at context 256 (µs per Arke step, median)")
-    print(f"{'pool':<34}{'alone':>10}{'alternating':>13}{'ratio':>8}{'transformers':>14}{'vs transformers':>17}")
+    print(f"{'pool':<34}{'alone':>10}{'alternating':>13}{'ratio':>8}{'transformers':>14}{'vs transformers':>17}"
+          f"{'after matmuls':>15}{'after a read':>14}")
     pools = (("torch's OpenMP team (default)", {}), ("Arke's own team (ARKE_NO_OMP=1)", {"ARKE_NO_OMP": "1"}))
     for label, env in pools:
         r = _in_fresh_process(env)
         print(f"{label:<34}{r['alone']:>10.0f}{r['alternating']:>13.0f}{r['alternating'] / r['alone']:>7.2f}×"
-              f"{r['torch']:>14.0f}{r['torch'] / r['alternating']:>16.2f}×")
+              f"{r['torch']:>14.0f}{r['torch'] / r['alternating']:>16.2f}×"
+              f"{r['after_compute'] / r['alone']:>14.2f}×{r['after_read'] / r['alone']:>13.2f}×")
     print("\n2. Call overhead (µs per call, best of 7 rounds; a 1×8 relu)")
     o = overhead()
     print("  " + ", ".join(f"{k} {v:.2f}" for k, v in o.items()) +

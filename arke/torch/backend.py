@@ -46,13 +46,14 @@ class ArkeFallbackWarning(UserWarning):
 class Report:
     """What the backend did with one graph."""
 
+    mode: str = "measured"  # how the calls choose between Arke's kernel and torch's (fx_ops.MODES)
     taken: collections.Counter[str] = field(default_factory=collections.Counter)
     left: list[tuple[str, str]] = field(default_factory=list)  # (node, reason) of linear/attention nodes
     others: int = 0  # nodes of other kinds: Inductor's
 
     def __str__(self) -> str:
         took = ", ".join(f"{n} × {k}" for k, n in sorted(self.taken.items())) or "nothing"
-        text = f"arke backend: Arke took {took}; Inductor compiles the other {self.others} operations"
+        text = f"arke backend ({self.mode}): Arke took {took}; Inductor compiles the other {self.others} operations"
         if self.left:
             text += "; left to torch: " + "; ".join(f"{n} ({why})" for n, why in self.left)
         return text
@@ -133,21 +134,22 @@ def _sdpa_reason(node: fx.Node) -> str | None:
     return None
 
 
-def rewrite(gm: fx.GraphModule) -> Report:
-    """Replace the linear and attention nodes Arke takes with ``torch.ops.arke_fx`` calls (in place)."""
+def rewrite(gm: fx.GraphModule, mode: str = "measured") -> Report:
+    """Replace the linear and attention nodes Arke takes with ``torch.ops.arke_fx`` calls (in place); ``mode``:
+    how each call chooses between Arke's kernel and torch's operator (:data:`arke.torch.fx_ops.MODES`)."""
     fx_ops.define()
-    report = Report()
+    report = Report(mode)
     for node in list(gm.graph.nodes):
         if node.op != "call_function":
             continue
         if node.target in _LINEAR:
             kind, why = "linear", _linear_reason(node)
-            args: tuple[Any, ...] = (_arg(node, 0, "input"), _arg(node, 1, "weight"), _arg(node, 2, "bias"))
+            args: tuple[Any, ...] = (_arg(node, 0, "input"), _arg(node, 1, "weight"), _arg(node, 2, "bias"), mode)
             target = torch.ops.arke_fx.linear.default
         elif node.target in _SDPA:
             kind, why = "attention", _sdpa_reason(node)
             args = (*(_arg(node, i, n) for i, n in enumerate(("query", "key", "value"))),
-                    bool(_arg(node, 5, "is_causal", False)), _arg(node, 6, "scale"))
+                    bool(_arg(node, 5, "is_causal", False)), _arg(node, 6, "scale"), mode)
             target = torch.ops.arke_fx.sdpa.default
         else:
             report.others += 1
@@ -170,14 +172,19 @@ def arke_backend(gm: fx.GraphModule, example_inputs: list[Any], options: dict[st
     """The ``arke`` torch.compile backend: rewrite (:func:`rewrite`), then Inductor compiles the graph.
 
     ``torch.compile(..., options={...})``: ``"arke.rest": "eager"`` runs the rest of the graph as torch
-    operations instead of compiling it with Inductor (quick to compile: tests of the rewrite); every
-    other key is an Inductor config patch.
+    operations instead of compiling it with Inductor (quick to compile: tests of the rewrite);
+    ``"arke.kernels"``: ``"measured"`` (default: per shape, the faster of Arke's kernel and torch's
+    operator, see :mod:`arke.torch.fx_ops`), ``"arke"`` or ``"torch"``; every other key is an Inductor
+    config patch.
     """
     patches = dict(options or {})
     rest = patches.pop("arke.rest", "inductor")
     if rest not in ("inductor", "eager"):
         raise ValueError(f"options['arke.rest'] is 'inductor' (default) or 'eager', not {rest!r}")
-    report = rewrite(gm)
+    kernels = patches.pop("arke.kernels", "measured")
+    if kernels not in fx_ops.MODES:
+        raise ValueError(f"options['arke.kernels'] is 'measured' (default), 'arke' or 'torch', not {kernels!r}")
+    report = rewrite(gm, kernels)
     _REPORTS.append(report)
     LOG.info("%s", report)
     if report.left:

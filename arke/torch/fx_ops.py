@@ -1,5 +1,12 @@
 """The operators the ``arke`` torch.compile backend puts into graphs: ``torch.ops.arke_fx.*``.
 
+Each call runs Arke's kernel or torch's own operator, whichever is faster *here*: the first call of
+each shape (rows rounded up to a power of two) times both, interleaved, and keeps the faster for every
+later call of that shape (:func:`decisions` lists them; the ``arke.torch`` logger reports each). A
+compiler that is slower than the operator it replaces on some machine and shape should not be used
+there. Each call site carries its graph's mode: ``"measured"``, or ``"arke"`` to force Arke's kernels
+(tests of them), or ``"torch"``.
+
 Each runs a standard-library kernel (built once per process, llvm target) on the shapes a model
 hands it: ``linear`` flattens the leading axes onto the kernel's rows, ``sdpa`` is
 ``std.attention``'s ``attention``/``causal_attention`` (grouped-query attention read in place).
@@ -10,8 +17,12 @@ operator instead, so an operator in a graph is always correct for every shape th
 
 from __future__ import annotations
 
+import logging
 import math
+import statistics
 import threading
+import time
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -22,6 +33,38 @@ from arke.library import Library
 
 _LIB: torch.library.Library | None = None
 _LOCK = threading.Lock()
+LOG = logging.getLogger("arke.torch")
+#: how a call chooses: the faster per shape ("measured"), or always Arke's kernel, or always torch's
+MODES = ("measured", "arke", "torch")
+_CHOICE: dict[tuple[Any, ...], str] = {}  # shape key -> "arke" or "torch"
+ROUNDS = 3  # timed calls of each per decision (interleaved; the median decides)
+
+
+def decisions() -> dict[tuple[Any, ...], str]:
+    """The choices made so far: (operator, shape key...) -> ``"arke"`` or ``"torch"``."""
+    return dict(_CHOICE)
+
+
+def _bucket(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _run(mode: str, key: tuple[Any, ...], ours: Callable[[], torch.Tensor], theirs: Callable[[], torch.Tensor]
+         ) -> torch.Tensor:
+    if mode != "measured":
+        return ours() if mode == "arke" else theirs()
+    found = _CHOICE.get(key)
+    if found is None:
+        times: dict[str, list[float]] = {"arke": [], "torch": []}
+        for _ in range(ROUNDS):
+            for name, f in (("arke", ours), ("torch", theirs)):
+                start = time.perf_counter()
+                f()
+                times[name].append(time.perf_counter() - start)
+        a, t = statistics.median(times["arke"]), statistics.median(times["torch"])
+        found = _CHOICE[key] = "arke" if a <= t else "torch"
+        LOG.info("arke_fx %s: Arke %.3f ms, torch %.3f ms: %s runs it", key, a * 1e3, t * 1e3, found)
+    return ours() if found == "arke" else theirs()
 
 
 @cache
@@ -32,33 +75,40 @@ def stdlib() -> Library:
     return arke.build(arke.loads("import std.nn\nimport std.attention\n"))
 
 
-def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str) -> torch.Tensor:
     k, n = x.shape[-1], w.shape[0]
     if x.numel() == 0 or w.numel() == 0:
-        return F.linear(x, w, b)
+        return F.linear(x, w, b).contiguous()
     rows = x.reshape(-1, k)
     lib = stdlib()
-    y = lib.linear(rows, w) if b is None else lib.linear_bias(rows, w, b)
-    return y.reshape(*x.shape[:-1], n)
+
+    def ours() -> torch.Tensor:
+        return (lib.linear(rows, w) if b is None else lib.linear_bias(rows, w, b)).reshape(*x.shape[:-1], n)
+
+    return _run(mode, ("linear", _bucket(rows.shape[0]), n, k, b is not None), ours, lambda: F.linear(x, w, b).contiguous())
 
 
-def _linear_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+def _linear_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], w.shape[0]))
 
 
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> torch.Tensor:
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None, mode: str
+          ) -> torch.Tensor:
     s, t, d = q.shape[-2], k.shape[-2], q.shape[-1]
     other_scale = scale is not None and abs(scale - default_scale(d)) > 1e-6 * abs(scale)
     if (q.numel() == 0 or k.numel() == 0 or (causal and s != t) or q.shape[1] % k.shape[1] or other_scale
             or v.shape[-1] != d):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
-                                              enable_gqa=q.shape[1] != k.shape[1])
+                                              enable_gqa=q.shape[1] != k.shape[1]).contiguous()
     lib = stdlib()
-    return (lib.causal_attention if causal else lib.attention)(q, k, v)
+    kernel = lib.causal_attention if causal else lib.attention
+    key = ("sdpa", q.shape[0], q.shape[1], k.shape[1], _bucket(s), _bucket(t), d, causal)
+    return _run(mode, key, lambda: kernel(q, k, v), lambda: F.scaled_dot_product_attention(  # the fake's strides
+        q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1]).contiguous())
 
 
-def _sdpa_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None
-               ) -> torch.Tensor:
+def _sdpa_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None,
+               mode: str) -> torch.Tensor:
     return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
 
@@ -69,8 +119,8 @@ def define() -> None:
         if _LIB is not None:
             return
         lib = torch.library.Library("arke_fx", "DEF")
-        lib.define("linear(Tensor x, Tensor w, Tensor? b) -> Tensor")
-        lib.define("sdpa(Tensor q, Tensor k, Tensor v, bool causal, float? scale) -> Tensor")
+        lib.define("linear(Tensor x, Tensor w, Tensor? b, str mode) -> Tensor")
+        lib.define("sdpa(Tensor q, Tensor k, Tensor v, bool causal, float? scale, str mode) -> Tensor")
         lib.impl("linear", _linear, "CPU")
         lib.impl("sdpa", _sdpa, "CPU")
         torch.library.register_fake("arke_fx::linear", _linear_fake, lib=lib)

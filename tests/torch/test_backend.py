@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from arke.torch import backend
+from arke.torch import backend, fx_ops
 
 VOCAB = 96
 
@@ -36,7 +36,7 @@ def test_prefill_and_decode_match_eager(arch: str) -> None:
     m = model(arch)
     # the rewrite is what is tested: the rest of the graph runs as torch ops (Inductor compiles it in
     # test_inductor_compiles_the_rest, once: it takes most of a minute per model here)
-    compiled = torch.compile(m, backend="arke", dynamic=True, options={"arke.rest": "eager"})
+    compiled = torch.compile(m, backend="arke", dynamic=True, options={"arke.rest": "eager", "arke.kernels": "arke"})
     ids = torch.randint(0, VOCAB, (1, 11))
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", backend.ArkeFallbackWarning)
@@ -61,8 +61,11 @@ def test_inductor_compiles_the_rest() -> None:
     m = model("llama")
     ids = torch.randint(0, VOCAB, (1, 9))
     with torch.no_grad():
-        torch.testing.assert_close(torch.compile(m, backend="arke")(ids).logits, m(ids).logits, rtol=1e-4, atol=1e-4)
+        got = torch.compile(m, backend="arke", options={"arke.kernels": "measured"})(ids).logits
+        torch.testing.assert_close(got, m(ids).logits, rtol=1e-4, atol=1e-4)
     assert backend.reports()[-1].taken["attention"] == 2
+    made = fx_ops.decisions()
+    assert made and set(made.values()) <= {"arke", "torch"}  # each shape ran the faster of the two here
 
 
 def test_decode_does_not_recompile_per_length() -> None:
