@@ -56,7 +56,8 @@ class _Op:
     def call(self, args: tuple[Any, ...], out: Any = None) -> Any:
         lead = len(self.tensors)
         if self.tensors[-1:] == [lead - 1] and all(args[i] == d for i, d in self.defaults.items() if i < len(args)):
-            return self.kernel(*args[:lead], out=out)  # the kernel's fast path: tensors only
+            # the kernel's fast path: tensors only
+            return self.kernel(*args[:lead]) if out is None else self.kernel(*args[:lead], out=out)
         return self.kernel(*args, out=out)  # positional arguments fill the parameters in declaration order
 
 
@@ -192,6 +193,8 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
     lib.define(f"{name}.out({params}{', ' if params else ''}*, {outs}) -> {out_rets}")
 
     def real(*args: Any) -> Any:
+        if not op.defaults:  # tensors and dims only: straight to the kernel (a call's overhead is the point)
+            return op.kernel(*args)
         return op.call(args)
 
     def real_out(*args: Any, **outputs: Any) -> Any:
