@@ -22,6 +22,7 @@ import math
 import statistics
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -37,6 +38,7 @@ LOG = logging.getLogger("arke.torch")
 #: how a call chooses: the faster per shape ("measured"), or always Arke's kernel, or always torch's
 MODES = ("measured", "arke", "torch")
 _CHOICE: dict[tuple[Any, ...], str] = {}  # shape key -> "arke" or "torch"
+_PACKED: dict[int, tuple[weakref.ref[torch.Tensor], int, torch.Tensor | None]] = {}  # id(w) -> (w, version, panels)
 ROUNDS = 3  # timed calls of each per decision (interleaved; the median decides)
 
 
@@ -81,11 +83,26 @@ def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str)
         return F.linear(x, w, b).contiguous()
     rows = x.reshape(-1, k)
     lib = stdlib()
+    packed = _packed(w)
 
     def ours() -> torch.Tensor:
-        return (lib.linear(rows, w) if b is None else lib.linear_bias(rows, w, b)).reshape(*x.shape[:-1], n)
+        weight = packed if packed is not None else w
+        return (lib.linear(rows, weight) if b is None else lib.linear_bias(rows, weight, b)).reshape(*x.shape[:-1], n)
 
-    return _run(mode, ("linear", _bucket(rows.shape[0]), n, k, b is not None), ours, lambda: F.linear(x, w, b).contiguous())
+    key = ("linear", _bucket(rows.shape[0]), n, k, b is not None)
+    return _run(mode, key, ours, lambda: F.linear(x, w, b).contiguous())
+
+
+def _packed(w: torch.Tensor) -> torch.Tensor | None:
+    """``w`` packed once into the contraction kernels' panels (a weight is read by every call: its layout for
+    the micro-kernel is worth a copy), repacked when it is written in place; None where the target has none."""
+    found = _PACKED.get(id(w))
+    if found is not None and found[0]() is w and found[1] == w._version:
+        return found[2]
+    key = id(w)
+    packed = stdlib().backend.pack_weight(w.contiguous())
+    _PACKED[key] = (weakref.ref(w, lambda _: _PACKED.pop(key, None)), w._version, packed)
+    return packed
 
 
 def _linear_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str) -> torch.Tensor:

@@ -1,0 +1,51 @@
+"""The operators of the arke backend (torch.ops.arke_fx): Arke's kernels against torch's on ragged shapes,
+the measured choice per shape, weights repacked when written in place, torch's fallbacks for what the
+kernels cannot take."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from arke.torch import fx_ops
+
+fx_ops.define()
+
+
+SHAPES = [((3,), 4097, 19, False), ((2, 5), 64, 33, True), ((1,), 7, 1, True)]
+
+
+@pytest.mark.parametrize("mode", ["arke", "measured"])
+@pytest.mark.parametrize(("lead", "n", "k", "bias"), SHAPES)
+def test_linear_matches_torch(mode: str, lead: tuple[int, ...], n: int, k: int, bias: bool) -> None:
+    x, w = torch.randn(*lead, k), torch.randn(n, k)
+    b = torch.randn(n) if bias else None
+    got = torch.ops.arke_fx.linear(x, w, b, mode)
+    assert got.shape == (*lead, n) and got.is_contiguous()
+    torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-4)
+    if mode == "measured":
+        assert fx_ops.decisions()[("linear", fx_ops._bucket(x.numel() // k), n, k, bias)] in ("arke", "torch")
+
+
+def test_a_weight_written_in_place_is_repacked() -> None:
+    x, w = torch.randn(4, 24), torch.randn(40, 24)
+    torch.ops.arke_fx.linear(x, w, None, "arke")
+    with torch.no_grad():
+        w.mul_(-3.0)
+    torch.testing.assert_close(torch.ops.arke_fx.linear(x, w, None, "arke"), F.linear(x, w), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(("h", "g", "s", "t", "causal"), [(4, 2, 3, 3, True), (4, 4, 1, 37, False), (6, 2, 5, 9, True)])
+def test_sdpa_matches_torch(h: int, g: int, s: int, t: int, causal: bool) -> None:
+    q, k, v = torch.randn(2, h, s, 8), torch.randn(2, g, t, 8), torch.randn(2, g, t, 8)
+    got = torch.ops.arke_fx.sdpa(q, k, v, causal, None, "arke")  # causal with s != t: torch's (top-left) meaning
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=h != g)
+    assert got.is_contiguous()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_scale_std_attention_does_not_use_runs_torchs() -> None:
+    q = torch.randn(1, 2, 4, 8)
+    got = torch.ops.arke_fx.sdpa(q, q, q, False, 0.5, "arke")
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, q, q, scale=0.5), rtol=1e-5, atol=1e-5)
