@@ -257,7 +257,7 @@ def warn_unhonoured(library: Library, name: str, ir_name: str, strategy: sir.Str
 def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> CPUKernel:
     """Compile one variant through the library's target (which plans, renders, compiles and caches)."""
     # threads=0: no count was given, so a host kernel follows torch.get_num_threads() at each call
-    compiled: CPUKernel = library.backend.build_kernel(library.module.semantic, ir_name, strategy,
-                                                       threads=0 if library.follows_torch else library.threads, device=library.device,
-                                                       arch=library.arch)
+    threads = 0 if library.follows_torch else library.threads
+    compiled: CPUKernel = library.backend.build_kernel(library.module.semantic, ir_name, strategy, threads=threads,
+                                                       device=library.device, arch=library.arch)
     return compiled

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from arke.library import GenericKernel, Kernel, Library
 
 _LOCK = threading.Lock()
+#: namespaces that belong to torch or to the arke backend's own operators
+_RESERVED = frozenset({"aten", "prim", "prims", "quantized", "inductor", "_inductor", "higher_order", "arke_fx",
+                       "torch", "c10d", "profiler", "debugprims", "rngprims"})
 _LIBS: dict[str, torch.library.Library] = {}  # namespace -> its torch.library fragment (kept alive)
 _DEFINED: dict[tuple[str, str], _Op] = {}  # (namespace, op name) -> the operator's current kernel
 
@@ -189,8 +192,12 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
     lib = _LIBS.get(namespace)
     if lib is None:
         lib = _LIBS[namespace] = torch.library.Library(namespace, "FRAGMENT")
-    lib.define(f"{name}{schema}")
-    lib.define(f"{name}.out({params}{', ' if params else ''}*, {outs}) -> {out_rets}")
+    try:
+        lib.define(f"{name}{schema}")
+        lib.define(f"{name}.out({params}{', ' if params else ''}*, {outs}) -> {out_rets}")
+    except RuntimeError as err:  # an operator of that name defined elsewhere (not by register)
+        raise ValueError(f"torch.ops.{namespace}.{name} already exists and was not defined by arke.torch.register: "
+                         f"register this library under another namespace ({str(err).splitlines()[0]})") from None
 
     def real(*args: Any) -> Any:
         if not op.defaults:  # tensors and dims only: straight to the kernel (a call's overhead is the point)
@@ -253,6 +260,8 @@ def register(library: Library, namespace: str = "arke", kernels: list[str] | Non
     to the new library's kernel, a different signature is a ValueError naming both."""
     if not namespace.isidentifier():
         raise ValueError(f"namespace must be a Python identifier, not {namespace!r}")
+    if namespace in _RESERVED:
+        raise ValueError(f"namespace {namespace!r} is torch's (or the arke backend's); choose another, such as 'arke'")
     chosen = list(library.kernels) if kernels is None else kernels
     unknown = [k for k in chosen if k not in library.kernels]
     if unknown:

@@ -126,3 +126,9 @@ def test_registering_again_repoints_and_a_different_signature_is_refused() -> No
         arke.torch.register(other, namespace="arke_re")
     with pytest.raises(ValueError, match="identifier"):
         arke.torch.register(other, namespace="not a name")
+    with pytest.raises(ValueError, match="torch's"):
+        arke.torch.register(other, namespace="aten")
+    lib = torch.library.Library("arke_taken", "FRAGMENT")
+    lib.define("twice(Tensor x) -> Tensor")
+    with pytest.raises(ValueError, match="already exists"):
+        arke.torch.register(other, namespace="arke_taken")
