@@ -14,9 +14,11 @@ Arke takes (inference, f32 on the CPU):
   scale other than ``1/sqrt(D)``, causal or not, grouped-query (``enable_gqa``) or not:
   ``std.attention``'s ``attention``/``causal_attention``.
 
-A node of those kinds that Arke cannot take stays torch's and Inductor compiles it; each graph's
-report (what Arke took, what it left and why) goes to the ``arke.torch`` logger, and a graph with
-such a node warns once (:class:`ArkeFallbackWarning`) with the reasons.
+Arke takes a node only where its kernel is faster than torch's operator here, timed at compile time on
+the node's example shape (the weights themselves); the others stay torch's, for Inductor. A node of
+those kinds that Arke cannot take stays torch's too; each graph's report (what Arke took, what it left
+and why) goes to the ``arke.torch`` logger, and a graph with a node Arke cannot take warns once
+(:class:`ArkeFallbackWarning`) with the reasons.
 """
 
 from __future__ import annotations
@@ -49,11 +51,14 @@ class Report:
     mode: str = "measured"  # how the calls choose between Arke's kernel and torch's (fx_ops.MODES)
     taken: collections.Counter[str] = field(default_factory=collections.Counter)
     left: list[tuple[str, str]] = field(default_factory=list)  # (node, reason) of linear/attention nodes
+    slower: list[str] = field(default_factory=list)  # nodes whose torch operator was faster at their shape
     others: int = 0  # nodes of other kinds: Inductor's
 
     def __str__(self) -> str:
         took = ", ".join(f"{n} × {k}" for k, n in sorted(self.taken.items())) or "nothing"
         text = f"arke backend ({self.mode}): Arke took {took}; Inductor compiles the other {self.others} operations"
+        if self.slower:
+            text += f"; torch's operator measured faster for {', '.join(self.slower)}"
         if self.left:
             text += "; left to torch: " + "; ".join(f"{n} ({why})" for n, why in self.left)
         return text
@@ -134,11 +139,55 @@ def _sdpa_reason(node: fx.Node) -> str | None:
     return None
 
 
-def rewrite(gm: fx.GraphModule, mode: str = "measured") -> Report:
+def _samples(gm: fx.GraphModule, example_inputs: list[Any] | None) -> dict[fx.Node, Any]:
+    """The example inputs by placeholder (real tensors: the weights themselves)."""
+    if example_inputs is None:
+        return {}
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return dict(zip(places, example_inputs)) if len(places) == len(example_inputs) else {}
+
+
+def _sample(value: Any, reals: dict[fx.Node, Any]) -> Any:
+    """A real tensor for a node's value: the example input itself, else random data of its (hinted) shape."""
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    if not isinstance(value, fx.Node):
+        return value
+    found = reals.get(value)
+    if isinstance(found, torch.Tensor):
+        return found
+    meta = _meta(value)
+    if isinstance(meta, torch.Tensor):
+        return torch.randn([optimization_hint(d, fallback=64) for d in meta.shape], dtype=meta.dtype)
+    if isinstance(meta, torch.SymInt):
+        return optimization_hint(meta, fallback=64)
+    if isinstance(meta, torch.SymFloat):  # a scale dynamo made symbolic
+        hint = meta.node.hint
+        return float(hint) if hint is not None else None
+    return meta
+
+
+def _arke_is_faster(node: fx.Node, args: tuple[Any, ...], reals: dict[fx.Node, Any]) -> bool:
+    """Time Arke's kernel and torch's operator on the node's example shape (the choice the calls of that shape
+    then keep): a node whose torch operator is faster stays torch's, and Inductor compiles it."""
+    real = tuple(_sample(a, reals) for a in args)
+    if node.target in _LINEAR:
+        key = fx_ops.linear_key(*real[:3])
+        torch.ops.arke_fx.linear.default(*real)
+    else:
+        key = fx_ops.sdpa_key(real[0], real[1], real[3])
+        torch.ops.arke_fx.sdpa.default(*real)
+    return fx_ops.decisions().get(key, "arke") == "arke"
+
+
+def rewrite(gm: fx.GraphModule, mode: str = "measured", example_inputs: list[Any] | None = None) -> Report:
     """Replace the linear and attention nodes Arke takes with ``torch.ops.arke_fx`` calls (in place); ``mode``:
-    how each call chooses between Arke's kernel and torch's operator (:data:`arke.torch.fx_ops.MODES`)."""
+    how each call chooses between Arke's kernel and torch's operator (:data:`arke.torch.fx_ops.MODES`). With
+    ``example_inputs`` (the graph's), a measured node whose torch operator is faster at its example shape is
+    left to torch and Inductor."""
     fx_ops.define()
     report = Report(mode)
+    reals = _samples(gm, example_inputs)
     for node in list(gm.graph.nodes):
         if node.op != "call_function":
             continue
@@ -157,6 +206,12 @@ def rewrite(gm: fx.GraphModule, mode: str = "measured") -> Report:
         if why is not None:
             report.left.append((f"{kind} `{node.name}`", why))
             continue
+        if mode == "measured" and example_inputs is not None:
+            with torch.no_grad():
+                faster = _arke_is_faster(node, args, reals)
+            if not faster:
+                report.slower.append(f"{kind} `{node.name}`")
+                continue
         with gm.graph.inserting_before(node):
             new = gm.graph.call_function(target, args)
         new.meta.update(node.meta)
@@ -184,7 +239,7 @@ def arke_backend(gm: fx.GraphModule, example_inputs: list[Any], options: dict[st
     kernels = patches.pop("arke.kernels", "measured")
     if kernels not in fx_ops.MODES:
         raise ValueError(f"options['arke.kernels'] is 'measured' (default), 'arke' or 'torch', not {kernels!r}")
-    report = rewrite(gm, kernels)
+    report = rewrite(gm, kernels, example_inputs)
     _REPORTS.append(report)
     LOG.info("%s", report)
     if report.left:

@@ -77,6 +77,17 @@ def stdlib() -> Library:
     return arke.build(arke.loads("import std.nn\nimport std.attention\n"))
 
 
+def linear_key(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> tuple[Any, ...]:
+    """The shape a linear call's choice is made for (rows rounded up to a power of two)."""
+    return ("linear", _bucket(x.numel() // max(1, x.shape[-1])), w.shape[0], w.shape[1], b is not None)
+
+
+def sdpa_key(q: torch.Tensor, k: torch.Tensor, causal: bool) -> tuple[Any, ...]:
+    """The shape an attention call's choice is made for (lengths rounded up to powers of two)."""
+    return ("sdpa", q.shape[0], q.shape[1], k.shape[1], _bucket(q.shape[-2]), _bucket(k.shape[-2]), q.shape[-1],
+            causal)
+
+
 def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str) -> torch.Tensor:
     k, n = x.shape[-1], w.shape[0]
     if x.numel() == 0 or w.numel() == 0:
@@ -89,8 +100,7 @@ def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str)
         weight = packed if packed is not None else w
         return (lib.linear(rows, weight) if b is None else lib.linear_bias(rows, weight, b)).reshape(*x.shape[:-1], n)
 
-    key = ("linear", _bucket(rows.shape[0]), n, k, b is not None)
-    return _run(mode, key, ours, lambda: F.linear(x, w, b).contiguous())
+    return _run(mode, linear_key(x, w, b), ours, lambda: F.linear(x, w, b).contiguous())
 
 
 def _packed(w: torch.Tensor) -> torch.Tensor | None:
@@ -119,9 +129,12 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale
                                               enable_gqa=q.shape[1] != k.shape[1]).contiguous()
     lib = stdlib()
     kernel = lib.causal_attention if causal else lib.attention
-    key = ("sdpa", q.shape[0], q.shape[1], k.shape[1], _bucket(s), _bucket(t), d, causal)
-    return _run(mode, key, lambda: kernel(q, k, v), lambda: F.scaled_dot_product_attention(  # the fake's strides
-        q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1]).contiguous())
+    gqa = q.shape[1] != k.shape[1]
+
+    def theirs() -> torch.Tensor:  # contiguous, as the fake says
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa).contiguous()
+
+    return _run(mode, sdpa_key(q, k, causal), lambda: kernel(q, k, v), theirs)
 
 
 def _sdpa_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None,

@@ -61,11 +61,24 @@ def test_inductor_compiles_the_rest() -> None:
     m = model("llama")
     ids = torch.randint(0, VOCAB, (1, 9))
     with torch.no_grad():
-        got = torch.compile(m, backend="arke", options={"arke.kernels": "measured"})(ids).logits
+        got = torch.compile(m, backend="arke", options={"arke.kernels": "arke"})(ids).logits
         torch.testing.assert_close(got, m(ids).logits, rtol=1e-4, atol=1e-4)
     assert backend.reports()[-1].taken["attention"] == 2
+
+
+def test_measured_nodes_go_to_the_faster_of_the_two() -> None:
+    torch._dynamo.reset()
+    m = model("qwen2")
+    ids = torch.randint(0, VOCAB, (1, 9))
+    with torch.no_grad():
+        got = torch.compile(m, backend="arke", options={"arke.rest": "eager"})(ids).logits
+        torch.testing.assert_close(got, m(ids).logits, rtol=1e-4, atol=1e-4)
+    report = backend.reports()[-1]
+    assert report.mode == "measured" and not report.left
+    # every linear (7 per layer and the head) and attention node was timed: taken by Arke, or left to torch
+    assert sum(report.taken.values()) + len(report.slower) == 2 * 8 + 1
     made = fx_ops.decisions()
-    assert made and set(made.values()) <= {"arke", "torch"}  # each shape ran the faster of the two here
+    assert made and set(made.values()) <= {"arke", "torch"}
 
 
 def test_decode_does_not_recompile_per_length() -> None:
@@ -99,7 +112,7 @@ def test_nodes_arke_cannot_take_are_reported_with_the_reason() -> None:
 
     args = (torch.randn(3, 8), torch.randn(5, 8), torch.randn(1, 2, 4, 8), torch.zeros(4, 4))
     with pytest.warns(backend.ArkeFallbackWarning, match="float64") as caught:
-        got = torch.compile(f, backend="arke")(*args)
+        got = torch.compile(f, backend="arke", options={"arke.kernels": "arke"})(*args)
     torch.testing.assert_close(got, f(*args), rtol=1e-4, atol=1e-4)
     text = str(caught[0].message)
     assert "an attention mask" in text and "Arke took 1 × linear" in text
