@@ -37,18 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# torch's OpenMP workers spin after every parallel region (OMP_WAIT_POLICY's default), taking
-# the cores from whatever runs next: measured here, arke's 1024³ matmul timed right after a
-# torch call ran at 113 GFLOP/s instead of 192. Interleaved timing would charge that to
-# whichever candidate follows torch; with passive waiting torch's own times do not change
-# (its matmul: 173 vs 181 GFLOP/s). Set before torch starts its thread pool.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 import torch
 import torch.nn.functional as F
 from rich.console import Console
 from rich.table import Table
 
+# No OMP_WAIT_POLICY: arke's launches run on torch's own OpenMP team (spec/codegen.md §3), so torch's
+# spinning workers pick up arke's chunks; passive waiting would make both wake their workers per region
+# (measured: a torch linear 21 -> 128 µs, an arke launch 184 -> 338 µs).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import Measurement, format_seconds, measure
 from unit_peak import matrix_unit_peak

@@ -27,15 +27,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import shlex
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see benchmarks/cpu.py: torch's spinning workers
 
 import torch
 from rich.table import Table

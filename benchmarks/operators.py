@@ -18,8 +18,7 @@ failure is printed in its row and makes the exit status 1, so ``--quick`` (tiny 
 short round, no torch.compile) is also the test of the operators' correctness
 (``tests/runtime/test_operators_bench.py``).
 
-Both sides run on ``--threads`` threads (default 2: this machine's cores); torch's OpenMP
-workers wait passively (``OMP_WAIT_POLICY``, as in ``benchmarks/cpu.py``).
+Both sides run on ``--threads`` threads (default 2: this machine's cores), on one OpenMP team.
 
     .venv/bin/python benchmarks/operators.py [--quick] [--only conv] [--budget 3] [--no-compile]
 """
@@ -35,10 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-# torch's OpenMP workers spin after each parallel region by default, taking the cores from the
-# candidate timed next (benchmarks/cpu.py measured it); set before torch starts its pool.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 

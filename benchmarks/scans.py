@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see benchmarks/cpu.py: torch's idle workers spin otherwise
-
 import torch
 from rich.console import Console
 from rich.table import Table

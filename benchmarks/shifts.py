@@ -17,12 +17,9 @@ faster), and whether the optimised LLVM IR of arke's kernel shifts whole vectors
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from pathlib import Path
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see benchmarks/cpu.py
 
 import torch
 

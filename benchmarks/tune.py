@@ -11,13 +11,10 @@ interleaved rounds (benchmarks/timing.py); the tuner confirms its choice against
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see benchmarks/cpu.py: torch's spinning workers
 
 import torch
 from rich.console import Console

@@ -21,8 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see benchmarks/cpu.py: torch's spinning workers
-
 import torch
 from rich.console import Console
 from rich.table import Table

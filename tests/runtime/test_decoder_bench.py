@@ -1,9 +1,8 @@
 """``benchmarks/decoder.py --quick`` runs end to end: tiny layers, every section, no timing asserts.
 
-The script runs in a subprocess (it sets ``OMP_WAIT_POLICY`` before torch starts, as a real run
-does). Its exit status covers its own correctness checks: arke's layer against transformers'
-on every configuration (f32, bf16 and int8 weights, dense and mixture-of-experts), so a wrong
-result fails here even though no time is ever asserted.
+The script runs in a subprocess, as a real run does. Its exit status covers its own correctness
+checks: arke's layer against transformers' on every configuration (f32, bf16 and int8 weights,
+dense and mixture-of-experts), so a wrong result fails here even though no time is ever asserted.
 """
 
 from __future__ import annotations

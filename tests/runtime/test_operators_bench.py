@@ -1,9 +1,8 @@
 """``benchmarks/operators.py --quick`` runs end to end: every operator of issue 17 built from its `.ak`
 source, checked against torch, and timed briefly (no timing asserts).
 
-The script runs in a subprocess (it sets ``OMP_WAIT_POLICY`` before torch starts, as a real run
-does). Its exit status covers its own correctness checks, so an operator that fails to build or
-gives torch's answer wrongly fails here although no time is ever asserted.
+The script runs in a subprocess, as a real run does. Its exit status covers its own correctness
+checks, so an operator that fails to build or gives torch's answer wrongly fails here although no time is ever asserted.
 """
 
 from __future__ import annotations
