@@ -221,6 +221,12 @@ def evaluate(d: Dim, env: Mapping[str, int]) -> int:
 Number = int | Fraction
 
 
+def value(d: Dim, env: Mapping[str, object]) -> object:
+    """A dim's value for these bindings, not converted to ``int``: torch's symbolic sizes (``SymInt``)
+    stay symbolic, so a fake implementation's result shapes follow its inputs'."""
+    return _compiled(sympy.sympify(d))(env)  # type: ignore[arg-type]
+
+
 @cache
 def _compiled(d: sympy.Expr) -> Callable[[Mapping[str, int]], Number]:
     """``d`` as a Python function of the dim values, exact (integers and fractions)."""
@@ -247,8 +253,10 @@ def _compiled(d: sympy.Expr) -> Callable[[Mapping[str, int]], Number]:
         base, e = parts[0], int(d.exp)
         return lambda env: Fraction(base(env)) ** e if e < 0 else base(env) ** e
     if isinstance(d, sympy.floor):
-        inner = parts[0]
-        return lambda env: math.floor(inner(env))
+        # floor(p / q) of integer-valued p and q is p // q: exact for ints, and it keeps torch's symbolic
+        # sizes symbolic (fake implementations evaluate result shapes on them)
+        num, den = (_compiled(e) for e in d.args[0].as_numer_denom())
+        return lambda env: num(env) // den(env)
     if isinstance(d, sympy.Mod):
         a, b = parts
         return lambda env: a(env) % b(env)

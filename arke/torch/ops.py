@@ -24,11 +24,11 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import sympy
 import torch
 
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
+from arke.ir.shapes import value as dim_value
 from arke.runtime.errors import GuardError
 from arke.runtime.guards import TORCH_DTYPES, dim_params, dtype_of
 
@@ -108,36 +108,6 @@ def _function(kernel: Kernel | GenericKernel, args: tuple[Any, ...]) -> ir.Funct
     return kernel.function
 
 
-def _eval(d: Any, env: dict[str, Any]) -> Any:
-    """A dim's value for these bindings, as Python (Sym)ints: symbolic sizes stay symbolic."""
-    expr = sympy.sympify(d)
-    if expr.is_Integer:
-        return int(expr)
-    if expr.is_Symbol:
-        return env[str(expr)]
-    if expr.is_Add:
-        return sum((_eval(a, env) for a in expr.args), 0)
-    if expr.is_Mul:
-        out: Any = 1
-        for a in expr.args:
-            out = out * _eval(a, env)
-        return out
-    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
-        return _eval(expr.base, env) ** int(expr.exp)
-    if isinstance(expr, sympy.floor) and expr.args[0].is_Mul:  # floor(a / b), as the parser writes a // b
-        num, den = expr.args[0].as_numer_denom()
-        return _eval(num, env) // _eval(den, env)
-    if isinstance(expr, sympy.ceiling) and expr.args[0].is_Mul:
-        num, den = expr.args[0].as_numer_denom()
-        return -((-_eval(num, env)) // _eval(den, env))
-    if isinstance(expr, sympy.Mod):
-        return _eval(expr.args[0], env) % _eval(expr.args[1], env)
-    if isinstance(expr, sympy.Max | sympy.Min):
-        vals = [_eval(a, env) for a in expr.args]
-        return (torch.sym_max if isinstance(expr, sympy.Max) else torch.sym_min)(*vals)
-    raise NotImplementedError(f"dim {expr} in a fake implementation")
-
-
 def result_meta(fn: ir.Function, args: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], torch.dtype]]:
     """Each result's shape and dtype for a call with ``args`` (tensors, or fake tensors, and dim values in
     signature order): ranks and dtypes are checked as the kernel checks them, sizes may be symbolic."""
@@ -161,7 +131,7 @@ def result_meta(fn: ir.Function, args: tuple[Any, ...]) -> list[tuple[tuple[Any,
             raise GuardError(fn.name, f"`{p.name}` is {p.type.dtype}, but was given "
                              f"{str(t.dtype).removeprefix('torch.')}", rule="dtype", param=p.name)
     types = fn.value_types()
-    return [(tuple(_eval(d, env) for d in types[r].shape), TORCH_DTYPES[types[r].dtype]) for r in fn.results]
+    return [(tuple(dim_value(d, env) for d in types[r].shape), TORCH_DTYPES[types[r].dtype]) for r in fn.results]
 
 
 def _device_of(args: tuple[Any, ...]) -> torch.device:
