@@ -94,9 +94,9 @@ def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str)
         return F.linear(x, w, b).contiguous()
     rows = x.reshape(-1, k)
     lib = stdlib()
-    packed = _packed(w)
 
-    def ours() -> torch.Tensor:
+    def ours() -> torch.Tensor:  # packs the weight on Arke's first call only: torch's calls never copy it
+        packed = _packed(w)
         weight = packed if packed is not None else w
         return (lib.linear(rows, weight) if b is None else lib.linear_bias(rows, weight, b)).reshape(*x.shape[:-1], n)
 
@@ -122,18 +122,17 @@ def _linear_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode:
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None, mode: str
           ) -> torch.Tensor:
     s, t, d = q.shape[-2], k.shape[-2], q.shape[-1]
+
+    def theirs() -> torch.Tensor:  # contiguous, as the fake says
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+                                              enable_gqa=q.shape[1] != k.shape[1]).contiguous()
+
     other_scale = scale is not None and abs(scale - default_scale(d)) > 1e-6 * abs(scale)
     if (q.numel() == 0 or k.numel() == 0 or (causal and s != t) or q.shape[1] % k.shape[1] or other_scale
             or v.shape[-1] != d):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
-                                              enable_gqa=q.shape[1] != k.shape[1]).contiguous()
+        return theirs()
     lib = stdlib()
     kernel = lib.causal_attention if causal else lib.attention
-    gqa = q.shape[1] != k.shape[1]
-
-    def theirs() -> torch.Tensor:  # contiguous, as the fake says
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa).contiguous()
-
     return _run(mode, sdpa_key(q, k, causal), lambda: kernel(q, k, v), theirs)
 
 

@@ -56,24 +56,23 @@ def test_prefill_and_decode_match_eager(arch: str) -> None:
         assert taken["attention"] >= 1
 
 
-def test_inductor_compiles_the_rest() -> None:
+def _prefill_matches_eager(arch: str, options: dict[str, str]) -> backend.Report:
+    """Compile ``arch``'s model with ``options``, check a prefill against eager; the graph's report."""
     torch._dynamo.reset()
-    m = model("llama")
+    m = model(arch)
     ids = torch.randint(0, VOCAB, (1, 9))
     with torch.no_grad():
-        got = torch.compile(m, backend="arke", options={"arke.kernels": "arke"})(ids).logits
+        got = torch.compile(m, backend="arke", options=options)(ids).logits
         torch.testing.assert_close(got, m(ids).logits, rtol=1e-4, atol=1e-4)
-    assert backend.reports()[-1].taken["attention"] == 2
+    return backend.reports()[-1]
+
+
+def test_inductor_compiles_the_rest() -> None:
+    assert _prefill_matches_eager("llama", {"arke.kernels": "arke"}).taken["attention"] == 2
 
 
 def test_measured_nodes_go_to_the_faster_of_the_two() -> None:
-    torch._dynamo.reset()
-    m = model("qwen2")
-    ids = torch.randint(0, VOCAB, (1, 9))
-    with torch.no_grad():
-        got = torch.compile(m, backend="arke", options={"arke.rest": "eager"})(ids).logits
-        torch.testing.assert_close(got, m(ids).logits, rtol=1e-4, atol=1e-4)
-    report = backend.reports()[-1]
+    report = _prefill_matches_eager("qwen2", {"arke.rest": "eager"})
     assert report.mode == "measured" and not report.left
     # every linear (7 per layer and the head) and attention node was timed: taken by Arke, or left to torch
     assert sum(report.taken.values()) + len(report.slower) == 2 * 8 + 1

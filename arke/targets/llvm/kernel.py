@@ -245,16 +245,16 @@ class CPUKernel:
             at = scratch.data_ptr() if scratch is not None else 0
             if chunks <= 1:
                 launch.fn(*ptrs, dim_array, 0, n, ctypes.addressof(errors), at)
-            elif omp is not None and len(ptrs) <= MAX_BUFFERS:
+            elif (omp is not None or crew is not None) and len(ptrs) <= MAX_BUFFERS:
+                # the OpenMP team or Arke's: the same chunks, each with its error word and scratch
                 base = ctypes.addressof(errors)
-                omp.run(launch.address, [*ptrs, ctypes.addressof(dim_array)],
-                        [(k * n // chunks, (k + 1) * n // chunks, base + 8 * k, at + k * width if at else 0)
-                         for k in range(chunks)], threads)
-            elif crew is not None and len(ptrs) <= MAX_BUFFERS:
-                base = ctypes.addressof(errors)
-                crew.run(launch.fn, launch.address, [*ptrs, ctypes.addressof(dim_array)],
-                         [(k * n // chunks, (k + 1) * n // chunks, base + 8 * k, at + k * width if at else 0)
-                          for k in range(chunks)])
+                parts = [(k * n // chunks, (k + 1) * n // chunks, base + 8 * k, at + k * width if at else 0)
+                         for k in range(chunks)]
+                fixed = [*ptrs, ctypes.addressof(dim_array)]
+                if omp is not None:
+                    omp.run(launch.address, fixed, parts, threads)
+                elif crew is not None:
+                    crew.run(launch.fn, launch.address, fixed, parts)
             else:
                 bounds = [(k * n // chunks, (k + 1) * n // chunks) for k in range(chunks)]
                 base = ctypes.addressof(errors)
