@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from arke.torch import backend
+
 HIDDEN, HEADS, KV, HEAD, MLP = 896, 14, 2, 64, 4864
 
 
@@ -184,11 +186,14 @@ def backend_rows(prefill: int = 128, context: int = 512, rounds: int = 10) -> li
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-backend", action="store_true", help="no torch.compile rows (they compile for minutes)")
+    parser.add_argument("--only-backend", action="store_true", help="the torch.compile rows only")
     args = parser.parse_args()
     from arke.runtime.host import host_description
 
     print(f"machine: {host_description().split()[1]}, {os.cpu_count()} CPUs, torch {torch.__version__} with "
           f"{torch.get_num_threads()} threads; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
+    if args.only_backend:
+        return _backend_table()
     print("\n1. Qwen2-0.5B-shaped layer, decode at context 256 (µs per Arke step, median)")
     print(f"{'pool':<34}{'alone':>10}{'alternating':>13}{'ratio':>8}{'transformers':>14}{'vs transformers':>17}"
           f"{'after matmuls':>15}{'after a read':>14}")
@@ -203,10 +208,16 @@ def main() -> None:
     print("  " + ", ".join(f"{k} {v:.2f}" for k, v in o.items()) +
           f"; operator - direct = {o['torch.ops'] - o['direct']:.2f} µs")
     if not args.skip_backend:
-        print("\n3. torch.compile(backend='arke'), 2-layer Qwen2-0.5B-shaped model (ms, median of rounds)")
-        print(f"{'':<10}{'eager':>9}{'inductor':>10}{'arke':>9}{'vs eager':>10}{'vs inductor':>13}")
-        for phase, e, i, a in backend_rows():
-            print(f"{phase:<10}{e:>9.2f}{i:>10.2f}{a:>9.2f}{e / a:>9.2f}×{i / a:>12.2f}×")
+        _backend_table()
+
+
+def _backend_table() -> None:
+    print("\n3. torch.compile(backend='arke'), 2-layer Qwen2-0.5B-shaped model (ms, median of rounds)")
+    print(f"{'':<10}{'eager':>9}{'inductor':>10}{'arke':>9}{'vs eager':>10}{'vs inductor':>13}")
+    for phase, e, i, a in backend_rows():
+        print(f"{phase:<10}{e:>9.2f}{i:>10.2f}{a:>9.2f}{e / a:>9.2f}×{i / a:>12.2f}×")
+    for r in backend.reports()[-2:]:
+        print(f"  {r}")
 
 
 if __name__ == "__main__":

@@ -1,23 +1,26 @@
-"""``torch.compile(model, backend="arke")``: Arke's kernels for the graph's linear layers and attention,
-Inductor for the rest.
+"""``torch.compile(model, backend="arke")``: the model's ATen graph with Arke's kernels in it, Inductor for
+the rest.
 
 Registered through the ``torch_dynamo_backends`` entry point (``pyproject.toml``), so no import is
-needed. The backend receives Dynamo's FX graph, replaces each node Arke takes with an operator of
-:mod:`arke.torch.fx_ops`, and compiles the rewritten graph with Inductor (``compile_fx``), which
-sees Arke's operators as opaque calls with exact fake implementations. Sizes stay symbolic: a
-decode loop whose cache grows compiles once for every length.
+needed. Dynamo's FX graph goes through Inductor's own front end (``compile_fx``: functionalization,
+decomposition to ATen); Arke's inner compiler rewrites the ATen graph, then hands it to Inductor's
+(``compile_fx_inner``), which sees Arke's operators as opaque calls with exact fake implementations.
+Sizes stay symbolic: a decode loop whose cache grows compiles once for every length.
 
-Arke takes (inference, f32 on the CPU):
+The rewrite (inference, f32 on the CPU):
 
-* ``F.linear(x, w, b)`` with ``x`` of any rank: ``std.nn``'s ``linear``/``linear_bias`` on the rows;
-* ``F.scaled_dot_product_attention(q, k, v)`` on ``[B, H, S, D]`` tensors, without a mask, dropout or a
-  scale other than ``1/sqrt(D)``, causal or not, grouped-query (``enable_gqa``) or not:
-  ``std.attention``'s ``attention``/``causal_attention``.
+* ``mm``/``addmm`` whose second operand is a weight (a graph input, ``w.t()`` or GPT-2's ``[K, N]``) become
+  ``std.nn``'s ``linear``/``linear_bias`` (:mod:`arke.torch.fx_ops`: the weight packed once into panels);
+* attention (``_scaled_dot_product_flash_attention_for_cpu``, or ``scaled_dot_product_attention``)
+  without a mask, dropout or a scale other than ``1/sqrt(D)``, causal or not, grouped-query or not,
+  becomes ``std.attention``'s ``attention``/``causal_attention``;
+* regions of elementwise operations, reductions and layout operators become one ``.ak`` kernel each
+  (:mod:`arke.torch.regions`, the operators' definitions in :mod:`arke.torch.aten_ak`).
 
-Arke takes a node only where its kernel is faster than torch's operator here, timed at compile time on
-the node's example shape (the weights themselves); the others stay torch's, for Inductor. A node of
-those kinds that Arke cannot take stays torch's too; each graph's report (what Arke took, what it left
-and why) goes to the ``arke.torch`` logger, and a graph with a node Arke cannot take warns once
+A linear or attention node goes to Arke only where its kernel is faster than torch's operator here,
+timed at compile time on the node's example shape (the weights themselves); the others stay torch's,
+for Inductor. Each graph's report (what Arke took and fused, what it left and why) goes to the
+``arke.torch`` logger, and a graph with a node or region Arke cannot take warns once
 (:class:`ArkeFallbackWarning`) with the reasons.
 """
 
@@ -25,19 +28,24 @@ from __future__ import annotations
 
 import collections
 import logging
+import operator
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import fx
 
-from arke.torch import fx_ops
+from arke.torch import aten_ak, fx_ops
+from arke.torch.regions import _call, _layout
 
 LOG = logging.getLogger("arke.torch")
-_LINEAR = {torch._C._nn.linear, F.linear}
-_SDPA = {F.scaled_dot_product_attention, getattr(torch._C._nn, "scaled_dot_product_attention", None)} - {None}
+aten = torch.ops.aten
+#: attention as ATen graphs have it: (q, k, v, dropout_p, is_causal, *, attn_mask, scale) -> (out, lse, ...)
+_SDPA_TUPLE = {aten._scaled_dot_product_flash_attention_for_cpu.default}
+#: ... and undecomposed: (q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> out
+_SDPA_PLAIN = {aten.scaled_dot_product_attention.default}
+_SDPA = _SDPA_TUPLE | _SDPA_PLAIN
 
 
 class ArkeFallbackWarning(UserWarning):
@@ -52,11 +60,18 @@ class Report:
     taken: collections.Counter[str] = field(default_factory=collections.Counter)
     left: list[tuple[str, str]] = field(default_factory=list)  # (node, reason) of linear/attention nodes
     slower: list[str] = field(default_factory=list)  # nodes whose torch operator was faster at their shape
-    others: int = 0  # nodes of other kinds: Inductor's
+    others: int = 0  # operations left in the graph: Inductor's
+    fused: list[int] = field(default_factory=list)  # the operations each fused Arke kernel replaced
+    unfused: list[tuple[str, str]] = field(default_factory=list)  # (first node, reason) of regions not built
 
     def __str__(self) -> str:
         took = ", ".join(f"{n} × {k}" for k, n in sorted(self.taken.items())) or "nothing"
-        text = f"arke backend ({self.mode}): Arke took {took}; Inductor compiles the other {self.others} operations"
+        text = f"arke backend ({self.mode}): Arke took {took}"
+        if self.fused:
+            text += f"; {len(self.fused)} fused Arke kernels replaced {sum(self.fused)} operations"
+        text += f"; Inductor compiles the other {self.others} operations"
+        if self.unfused:
+            text += "; regions not fused: " + "; ".join(f"at `{n}` ({why})" for n, why in self.unfused)
         if self.slower:
             text += f"; torch's operator measured faster for {', '.join(self.slower)}"
         if self.left:
@@ -73,7 +88,7 @@ def reports() -> list[Report]:
 
 
 def _meta(node: Any) -> Any:
-    return node.meta.get("example_value") if isinstance(node, fx.Node) else node
+    return aten_ak.meta(node)
 
 
 def _arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
@@ -93,58 +108,81 @@ def _plain(t: Any, what: str) -> str | None:
     return None
 
 
-def _linear_reason(node: fx.Node) -> str | None:
-    x, w, b = _meta(_arg(node, 0, "input")), _meta(_arg(node, 1, "weight")), _meta(_arg(node, 2, "bias"))
-    why = _plain(x, "the input") or _plain(w, "the weight") or (b is not None and _plain(b, "the bias")) or None
-    if why:
-        return why
-    if w.dim() != 2 or x.dim() < 1 or (b is not None and b.dim() != 1):
-        return "not a [N, K] weight on [..., K] rows"
-    out = _meta(node)
-    if isinstance(out, torch.Tensor) and out.requires_grad:
-        return "gradients are needed (the backend compiles inference)"
-    return None
+def _weight(b: Any) -> tuple[fx.Node | None, bool]:
+    """The weight of a matrix product's ``B`` operand, where it is a graph input (a parameter: packed once into
+    panels): ``w [N, K]`` of ``B = w.t()``, or ``B`` itself stored ``[K, N]`` (GPT-2's Conv1D; second: True)."""
+    if not isinstance(b, fx.Node):
+        return None, False
+    if b.op == "placeholder":
+        return b, True
+    if b.op == "call_function" and (b.target is aten.t.default
+                                    or (b.target is aten.permute.default and list(aten_ak._a(b)[1]) == [1, 0])):
+        w = b.args[0]
+        return (w if isinstance(w, fx.Node) and w.op == "placeholder" else None), False
+    return None, False
+
+
+def _linear_parts(node: fx.Node) -> tuple[Any, Any, Any, bool, str | None]:
+    """(rows, weight, bias, weight stored [K, N], why not) of an ATen ``mm``/``addmm`` node."""
+    if node.target is aten.mm.default:
+        a, b, bias = node.args[0], node.args[1], None
+    else:
+        bias, a, b = node.args[0], node.args[1], node.args[2]
+        if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+            return a, None, bias, False, "a scaled addmm"
+    w, kn = _weight(b)
+    why = _plain(_meta(a), "the input") or _plain(_meta(b), "the weight")
+    if why is None and bias is not None:
+        bt = _meta(bias)
+        why = _plain(bt, "the bias") or (None if bt.dim() == 1 else "a bias of more than one axis")
+    if why is None and w is None:
+        why = "the second operand is not a weight (an input of the graph)"
+    return a, w, bias, kn, why
+
+
+def _sdpa_args(node: fx.Node) -> dict[str, Any]:
+    """An attention node's arguments by name, for either ATen form."""
+    if node.target in _SDPA_TUPLE:
+        return {"q": node.args[0], "k": node.args[1], "v": node.args[2], "dropout": _arg(node, 3, "dropout_p", 0.0),
+                "causal": _arg(node, 4, "is_causal", False), "mask": node.kwargs.get("attn_mask"),
+                "scale": node.kwargs.get("scale")}
+    return {"q": node.args[0], "k": node.args[1], "v": node.args[2], "mask": _arg(node, 3, "attn_mask"),
+            "dropout": _arg(node, 4, "dropout_p", 0.0), "causal": _arg(node, 5, "is_causal", False),
+            "scale": _arg(node, 6, "scale"), "gqa": _arg(node, 7, "enable_gqa", False)}
 
 
 def _sdpa_reason(node: fx.Node) -> str | None:
-    q, k, v = (_meta(_arg(node, i, n)) for i, n in enumerate(("query", "key", "value")))
+    a = _sdpa_args(node)
+    q, k, v = _meta(a["q"]), _meta(a["k"]), _meta(a["v"])
     why = _plain(q, "q") or _plain(k, "k") or _plain(v, "v")
     if why:
         return why
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return "not [B, H, S, D] tensors"
-    if _arg(node, 3, "attn_mask") is not None:
+    if a["mask"] is not None:
         return "an attention mask"
-    if _arg(node, 4, "dropout_p", 0.0) not in (0, 0.0):
+    if a["dropout"] not in (0, 0.0):
         return "dropout"
-    scale = _arg(node, 6, "scale")
+    if node.target in _SDPA_TUPLE and any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
+        return "its log-sum-exp is used"
+    if node.target in _SDPA_TUPLE and not node.users:
+        return "its result is not used"
     try:  # a head size is fixed in a model: reading it specialises the graph on it (a guard), never on lengths
         d, dv = int(q.shape[-1]), int(v.shape[-1])
     except (TypeError, ValueError):
         return "a head size without a value"
     if dv != d:
         return "value head size differs from the query's"
-    if isinstance(scale, fx.Node):  # a float dynamo made symbolic (dynamic=True): fixed in a model, read it
-        try:
-            scale = float(_meta(scale))
-        except (TypeError, ValueError):
-            return "a scale computed in the graph"
+    scale = a["scale"]
+    if isinstance(scale, fx.Node):
+        return "a scale computed in the graph"
     if scale is not None and abs(scale - fx_ops.default_scale(d)) > 1e-6 * abs(scale):
         return f"scale {scale} (std.attention scales by 1/sqrt(D))"
-    if q.shape[1] != k.shape[1] and not _arg(node, 7, "enable_gqa", False):
+    if q.shape[1] != k.shape[1] and node.target in _SDPA_PLAIN and not a.get("gqa"):
         return "different head counts without enable_gqa"
-    out = _meta(node)
-    if isinstance(out, torch.Tensor) and out.requires_grad:
-        return "gradients are needed (the backend compiles inference)"
+    if q.shape[1] % k.shape[1]:
+        return "query heads not a multiple of the key heads"
     return None
-
-
-def _samples(gm: fx.GraphModule, example_inputs: list[Any] | None) -> dict[fx.Node, Any]:
-    """The example inputs by placeholder (real tensors: the weights themselves)."""
-    if example_inputs is None:
-        return {}
-    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    return dict(zip(places, example_inputs)) if len(places) == len(example_inputs) else {}
 
 
 def _sample(value: Any, reals: dict[fx.Node, Any]) -> Any:
@@ -161,77 +199,122 @@ def _sample(value: Any, reals: dict[fx.Node, Any]) -> Any:
         return torch.randn([optimization_hint(d, fallback=64) for d in meta.shape], dtype=meta.dtype)
     if isinstance(meta, torch.SymInt):
         return optimization_hint(meta, fallback=64)
-    if isinstance(meta, torch.SymFloat):  # a scale dynamo made symbolic
-        hint = meta.node.hint
-        return float(hint) if hint is not None else None
     return meta
 
 
-def _arke_is_faster(node: fx.Node, args: tuple[Any, ...], reals: dict[fx.Node, Any]) -> bool:
+def _arke_is_faster(target: Any, args: tuple[Any, ...], reals: dict[fx.Node, Any]) -> bool:
     """Time Arke's kernel and torch's operator on the node's example shape (the choice the calls of that shape
     then keep): a node whose torch operator is faster stays torch's, and Inductor compiles it."""
     real = tuple(_sample(a, reals) for a in args)
-    if node.target in _LINEAR:
-        key = fx_ops.linear_key(*real[:3])
-        torch.ops.arke_fx.linear.default(*real)
+    if target is torch.ops.arke_fx.linear.default:
+        key = fx_ops.linear_key(real[0], real[1].t() if real[4] else real[1], real[2])
     else:
         key = fx_ops.sdpa_key(real[0], real[1], real[3])
-        torch.ops.arke_fx.sdpa.default(*real)
+    target(*real)
     return fx_ops.decisions().get(key, "arke") == "arke"
 
 
-def rewrite(gm: fx.GraphModule, mode: str = "measured", example_inputs: list[Any] | None = None) -> Report:
-    """Replace the linear and attention nodes Arke takes with ``torch.ops.arke_fx`` calls (in place); ``mode``:
-    how each call chooses between Arke's kernel and torch's operator (:data:`arke.torch.fx_ops.MODES`). With
-    ``example_inputs`` (the graph's), a measured node whose torch operator is faster at its example shape is
-    left to torch and Inductor."""
+def _reals(gm: fx.GraphModule, real_inputs: list[Any] | None) -> dict[fx.Node, Any]:
+    """The graph's placeholders with the real example inputs (the weights themselves), where they line up."""
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if real_inputs is None or len(places) != len(real_inputs):
+        return {}
+    out = {}
+    for p, r in zip(places, real_inputs):
+        m = _meta(p)
+        if isinstance(r, torch.Tensor) and isinstance(m, torch.Tensor) and m.dim() == r.dim():
+            out[p] = r
+    return out
+
+
+def _node(graph: fx.Graph, target: Any, args: tuple[Any, ...], fake_mode: Any) -> fx.Node:
+    return _call(graph, target, args, fake_mode)
+
+
+def _like(graph: fx.Graph, out: fx.Node, want: Any, fake_mode: Any) -> fx.Node:
+    """``out`` (contiguous) laid out in memory as ``want`` is (a later view may depend on its strides)."""
+    perm = _layout(want) if isinstance(want, torch.Tensor) else None
+    if perm is None or perm == list(range(len(perm))):
+        return out
+    moved = _node(graph, aten.permute.default, (out, perm), fake_mode)
+    dense = _call(graph, aten.clone.default, (moved,), fake_mode, {"memory_format": torch.contiguous_format})
+    graph_node = _node(graph, aten.permute.default, (dense, [perm.index(q) for q in range(len(perm))]), fake_mode)
+    return graph_node
+
+
+def rewrite(gm: fx.GraphModule, mode: str = "measured", real_inputs: list[Any] | None = None,
+            fake_mode: Any = None, fuse: bool = True) -> Report:
+    """Rewrite an ATen graph in place: matrix products with a weight become ``torch.ops.arke_fx.linear``,
+    attention ``torch.ops.arke_fx.sdpa`` (``mode``: how each call chooses between Arke's kernel and torch's
+    operator, :data:`arke.torch.fx_ops.MODES`; with ``real_inputs``, a measured node whose torch operator is
+    faster at its example shape is left to Inductor), and with ``fuse`` the regions of elementwise
+    operations and reductions become Arke kernels (:mod:`arke.torch.regions`)."""
     fx_ops.define()
     report = Report(mode)
-    reals = _samples(gm, example_inputs)
-    for node in list(gm.graph.nodes):
+    reals = _reals(gm, real_inputs)
+    graph = gm.graph
+    for node in list(graph.nodes):
         if node.op != "call_function":
             continue
-        if node.target in _LINEAR:
-            kind, why = "linear", _linear_reason(node)
-            args: tuple[Any, ...] = (_arg(node, 0, "input"), _arg(node, 1, "weight"), _arg(node, 2, "bias"), mode)
+        if node.target in (aten.mm.default, aten.addmm.default):
+            kind = "linear"
+            a, w, bias, kn, why = _linear_parts(node)
+            args: tuple[Any, ...] = (a, w, bias, mode, kn)
             target = torch.ops.arke_fx.linear.default
+            replaced = node
         elif node.target in _SDPA:
             kind, why = "attention", _sdpa_reason(node)
-            args = (*(_arg(node, i, n) for i, n in enumerate(("query", "key", "value"))),
-                    bool(_arg(node, 5, "is_causal", False)), _arg(node, 6, "scale"), mode)
+            a = _sdpa_args(node)
+            args = (a["q"], a["k"], a["v"], bool(a["causal"]), a["scale"], mode)
             target = torch.ops.arke_fx.sdpa.default
+            replaced = next(iter(node.users)) if node.target in _SDPA_TUPLE and node.users else node
         else:
-            report.others += 1
             continue
         if why is not None:
             report.left.append((f"{kind} `{node.name}`", why))
             continue
-        if mode == "measured" and example_inputs is not None:
-            with torch.no_grad():
-                faster = _arke_is_faster(node, args, reals)
+        if mode == "measured" and reals:
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+            with torch.no_grad(), unset_fake_temporarily():  # real tensors, timed (inside Inductor's fake mode)
+                faster = _arke_is_faster(target, args, reals)
             if not faster:
                 report.slower.append(f"{kind} `{node.name}`")
                 continue
-        with gm.graph.inserting_before(node):
-            new = gm.graph.call_function(target, args)
-        new.meta.update(node.meta)
-        node.replace_all_uses_with(new)
-        gm.graph.erase_node(node)
+        with graph.inserting_before(node):
+            new = _like(graph, _node(graph, target, args, fake_mode), _meta(replaced), fake_mode)
+        replaced.replace_all_uses_with(new)
+        if replaced is not node:
+            graph.erase_node(replaced)
+        graph.erase_node(node)
         report.taken[kind] += 1
-    gm.graph.lint()
+    graph.eliminate_dead_code()
     gm.recompile()
+    if fuse:
+        from arke.torch.regions import fuse as fuse_regions
+
+        done = fuse_regions(gm, fake_mode)
+        report.fused = [n for _, n in done.regions]
+        report.unfused = done.left
+    report.others = sum(1 for n in graph.nodes if n.op == "call_function"
+                        and not str(n.target).startswith(("arke_fx.", "arke_gen.")))
     return report
 
 
 def arke_backend(gm: fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None) -> Any:
-    """The ``arke`` torch.compile backend: rewrite (:func:`rewrite`), then Inductor compiles the graph.
+    """The ``arke`` torch.compile backend: Inductor's ATen graph, rewritten (:func:`rewrite`), then compiled.
 
-    ``torch.compile(..., options={...})``: ``"arke.rest": "eager"`` runs the rest of the graph as torch
+    Dynamo's graph goes through Inductor's own front end (``compile_fx``: functionalization and its
+    decompositions to ATen), and its ATen graph is rewritten before Inductor lowers it.
+
+    ``torch.compile(..., options={...})``: ``"arke.rest": "eager"`` runs the rest of the graph as ATen
     operations instead of compiling it with Inductor (quick to compile: tests of the rewrite);
     ``"arke.kernels"``: ``"measured"`` (default: per shape, the faster of Arke's kernel and torch's
-    operator, see :mod:`arke.torch.fx_ops`), ``"arke"`` or ``"torch"``; every other key is an Inductor
-    config patch.
+    operator, see :mod:`arke.torch.fx_ops`), ``"arke"`` or ``"torch"``; ``"arke.fuse"``: ``False`` keeps
+    the elementwise operations and reductions for Inductor; every other key is an Inductor config patch.
     """
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
     patches = dict(options or {})
     rest = patches.pop("arke.rest", "inductor")
     if rest not in ("inductor", "eager"):
@@ -239,13 +322,40 @@ def arke_backend(gm: fx.GraphModule, example_inputs: list[Any], options: dict[st
     kernels = patches.pop("arke.kernels", "measured")
     if kernels not in fx_ops.MODES:
         raise ValueError(f"options['arke.kernels'] is 'measured' (default), 'arke' or 'torch', not {kernels!r}")
-    report = rewrite(gm, kernels, example_inputs)
-    _REPORTS.append(report)
-    LOG.info("%s", report)
-    if report.left:
-        warnings.warn(ArkeFallbackWarning(str(report)), stacklevel=2)
-    if rest == "eager":
-        return gm.forward
-    from torch._inductor.compile_fx import compile_fx
+    fuse = patches.pop("arke.fuse", True)
+    if not isinstance(fuse, bool):
+        raise ValueError(f"options['arke.fuse'] is True (default) or False, not {fuse!r}")
+    training = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                               for t in example_inputs)
+    reals = list(example_inputs)
 
-    return compile_fx(gm, example_inputs, config_patches=patches) if patches else compile_fx(gm, example_inputs)
+    def inner(aten_gm: fx.GraphModule, aten_inputs: list[Any], **kwargs: Any) -> Any:
+        if training:  # gradients are needed: Arke's operators have no derivatives
+            report = Report(kernels, left=[("the graph", "gradients are needed (the backend compiles inference)")])
+        else:
+            from torch._guards import detect_fake_mode
+
+            report = rewrite(aten_gm, kernels, reals, detect_fake_mode(aten_inputs), fuse)
+        _REPORTS.append(report)
+        LOG.info("%s", report)
+        if report.left or report.unfused:
+            warnings.warn(ArkeFallbackWarning(str(report)), stacklevel=2)
+        if rest == "eager":
+            return _eager(aten_gm)
+        return compile_fx_inner(aten_gm, aten_inputs, **kwargs)
+
+    # AOTAutograd's cache would skip `inner` on a hit, and with it the definition of the operators the cached
+    # code calls (they live in this process only): the ATen graph is rewritten every time
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches or None)
+
+
+def _eager(gm: fx.GraphModule) -> Any:
+    """The ATen graph run op by op (inner compilers take and return a list of arguments)."""
+    def run(args: list[Any]) -> Any:
+        out = gm(*args)
+        args.clear()
+        return out
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run

@@ -88,35 +88,38 @@ def sdpa_key(q: torch.Tensor, k: torch.Tensor, causal: bool) -> tuple[Any, ...]:
             causal)
 
 
-def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str) -> torch.Tensor:
-    k, n = x.shape[-1], w.shape[0]
+def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str, kn: bool = False) -> torch.Tensor:
+    wt = w.t() if kn else w  # kn: the weight is stored [K, N] (GPT-2's Conv1D)
+    k, n = x.shape[-1], wt.shape[0]
     if x.numel() == 0 or w.numel() == 0:
-        return F.linear(x, w, b).contiguous()
+        return F.linear(x, wt, b).contiguous()
     rows = x.reshape(-1, k)
     lib = stdlib()
 
     def ours() -> torch.Tensor:  # packs the weight on Arke's first call only: torch's calls never copy it
-        packed = _packed(w)
-        weight = packed if packed is not None else w
+        packed = _packed(w, kn)
+        weight = packed if packed is not None else wt.contiguous()
         return (lib.linear(rows, weight) if b is None else lib.linear_bias(rows, weight, b)).reshape(*x.shape[:-1], n)
 
-    return _run(mode, linear_key(x, w, b), ours, lambda: F.linear(x, w, b).contiguous())
+    return _run(mode, linear_key(x, wt, b), ours, lambda: F.linear(x, wt, b).contiguous())
 
 
-def _packed(w: torch.Tensor) -> torch.Tensor | None:
+def _packed(w: torch.Tensor, kn: bool = False) -> torch.Tensor | None:
     """``w`` packed once into the contraction kernels' panels (a weight is read by every call: its layout for
-    the micro-kernel is worth a copy), repacked when it is written in place; None where the target has none."""
+    the micro-kernel is worth a copy), repacked when it is written in place; None where the target has none.
+    ``kn``: ``w`` is stored [K, N] (its transpose is packed)."""
     found = _PACKED.get(id(w))
     if found is not None and found[0]() is w and found[1] == w._version:
         return found[2]
     key = id(w)
-    packed = stdlib().backend.pack_weight(w.contiguous())
+    packed = stdlib().backend.pack_weight((w.t() if kn else w).contiguous())
     _PACKED[key] = (weakref.ref(w, lambda _: _PACKED.pop(key, None)), w._version, packed)
     return packed
 
 
-def _linear_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str) -> torch.Tensor:
-    return x.new_empty((*x.shape[:-1], w.shape[0]))
+def _linear_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str, kn: bool = False
+                 ) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], w.shape[1] if kn else w.shape[0]))
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None, mode: str
@@ -148,7 +151,7 @@ def define() -> None:
         if _LIB is not None:
             return
         lib = torch.library.Library("arke_fx", "DEF")
-        lib.define("linear(Tensor x, Tensor w, Tensor? b, str mode) -> Tensor")
+        lib.define("linear(Tensor x, Tensor w, Tensor? b, str mode, bool kn=False) -> Tensor")
         lib.define("sdpa(Tensor q, Tensor k, Tensor v, bool causal, float? scale, str mode) -> Tensor")
         lib.impl("linear", _linear, "CPU")
         lib.impl("sdpa", _sdpa, "CPU")

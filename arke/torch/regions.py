@@ -1,0 +1,286 @@
+"""Regions of an ATen graph translated to ``.ak`` kernels: the ``arke`` backend's fusion.
+
+The backend hands every ATen graph to :func:`fuse`. It walks the graph in order and grows *regions*
+of the operators :mod:`arke.torch.aten_ak` translates (elementwise, reductions, softmax; layout
+operators are inlined into the region that reads them). A node joins the region of one of its
+operands when that cannot make a cycle: every other operand is computed before the region starts.
+
+Each region becomes one ``.ak`` kernel — its outside tensors are the parameters, the values read
+after it the outputs — which Arke checks, lowers to SemanticIR, plans and compiles like any other
+(a norm's reduction and everything elementwise around it become one rows dispatch), registered as
+``torch.ops.arke_gen.<name>`` (:func:`arke.torch.register`: exact fake shapes, symbolic sizes kept
+symbolic). The region's nodes are replaced by that call. An output keeps the memory layout the
+graph gave it (the kernel writes it in that order, and a permute gives it back its axes), since a
+later view may depend on it. A region Arke cannot compile is left as it was, with the reason in the
+backend's report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx
+
+from arke.torch import aten_ak
+from arke.torch.aten_ak import Untranslatable, Value
+
+NAMESPACE = "arke_gen"
+_BUILT: dict[str, Any] = {}  # kernel source -> the op (the same region in every layer builds once)
+_LOCK = threading.Lock()
+#: an expression longer than this is stored as an intermediate rather than inlined again
+_INLINE_CHARS = 1500
+
+
+@dataclass
+class Fused:
+    """What :func:`fuse` did with one graph."""
+
+    regions: list[tuple[str, int]] = field(default_factory=list)  # (operator, nodes replaced)
+    left: list[tuple[str, str]] = field(default_factory=list)  # (first node, reason) of regions not built
+
+
+class Region:
+    """One region being grown: its nodes, parameters and the ``.ak`` statements of its kernel."""
+
+    def __init__(self, start: int):
+        self.start = start
+        self.nodes: list[fx.Node] = []
+        self.values: dict[fx.Node, Value] = {}
+        self.params: dict[fx.Node, tuple[str, str]] = {}  # outside node -> (name, its .ak type)
+        self.statements: list[str] = []
+        self.counter = 0
+
+    # -- aten_ak.Context
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def value(self, arg: Any) -> Value:
+        if not isinstance(arg, fx.Node):
+            raise Untranslatable(f"an operand {arg!r} that is not a tensor")
+        found = self.values.get(arg)
+        if found is not None:
+            return found
+        if arg.op == "call_function" and arg.target in aten_ak.LAYOUT and aten_ak.translatable(arg):
+            return aten_ak.TABLE[arg.target](self, arg)  # inlined: the layout node stays for other readers
+        return self.param(arg)
+
+    def param(self, node: fx.Node) -> Value:
+        t = aten_ak.meta(node)
+        if not isinstance(t, torch.Tensor) or t.dtype not in aten_ak.AK_DTYPES or t.device.type != "cpu":
+            raise Untranslatable(f"`{node.name}` is not a CPU tensor of a dtype regions read")
+        if node not in self.params:
+            dims = ", ".join(aten_ak.dim_text(s) for s in t.shape) or "1"
+            # .ak has no f64: such a tensor is converted to f32 on its way in (everything it meets is f32)
+            self.params[node] = (f"x{len(self.params)}", f"{aten_ak.AK_DTYPES[t.dtype]}[{dims}]")
+        name = self.params[node][0]
+        if t.dim() == 0:  # a 0-d tensor is passed as [1]
+            return Value((), lambda idx: f"{name}[0]")
+        return Value(tuple(aten_ak.dim_text(s) for s in t.shape), lambda idx: f"{name}[{', '.join(idx)}]")
+
+    def define(self, shape: tuple[str, ...], body: Callable[[Sequence[str]], str]) -> Value:
+        name = self.fresh("t")
+        idx = [self.fresh("i") for _ in shape]
+        self.statements.append(f"  {name}[{', '.join(idx)}]: f32[{', '.join(shape)}] = {body(idx)}")
+        return Value(shape, lambda at: f"{name}[{', '.join(at)}]")
+
+    # -- growing
+    def add(self, node: fx.Node) -> None:
+        """Translate ``node`` into the region (all or nothing: a node that fails leaves no trace)."""
+        saved = (dict(self.values), dict(self.params), list(self.statements), self.counter)
+        try:
+            v = aten_ak.TABLE[node.target](self, node)
+            if len(node.users) > 1 or len(v.at([f"i{k}" for k in range(len(v.shape))])) > _INLINE_CHARS:
+                v = self.define(v.shape, v.at) if v.shape else v
+            self.values[node] = v
+            self.nodes.append(node)
+        except Untranslatable:
+            self.values, self.params, self.statements, self.counter = saved
+            raise
+
+
+def _sources(node: fx.Node) -> list[fx.Node]:
+    """The nodes a node reads, through the layout operators it would inline."""
+    out: list[fx.Node] = []
+    stack = list(node.all_input_nodes)
+    while stack:
+        n = stack.pop()
+        if n.op == "call_function" and n.target in aten_ak.LAYOUT and aten_ak.translatable(n):
+            stack.extend(n.all_input_nodes)
+        elif n not in out:
+            out.append(n)
+    return out
+
+
+def _grow(graph: fx.Graph) -> list[Region]:
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    region_of: dict[fx.Node, Region] = {}
+    regions: list[Region] = []
+    for node in graph.nodes:
+        if not aten_ak.translatable(node) or node.target in aten_ak.LAYOUT:
+            continue
+        sources = _sources(node)
+        home = None
+        # a producer's region, else the latest region (independent work in one kernel: one call fewer)
+        candidates = sorted({region_of[s] for s in sources if s in region_of}, key=lambda r: -r.start)
+        if regions and regions[-1] not in candidates:
+            candidates.append(regions[-1])
+        for r in candidates:
+            if all(region_of.get(s) is r or order[s] < r.start for s in sources):
+                home = r
+                break
+        if home is not None:
+            try:
+                home.add(node)
+                region_of[node] = home
+                continue
+            except Untranslatable:
+                pass
+        fresh = Region(order[node])
+        try:
+            fresh.add(node)
+        except Untranslatable:
+            continue
+        region_of[node] = fresh
+        regions.append(fresh)
+    return regions
+
+
+def _read_outside(node: fx.Node, inside: set[fx.Node]) -> bool:
+    """Whether ``node``'s value is read by anything but the region's own nodes (through layout nodes)."""
+    for u in node.users:
+        if u in inside:
+            continue
+        if u.op == "call_function" and u.target in aten_ak.LAYOUT and aten_ak.translatable(u):
+            if _read_outside(u, inside):
+                return True
+            continue
+        return True
+    return False
+
+
+def _layout(t: torch.Tensor) -> list[int] | None:
+    """The axes of ``t`` from outermost to innermost in memory, if it is dense (None: it is not)."""
+    try:
+        perm = sorted(range(t.dim()), key=lambda k: (-int(t.stride()[k]), k))
+    except Exception:  # a symbolic stride: take the layout as contiguous
+        return list(range(t.dim()))
+    expect = 1
+    for k in reversed(perm):
+        size = t.shape[k]
+        try:
+            if int(size) != 1 and int(t.stride()[k]) != expect:
+                return None
+            expect *= int(size)
+        except Exception:
+            return list(range(t.dim()))
+    return perm
+
+
+def _source(region: Region, outputs: list[fx.Node], name: str) -> tuple[str, list[list[int]]]:
+    """The region's kernel: parameters, statements, one named output per value read outside."""
+    results, perms = [], []
+    body = list(region.statements)
+    for k, node in enumerate(outputs):
+        v = region.values[node]
+        t = aten_ak.meta(node)
+        perm = _layout(t) if t.dim() else []
+        if perm is None:
+            raise Untranslatable(f"`{node.name}` has a strided layout")
+        shape = [v.shape[p] for p in perm] or ["1"]
+        idx = [f"o{k}_{q}" for q in range(len(perm))] or ["o0_"]
+        results.append(f"y{k}: f32[{', '.join(shape)}]")
+        src = [""] * len(perm)
+        for q, p in enumerate(perm):
+            src[p] = idx[q]
+        body.append(f"  y{k}[{', '.join(idx)}] = {v.at(src)}")
+        perms.append(perm)
+    params = ", ".join(f"{n}: {ty}" for n, ty in region.params.values())
+    rets = results[0] if len(results) == 1 else "(" + ", ".join(results) + ")"
+    return f"kernel {name}({params}) -> {rets} {{\n" + "\n".join(body) + "\n}\n", perms
+
+
+def _built(source: str, name: str) -> Any:
+    """The ``arke_gen`` operator of a region's kernel source (built and registered once per process)."""
+    import arke
+    from arke.torch.ops import register
+
+    with _LOCK:
+        op = _BUILT.get(source)
+        if op is None:
+            lib = arke.build(arke.loads(source, path=f"<graph region {name}>"))
+            op = getattr(register(lib, NAMESPACE, [name]), name)
+            _BUILT[source] = op
+        return op
+
+
+def fuse(gm: fx.GraphModule, fake_mode: Any) -> Fused:
+    """Replace each region of ``gm``'s graph by one Arke kernel (in place); what was done."""
+    graph = gm.graph
+    done = Fused()
+    renamed: dict[fx.Node, fx.Node] = {}  # a region's output -> what replaced it (a later region's parameter)
+    for region in _grow(graph):
+        inside = set(region.nodes)
+        outputs = [n for n in region.nodes if _read_outside(n, inside)]
+        if not outputs:
+            continue
+        try:
+            digest = hashlib.sha1(_source(region, outputs, "r")[0].encode()).hexdigest()[:12]
+            name = f"r{digest}"
+            source, perms = _source(region, outputs, name)
+            op = _built(source, name)
+        except Exception as err:  # a region Arke cannot check or compile stays as it was
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            done.left.append((region.nodes[0].name, reason[:300]))
+            continue
+        _replace(graph, region, outputs, perms, op, fake_mode, renamed)
+        done.regions.append((name, len(region.nodes)))
+    graph.eliminate_dead_code()
+    graph.lint()
+    gm.recompile()
+    return done
+
+
+def _replace(graph: fx.Graph, region: Region, outputs: list[fx.Node], perms: list[list[int]], op: Any,
+             fake_mode: Any, renamed: dict[fx.Node, fx.Node]) -> None:
+    aten = torch.ops.aten
+    with graph.inserting_before(region.nodes[0]):
+        args = []
+        for node in region.params:
+            node = renamed.get(node, node)
+            if aten_ak.meta(node).dtype == torch.float64:
+                node = _call(graph, torch.ops.prims.convert_element_type.default, (node, torch.float32), fake_mode)
+            if aten_ak.meta(node).dim() == 0:
+                node = _call(graph, aten.view.default, (node, [1]), fake_mode)
+            args.append(node)
+        call = _call(graph, op.default, tuple(args), fake_mode)
+        for k, (node, perm) in enumerate(zip(outputs, perms)):
+            out = call if len(outputs) == 1 else _call(graph, operator.getitem, (call, k), fake_mode)
+            t = aten_ak.meta(node)
+            if t.dim() == 0:
+                out = _call(graph, aten.view.default, (out, []), fake_mode)
+            elif perm != list(range(len(perm))):
+                inverse = [perm.index(q) for q in range(len(perm))]
+                out = _call(graph, aten.permute.default, (out, inverse), fake_mode)
+            node.replace_all_uses_with(out)
+            renamed[node] = out
+    for node in reversed(region.nodes):
+        if not node.users:
+            graph.erase_node(node)
+
+
+def _call(graph: fx.Graph, target: Any, args: tuple[Any, ...], fake_mode: Any,
+          kwargs: dict[str, Any] | None = None) -> fx.Node:
+    """A new node with its example value (what Inductor and later passes read)."""
+    node = graph.call_function(target, args, kwargs or {})
+    vals = tuple(a.meta.get("val") if isinstance(a, fx.Node) else a for a in args)
+    if fake_mode is not None:
+        with fake_mode:
+            node.meta["val"] = target(*vals, **(kwargs or {}))
+    return node

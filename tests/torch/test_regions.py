@@ -1,0 +1,155 @@
+"""The arke backend's fusion: regions of an ATen graph (elementwise operations, reductions, softmax, layout
+operators) translated to `.ak` kernels, checked against eager torch on random and ragged shapes."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from arke.torch import aten_ak, backend
+
+OPTIONS = {"arke.rest": "eager", "arke.kernels": "arke"}
+
+
+def _rmsnorm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    b, s, _ = x.shape
+    q = x.view(b, s, -1, 16).transpose(1, 2)  # [B, H, S, 16]
+    half = torch.cat((-q[..., 8:], q[..., :8]), dim=-1)
+    return q * cos.unsqueeze(1) + half * sin.unsqueeze(1)
+
+
+def _swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    return F.silu(g) * u
+
+
+def _softmaxes(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1) * w + torch.log_softmax(x, dim=1).sum(1, keepdim=True)
+
+
+def _reductions(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x.amax(dim=(0, 2)) + x.sum(dim=(0, 2)) - x.mean(dim=(0, 2)).abs() + w.amin()
+
+
+def _pointwise(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    y = torch.clamp(x, min=-0.5, max=2.0) ** 3 - F.gelu(x, approximate="tanh") + F.gelu(x) / (1.0 + x.exp())
+    z = torch.maximum(x, w).abs().sqrt() - (2.0 + x.abs()).reciprocal() + torch.erf(x) - x.neg().relu()
+    return torch.tanh(y) * torch.sigmoid(w) - 2.5 * z + torch.minimum(x, w) * 0.25
+
+
+def _inputs(name: str, n: int, g: torch.Generator) -> tuple[torch.Tensor, ...]:
+    if name == "rope":
+        return (torch.randn(2, n, 64, generator=g), torch.randn(2, n, 16, generator=g),
+                torch.randn(2, n, 16, generator=g))
+    if name == "swiglu":
+        return torch.randn(n, 40, generator=g), torch.randn(n, 40, generator=g)
+    if name in ("softmaxes", "reductions"):
+        return torch.randn(3, n, 24, generator=g), torch.randn(24, generator=g)
+    return torch.randn(n, 72, generator=g), torch.randn(72, generator=g)
+
+
+CASES: dict[str, Callable[..., torch.Tensor]] = {
+    "rmsnorm": _rmsnorm, "rope": _rope, "swiglu": _swiglu, "softmaxes": _softmaxes,
+    "reductions": _reductions, "pointwise": _pointwise,
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_regions_match_eager_on_ragged_sizes(name: str) -> None:
+    """Compiled against eager at 3, 17 and 4097 rows (static sizes first, then the rows made symbolic: a model's
+    widths stay numbers, its lengths do not): every case is fused."""
+    torch._dynamo.reset()
+    f = CASES[name]
+    compiled = torch.compile(f, backend="arke", options=OPTIONS)
+    g = torch.Generator().manual_seed(7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", backend.ArkeFallbackWarning)
+        for n in (3, 17, 4097):
+            args = _inputs(name, n, g)
+            torch.testing.assert_close(compiled(*args), f(*args), rtol=2e-5, atol=2e-5)
+    report = backend.reports()[-1]
+    assert report.fused, str(report)
+    assert not report.unfused, str(report)
+
+
+def test_a_norm_and_its_scaling_are_one_kernel() -> None:
+    """The norm's pow, mean, add, rsqrt and both products: one Arke kernel, nothing left for Inductor."""
+    torch._dynamo.reset()
+    x, w = torch.randn(5, 72), torch.randn(72)
+    torch.testing.assert_close(torch.compile(_rmsnorm, backend="arke", options=OPTIONS)(x, w), _rmsnorm(x, w))
+    report = backend.reports()[-1]
+    assert report.fused == [6] and report.others == 0, str(report)
+
+
+def test_outputs_keep_their_layout() -> None:
+    """A fused value the graph reads through a view keeps the strides the graph gave it (here transposed)."""
+    torch._dynamo.reset()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = (x.transpose(0, 1) * 2.0).exp()  # [N, M], laid out as x is: y.t() is contiguous
+        return y.t().view(-1) + 1.0
+
+    x = torch.randn(6, 5)
+    torch.testing.assert_close(torch.compile(f, backend="arke", options=OPTIONS)(x), f(x))
+
+
+def test_integer_work_stays_with_torch() -> None:
+    """Integer arithmetic is not translated; the f32 work around it still is, and the result is torch's."""
+    torch._dynamo.reset()
+
+    def f(ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        pos = (ids * 3 + 1) % 7
+        return x * pos.float().unsqueeze(-1) + 1.0
+
+    ids, x = torch.randint(0, 9, (4,)), torch.randn(4, 8)
+    torch.testing.assert_close(torch.compile(f, backend="arke", options=OPTIONS)(ids, x), f(ids, x))
+    assert backend.reports()[-1].fused
+
+
+def test_inductor_compiles_around_the_regions() -> None:
+    """With Inductor for the rest (the default), the fused kernels are opaque calls it schedules around."""
+    torch._dynamo.reset()
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return _rmsnorm(x, w).matmul(w.unsqueeze(-1)).squeeze(-1).cumsum(0)
+
+    x, w = torch.randn(9, 72), torch.randn(72)
+    torch.testing.assert_close(torch.compile(f, backend="arke")(x, w), f(x, w), rtol=1e-4, atol=1e-4)
+    assert backend.reports()[-1].fused
+
+
+def test_fusion_can_be_switched_off() -> None:
+    torch._dynamo.reset()
+    x, w = torch.randn(5, 72), torch.randn(72)
+    out = torch.compile(_rmsnorm, backend="arke", options={**OPTIONS, "arke.fuse": False})(x, w)
+    torch.testing.assert_close(out, _rmsnorm(x, w))
+    assert not backend.reports()[-1].fused
+    with pytest.raises(Exception, match=r"arke\.fuse"):
+        torch._dynamo.reset()
+        torch.compile(_rmsnorm, backend="arke", options={**OPTIONS, "arke.fuse": "yes"})(x, w)
+
+
+@pytest.mark.parametrize(("value", "text"), [(2, "2.0"), (-0.5, "(-0.5)"), (math.inf, "inf"), (-math.inf, "(-inf)")])
+def test_literals(value: Any, text: str) -> None:
+    assert aten_ak.literal(value) == text
+
+
+@pytest.mark.parametrize("bad", [math.nan, True, "x", None])
+def test_untranslatable_literals(bad: Any) -> None:
+    with pytest.raises(aten_ak.Untranslatable):
+        aten_ak.literal(bad)
+
+
+def test_sizes_become_dims() -> None:
+    assert aten_ak.dim_text(64) == "64"
+    with pytest.raises(aten_ak.Untranslatable, match="empty"):
+        aten_ak.dim_text(0)
