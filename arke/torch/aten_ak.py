@@ -24,6 +24,7 @@ backend reports.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -497,6 +498,74 @@ def _softmax(log: bool) -> Callable[[Context, fx.Node], Value]:
     return build
 
 
+def _var_mean_item(cx: Context, node: fx.Node) -> Value:
+    """``getitem(var_mean(x, dims, correction=c, keepdim=k), i)``: the mean (i = 1), or the variance (i = 0)
+    as ``sum((x - mean) ** 2) / (count - c)`` (LayerNorm after Inductor's decompositions)."""
+    vm, item = _a(node)[0], _a(node)[1]
+    if not isinstance(vm, fx.Node) or vm.target is not aten.var_mean.correction:
+        raise Untranslatable("an item of something other than var_mean")
+    src = _a(vm)[0]
+    if vm.kwargs.get("dtype") is not None:
+        raise Untranslatable("a var_mean to another dtype")
+    dims = _arg(vm, 1, "dim", None)
+    dims = [dims] if isinstance(dims, int) else dims
+    keep = bool(vm.kwargs.get("keepdim", False))
+    if item == 1:
+        return _reduced(cx, node, src, dims, keep, "mean")
+    return _variance(cx, node, src, dims, vm.kwargs.get("correction", 1), keep)
+
+
+def _var(cx: Context, node: fx.Node) -> Value:
+    """``var(x, dims, correction=c, keepdim=k)``."""
+    dims = _arg(node, 1, "dim", None)
+    dims = [dims] if isinstance(dims, int) else dims
+    return _variance(cx, node, _a(node)[0], dims, node.kwargs.get("correction", 1),
+                     bool(node.kwargs.get("keepdim", False)))
+
+
+def _variance(cx: Context, node: fx.Node, src: Any, dims: Any, correction: Any, keep: bool) -> Value:
+    v = cx.value(src)
+    rank = len(v.shape)
+    red = sorted({_norm_dim(d, rank) for d in dims}) if dims else list(range(rank))
+    v = _direct(cx, v, red)
+    mean = _reduce_at(cx, v, red, "mean")
+    centered = cx.define(v.shape, lambda idx: f"({v.at(idx)} - {mean.at(idx)})")
+    correction = 1 if correction is None else correction
+    count = " * ".join(v.shape[k] for k in red) or "1"
+    if not isinstance(correction, int | float):
+        raise Untranslatable("a symbolic correction")
+    denominator = f"f32({count})" if not correction else f"(f32({count}) - {literal(correction)})"
+    total = _reduce_at(cx, Value(v.shape, lambda idx: f"({centered.at(idx)} * {centered.at(idx)})"), red, "sum")
+    out = shape_of(node)
+
+    def at(idx: Sequence[str]) -> str:
+        full = list(idx) if keep else _spread(idx, red, rank)
+        return f"({total.at(full)} / {denominator})"
+
+    return Value(out, at)
+
+
+def _spread(idx: Sequence[str], red: Sequence[int], rank: int) -> list[str]:
+    """Indices of a reduction's result (the reduced axes dropped) at its operand's rank (0 on those axes)."""
+    it = iter(idx)
+    return ["0" if k in red else next(it) for k in range(rank)]
+
+
+def _reduce_at(cx: Context, v: Value, red: Sequence[int], op: str) -> Value:
+    """The reduction of ``v`` over the axes ``red``, read back at ``v``'s indices (those axes dropped)."""
+    rank = len(v.shape)
+    names = {k: cx.fresh("j") for k in red}
+    shape = tuple(s for k, s in enumerate(v.shape) if k not in red)
+
+    def body(idx: Sequence[str]) -> str:
+        it = iter(idx)
+        full = [names[k] if k in red else next(it) for k in range(rank)]
+        return f"{op}({v.at(full)} for {', '.join(names.values())})"
+
+    stored = cx.define(shape, body) if shape else cx.define(("1",), lambda idx: body([]))
+    return Value(v.shape, lambda idx: stored.at([i for k, i in enumerate(idx) if k not in red] if shape else ["0"]))
+
+
 def _keep_reduce(cx: Context, v: Value, d: int, op: str) -> Value:
     """The reduction of ``v`` over axis ``d``, read back at ``v``'s indices (the axis dropped)."""
     rank = len(v.shape)
@@ -542,6 +611,7 @@ TABLE: dict[Any, Callable[[Context, fx.Node], Value]] = {
     aten.permute.default: _permute, aten.t.default: _permute, aten.transpose.int: _permute,
     aten.expand.default: _expand, aten.view.default: _view, aten._unsafe_view.default: _view,
     aten.reshape.default: _view, aten.slice.Tensor: _slice, aten.cat.default: _cat,
+    operator.getitem: _var_mean_item, aten.var.correction: _var,
 }
 
 #: Operators that only move elements (no arithmetic): inlined into the region of the node reading them,
@@ -557,6 +627,9 @@ def translatable(node: fx.Node) -> bool:
     """Whether ``node`` is an operator with a ``.ak`` definition (its operands may still rule it out)."""
     if node.op != "call_function" or node.target not in TABLE:
         return False
+    if node.target is operator.getitem:
+        src = _a(node)[0]
+        return isinstance(src, fx.Node) and src.target is aten.var_mean.correction
     if node.target is aten._to_copy.default and set(node.kwargs) - {"dtype", "layout", "device"}:
         return False
     return isinstance(meta(node), torch.Tensor)

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from arke.torch import aten_ak, fx_ops
+from arke.torch import aten_ak, fx_ops, regions
 from arke.torch.regions import _call, _layout
 
 LOG = logging.getLogger("arke.torch")
@@ -63,12 +63,15 @@ class Report:
     others: int = 0  # operations left in the graph: Inductor's
     fused: list[int] = field(default_factory=list)  # the operations each fused Arke kernel replaced
     unfused: list[tuple[str, str]] = field(default_factory=list)  # (first node, reason) of regions not built
+    small: int = 0  # regions too small to be worth a call (left to Inductor)
 
     def __str__(self) -> str:
         took = ", ".join(f"{n} × {k}" for k, n in sorted(self.taken.items())) or "nothing"
         text = f"arke backend ({self.mode}): Arke took {took}"
         if self.fused:
             text += f"; {len(self.fused)} fused Arke kernels replaced {sum(self.fused)} operations"
+        if self.small:
+            text += f"; {self.small} regions too small for a kernel call of their own"
         text += f"; Inductor compiles the other {self.others} operations"
         if self.unfused:
             text += "; regions not fused: " + "; ".join(f"at `{n}` ({why})" for n, why in self.unfused)
@@ -243,12 +246,12 @@ def _like(graph: fx.Graph, out: fx.Node, want: Any, fake_mode: Any) -> fx.Node:
 
 
 def rewrite(gm: fx.GraphModule, mode: str = "measured", real_inputs: list[Any] | None = None,
-            fake_mode: Any = None, fuse: bool = True) -> Report:
+            fake_mode: Any = None, fuse: bool | str = True) -> Report:
     """Rewrite an ATen graph in place: matrix products with a weight become ``torch.ops.arke_fx.linear``,
     attention ``torch.ops.arke_fx.sdpa`` (``mode``: how each call chooses between Arke's kernel and torch's
     operator, :data:`arke.torch.fx_ops.MODES`; with ``real_inputs``, a measured node whose torch operator is
     faster at its example shape is left to Inductor), and with ``fuse`` the regions of elementwise
-    operations and reductions become Arke kernels (:mod:`arke.torch.regions`)."""
+    operations and reductions become Arke kernels (:mod:`arke.torch.regions`; ``"all"``: the small ones too)."""
     fx_ops.define()
     report = Report(mode)
     reals = _reals(gm, real_inputs)
@@ -293,9 +296,9 @@ def rewrite(gm: fx.GraphModule, mode: str = "measured", real_inputs: list[Any] |
     if fuse:
         from arke.torch.regions import fuse as fuse_regions
 
-        done = fuse_regions(gm, fake_mode)
+        done = fuse_regions(gm, fake_mode, 1 if fuse == "all" else regions.MIN_ELEMENTS)
         report.fused = [n for _, n in done.regions]
-        report.unfused = done.left
+        report.unfused, report.small = done.left, done.small
     report.others = sum(1 for n in graph.nodes if n.op == "call_function"
                         and not str(n.target).startswith(("arke_fx.", "arke_gen.")))
     return report
@@ -310,8 +313,9 @@ def arke_backend(gm: fx.GraphModule, example_inputs: list[Any], options: dict[st
     ``torch.compile(..., options={...})``: ``"arke.rest": "eager"`` runs the rest of the graph as ATen
     operations instead of compiling it with Inductor (quick to compile: tests of the rewrite);
     ``"arke.kernels"``: ``"measured"`` (default: per shape, the faster of Arke's kernel and torch's
-    operator, see :mod:`arke.torch.fx_ops`), ``"arke"`` or ``"torch"``; ``"arke.fuse"``: ``False`` keeps
-    the elementwise operations and reductions for Inductor; every other key is an Inductor config patch.
+    operator, see :mod:`arke.torch.fx_ops`), ``"arke"`` or ``"torch"``; ``"arke.fuse"``: ``True`` (default:
+    the regions with at least :data:`arke.torch.regions.MIN_ELEMENTS` elements), ``"all"``, or ``False``
+    (the elementwise operations and reductions stay Inductor's); every other key is an Inductor config patch.
     """
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
@@ -323,8 +327,9 @@ def arke_backend(gm: fx.GraphModule, example_inputs: list[Any], options: dict[st
     if kernels not in fx_ops.MODES:
         raise ValueError(f"options['arke.kernels'] is 'measured' (default), 'arke' or 'torch', not {kernels!r}")
     fuse = patches.pop("arke.fuse", True)
-    if not isinstance(fuse, bool):
-        raise ValueError(f"options['arke.fuse'] is True (default) or False, not {fuse!r}")
+    if fuse not in (True, False, "all"):
+        raise ValueError(f"options['arke.fuse'] is True (default: regions large enough to be worth a call), "
+                         f"'all' or False, not {fuse!r}")
     training = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
                                                for t in example_inputs)
     reals = list(example_inputs)

@@ -35,6 +35,10 @@ _BUILT: dict[str, Any] = {}  # kernel source -> the op (the same region in every
 _LOCK = threading.Lock()
 #: an expression longer than this is stored as an intermediate rather than inlined again
 _INLINE_CHARS = 1500
+#: a region whose largest value has fewer elements (at the graph's example sizes) is left to Inductor: a
+#: call of an Arke kernel from Python costs some 20 µs here (100 µs right after a large matrix product),
+#: more than such work itself; decode's single-token graphs are all of that kind
+MIN_ELEMENTS = 1 << 15
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Fused:
 
     regions: list[tuple[str, int]] = field(default_factory=list)  # (operator, nodes replaced)
     left: list[tuple[str, str]] = field(default_factory=list)  # (first node, reason) of regions not built
+    small: int = 0  # regions left to Inductor for their size (MIN_ELEMENTS)
 
 
 class Region:
@@ -166,20 +171,19 @@ def _read_outside(node: fx.Node, inside: set[fx.Node]) -> bool:
 
 
 def _layout(t: torch.Tensor) -> list[int] | None:
-    """The axes of ``t`` from outermost to innermost in memory, if it is dense (None: it is not)."""
-    try:
-        perm = sorted(range(t.dim()), key=lambda k: (-int(t.stride()[k]), k))
-    except Exception:  # a symbolic stride: take the layout as contiguous
-        return list(range(t.dim()))
-    expect = 1
+    """The axes of ``t`` from outermost to innermost in memory, if it is dense (None: it is not).
+
+    Symbolic strides are compared as expressions and ordered by their hints: reading a SymInt's value
+    would guard on it, and specialise the graph to one length."""
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    sizes, strides = [aten_ak._sym(s) for s in t.shape], [aten_ak._sym(s) for s in t.stride()]
+    perm = sorted(range(t.dim()), key=lambda k: (-optimization_hint(t.stride()[k], fallback=1), k))
+    expect: Any = 1
     for k in reversed(perm):
-        size = t.shape[k]
-        try:
-            if int(size) != 1 and int(t.stride()[k]) != expect:
-                return None
-            expect *= int(size)
-        except Exception:
-            return list(range(t.dim()))
+        if sizes[k] != 1 and (strides[k] - expect).expand() != 0:
+            return None
+        expect = expect * sizes[k]
     return perm
 
 
@@ -220,8 +224,19 @@ def _built(source: str, name: str) -> Any:
         return op
 
 
-def fuse(gm: fx.GraphModule, fake_mode: Any) -> Fused:
-    """Replace each region of ``gm``'s graph by one Arke kernel (in place); what was done."""
+def _elements(node: fx.Node) -> int:
+    """A node's element count at the graph's example sizes (no guard is added)."""
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    count = 1
+    for s in aten_ak.meta(node).shape:
+        count *= optimization_hint(s, fallback=4096)
+    return count
+
+
+def fuse(gm: fx.GraphModule, fake_mode: Any, min_elements: int = MIN_ELEMENTS) -> Fused:
+    """Replace each region of ``gm``'s graph by one Arke kernel (in place); what was done. A region whose
+    values all have fewer than ``min_elements`` elements is left as it is (:data:`MIN_ELEMENTS`)."""
     graph = gm.graph
     done = Fused()
     renamed: dict[fx.Node, fx.Node] = {}  # a region's output -> what replaced it (a later region's parameter)
@@ -229,6 +244,9 @@ def fuse(gm: fx.GraphModule, fake_mode: Any) -> Fused:
         inside = set(region.nodes)
         outputs = [n for n in region.nodes if _read_outside(n, inside)]
         if not outputs:
+            continue
+        if max(_elements(n) for n in region.nodes) < min_elements:
+            done.small += 1
             continue
         try:
             digest = hashlib.sha1(_source(region, outputs, "r")[0].encode()).hexdigest()[:12]

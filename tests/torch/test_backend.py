@@ -36,7 +36,8 @@ def test_prefill_and_decode_match_eager(arch: str) -> None:
     m = model(arch)
     # the rewrite is what is tested: the rest of the graph runs as torch ops (Inductor compiles it in
     # test_inductor_compiles_the_rest, once: it takes most of a minute per model here)
-    compiled = torch.compile(m, backend="arke", dynamic=True, options={"arke.rest": "eager", "arke.kernels": "arke"})
+    compiled = torch.compile(m, backend="arke", dynamic=True,
+                             options={"arke.rest": "eager", "arke.kernels": "arke", "arke.fuse": "all"})
     ids = torch.randint(0, VOCAB, (1, 11))
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", backend.ArkeFallbackWarning)
@@ -50,10 +51,12 @@ def test_prefill_and_decode_match_eager(arch: str) -> None:
             g = compiled(token, past_key_values=past_g, use_cache=True)
             torch.testing.assert_close(g.logits, w.logits, rtol=1e-4, atol=1e-4)
             token = w.logits[:, -1:].argmax(-1)
-    taken = sum((r.taken for r in backend.reports()[-3:]), start=backend.Report().taken)
-    assert taken["linear"] >= 1  # at least the head; the llama family's projections too
-    if arch != "gpt2":
-        assert taken["attention"] >= 1
+    recent = backend.reports()[-3:]
+    taken = sum((r.taken for r in recent), start=backend.Report().taken)
+    assert taken["linear"] >= 1 + 2 * 4  # every projection of both layers and the head (GPT-2's Conv1D too)
+    assert taken["attention"] >= 2
+    # the norms, the rotary embedding, the MLP's activation and the residuals: fused, nothing refused
+    assert all(r.fused and not r.unfused for r in recent), [str(r) for r in recent]
 
 
 def _prefill_matches_eager(arch: str, options: dict[str, str]) -> backend.Report:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from arke.torch import aten_ak, backend
 
-OPTIONS = {"arke.rest": "eager", "arke.kernels": "arke"}
+OPTIONS = {"arke.rest": "eager", "arke.kernels": "arke", "arke.fuse": "all"}
 
 
 def _rmsnorm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -123,7 +123,8 @@ def test_inductor_compiles_around_the_regions() -> None:
         return _rmsnorm(x, w).matmul(w.unsqueeze(-1)).squeeze(-1).cumsum(0)
 
     x, w = torch.randn(9, 72), torch.randn(72)
-    torch.testing.assert_close(torch.compile(f, backend="arke")(x, w), f(x, w), rtol=1e-4, atol=1e-4)
+    got = torch.compile(f, backend="arke", options={"arke.fuse": "all"})(x, w)
+    torch.testing.assert_close(got, f(x, w), rtol=1e-4, atol=1e-4)
     assert backend.reports()[-1].fused
 
 
@@ -133,6 +134,10 @@ def test_fusion_can_be_switched_off() -> None:
     out = torch.compile(_rmsnorm, backend="arke", options={**OPTIONS, "arke.fuse": False})(x, w)
     torch.testing.assert_close(out, _rmsnorm(x, w))
     assert not backend.reports()[-1].fused
+    torch._dynamo.reset()
+    small = torch.compile(_rmsnorm, backend="arke", options={**OPTIONS, "arke.fuse": True})(x, w)  # 360 elements
+    torch.testing.assert_close(small, _rmsnorm(x, w))
+    assert not backend.reports()[-1].fused and backend.reports()[-1].small == 1
     with pytest.raises(Exception, match=r"arke\.fuse"):
         torch._dynamo.reset()
         torch.compile(_rmsnorm, backend="arke", options={**OPTIONS, "arke.fuse": "yes"})(x, w)
@@ -153,3 +158,17 @@ def test_sizes_become_dims() -> None:
     assert aten_ak.dim_text(64) == "64"
     with pytest.raises(aten_ak.Untranslatable, match="empty"):
         aten_ak.dim_text(0)
+
+
+def test_layer_norm_after_decomposition() -> None:
+    """LayerNorm reaches the graph as var_mean and elementwise operations: one region, eager's result."""
+    torch._dynamo.reset()
+
+    def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5) + x.var(dim=-1, keepdim=True, correction=1)
+
+    x, w, b = torch.randn(2, 7, 72), torch.randn(72), torch.randn(72)
+    torch.testing.assert_close(torch.compile(f, backend="arke", options=OPTIONS)(x, w, b), f(x, w, b),
+                               rtol=2e-5, atol=2e-5)
+    report = backend.reports()[-1]
+    assert len(report.fused) == 1 and not report.unfused, str(report)
