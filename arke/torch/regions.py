@@ -18,6 +18,7 @@ backend's report.
 from __future__ import annotations
 
 import hashlib
+import math
 import operator
 import threading
 from collections.abc import Callable, Sequence
@@ -53,8 +54,8 @@ class Fused:
 class Region:
     """One region being grown: its nodes, parameters and the ``.ak`` statements of its kernel."""
 
-    def __init__(self, start: int):
-        self.start = start
+    def __init__(self, pos: float):
+        self.pos = pos  # where its call goes: after every node it reads (see _grow)
         self.nodes: list[fx.Node] = []
         self.values: dict[fx.Node, Value] = {}
         self.params: dict[fx.Node, tuple[str, str]] = {}  # outside node -> (name, its .ak type)
@@ -124,37 +125,68 @@ def _sources(node: fx.Node) -> list[fx.Node]:
 
 
 def _grow(graph: fx.Graph) -> list[Region]:
-    order = {n: i for i, n in enumerate(graph.nodes)}
+    """The regions of ``graph``, each with the place its call will go (``pos``): after every node it reads.
+
+    Positions are the nodes' places in the graph, a region's call counting at its ``pos``. A node joins a
+    region when the region's call, moved after the node's other operands, still comes before every
+    reader of the region's values outside it (so ``silu(gate) * up`` is one region although ``up`` is
+    computed after ``silu``); a node with no such region starts one."""
+    order = {n: float(i) for i, n in enumerate(graph.nodes)}
     region_of: dict[fx.Node, Region] = {}
     regions: list[Region] = []
+
+    def eff(n: fx.Node) -> float:
+        r = region_of.get(n)
+        return r.pos if r is not None else order[n]
+
     for node in graph.nodes:
         if not aten_ak.translatable(node) or node.target in aten_ak.LAYOUT:
             continue
         sources = _sources(node)
         home = None
         # a producer's region, else the latest region (independent work in one kernel: one call fewer)
-        candidates = sorted({region_of[s] for s in sources if s in region_of}, key=lambda r: -r.start)
+        candidates = sorted({region_of[s] for s in sources if s in region_of}, key=lambda r: -r.pos)
         if regions and regions[-1] not in candidates:
             candidates.append(regions[-1])
         for r in candidates:
-            if all(region_of.get(s) is r or order[s] < r.start for s in sources):
+            pos = max([r.pos, *(eff(s) + 1e-6 for s in sources if region_of.get(s) is not r)])
+            if pos < _first_use([*r.nodes, node], eff):
                 home = r
                 break
         if home is not None:
             try:
                 home.add(node)
-                region_of[node] = home
-                continue
             except Untranslatable:
                 pass
-        fresh = Region(order[node])
+            else:
+                home.pos = pos
+                region_of[node] = home
+                continue
+        fresh = Region(max([order[node] - 0.5, *(eff(s) + 1e-6 for s in sources)]))
         try:
             fresh.add(node)
         except Untranslatable:
             continue
         region_of[node] = fresh
         regions.append(fresh)
-    return regions
+    return sorted(regions, key=lambda r: r.pos)
+
+
+def _first_use(nodes: list[fx.Node], eff: Callable[[fx.Node], float]) -> float:
+    """The earliest position at which something outside ``nodes`` reads one of them (through layout nodes,
+    which move with the region's call)."""
+    inside, seen = set(nodes), set()
+    best, stack = math.inf, list(nodes)
+    while stack:
+        for u in stack.pop().users:
+            if u in inside or u in seen:
+                continue
+            seen.add(u)
+            if u.op == "call_function" and u.target in aten_ak.LAYOUT and aten_ak.translatable(u):
+                stack.append(u)
+            else:
+                best = min(best, eff(u))
+    return best
 
 
 def _read_outside(node: fx.Node, inside: set[fx.Node]) -> bool:
@@ -268,7 +300,11 @@ def fuse(gm: fx.GraphModule, fake_mode: Any, min_elements: int = MIN_ELEMENTS) -
 def _replace(graph: fx.Graph, region: Region, outputs: list[fx.Node], perms: list[list[int]], op: Any,
              fake_mode: Any, renamed: dict[fx.Node, fx.Node]) -> None:
     aten = torch.ops.aten
-    with graph.inserting_before(region.nodes[0]):
+    places = {n: i for i, n in enumerate(graph.nodes)}
+    sources = [renamed.get(n, n) for n in region.params]
+    last = max([n for n in graph.nodes if n.op == "placeholder"][-1:] + sources, key=lambda n: places[n])
+    anchor = last.next  # new nodes go before it, in the order they are made
+    with graph.inserting_before(anchor):
         args = []
         for node in region.params:
             node = renamed.get(node, node)
@@ -288,9 +324,30 @@ def _replace(graph: fx.Graph, region: Region, outputs: list[fx.Node], perms: lis
                 out = _call(graph, aten.permute.default, (out, inverse), fake_mode)
             node.replace_all_uses_with(out)
             renamed[node] = out
+    _after(graph, call, anchor.prev)
     for node in reversed(region.nodes):
         if not node.users:
             graph.erase_node(node)
+
+
+def _after(graph: fx.Graph, call: fx.Node, tail: fx.Node) -> None:
+    """Move the layout nodes that read the call's results (directly or through each other) but stand before
+    it to just after ``tail`` (the last node unpacking the results), in their order: _grow made sure that
+    nothing else reads them that early."""
+    places = {n: i for i, n in enumerate(graph.nodes)}
+    here, end = places[call], places[tail]
+    early: set[fx.Node] = set()
+    stack = [call]
+    while stack:
+        for u in stack.pop().users:
+            if places[u] < here and u not in early:
+                early.add(u)
+                stack.append(u)
+            elif here < places[u] <= end:  # the getitems, views and permutes unpacking the results
+                stack.append(u)
+    for node in sorted(early, key=lambda n: places[n]):
+        tail.append(node)
+        tail = node
 
 
 def _call(graph: fx.Graph, target: Any, args: tuple[Any, ...], fake_mode: Any,
