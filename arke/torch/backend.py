@@ -340,7 +340,15 @@ def arke_backend(gm: fx.GraphModule, example_inputs: list[Any], options: dict[st
         else:
             from torch._guards import detect_fake_mode
 
-            report = rewrite(aten_gm, kernels, reals, detect_fake_mode(aten_inputs), fuse)
+            work = _copy(aten_gm)
+            try:
+                report = rewrite(work, kernels, reals, detect_fake_mode(aten_inputs), fuse)
+            except Exception as err:  # a bug of the rewrite must not cost the user the model: torch runs it all
+                LOG.exception("arke backend: the rewrite failed; the graph runs as torch's")
+                report = Report(kernels, left=[("the graph", f"the rewrite failed ({type(err).__name__}: {err}); "
+                                                             "please report it")])
+            else:
+                aten_gm = work
         _REPORTS.append(report)
         LOG.info("%s", report)
         if report.left or report.unfused:
@@ -353,6 +361,15 @@ def arke_backend(gm: fx.GraphModule, example_inputs: list[Any], options: dict[st
     # code calls (they live in this process only): the ATen graph is rewritten every time
     with torch._functorch.config.patch(enable_autograd_cache=False):
         return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches or None)
+
+
+def _copy(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of ``gm`` to rewrite (its nodes' metadata shared, not copied)."""
+    graph = fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    done = graph.output(out)
+    done.meta.update(next(n for n in reversed(gm.graph.nodes) if n.op == "output").meta)
+    return fx.GraphModule(gm, graph)
 
 
 def _eager(gm: fx.GraphModule) -> Any:

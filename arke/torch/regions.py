@@ -106,9 +106,11 @@ class Region:
                 v = self.define(v.shape, v.at) if v.shape else v
             self.values[node] = v
             self.nodes.append(node)
-        except Untranslatable:
+        except Exception as err:  # any failure of a definition only keeps this node out of the region
             self.values, self.params, self.statements, self.counter = saved
-            raise
+            if isinstance(err, Untranslatable):
+                raise
+            raise Untranslatable(f"{type(err).__name__}: {err}") from err
 
 
 def _sources(node: fx.Node) -> list[fx.Node]:

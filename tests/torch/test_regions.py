@@ -172,3 +172,56 @@ def test_layer_norm_after_decomposition() -> None:
                                rtol=2e-5, atol=2e-5)
     report = backend.reports()[-1]
     assert len(report.fused) == 1 and not report.unfused, str(report)
+
+
+def _where(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.where(x > 0, x.exp(), y * 2.0) + 1.0
+
+
+def _nan_and_inf(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (x + float("nan")) * 0.0 + torch.clamp(y, min=float("-inf")) + x.amax(-1, keepdim=True)
+
+
+def _ungrouped_view(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (x * 2.0).reshape(x.shape[1], x.shape[0]).t().exp() + y
+
+
+def _long_chain(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    for k in range(40):
+        x = torch.tanh(x * (1.0 + k / 100.0) + y)
+    return x
+
+
+def _empty_rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (x[:0] * 2.0).sum(0) + y.sum(0)
+
+
+HOSTILE = {"where": _where, "nan_and_inf": _nan_and_inf, "ungrouped_view": _ungrouped_view,
+           "long_chain": _long_chain, "empty_rows": _empty_rows}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_graphs_still_match_eager(name: str) -> None:
+    """Graphs with what regions do not take (bool masks, NaN, views across axes, empty slices) or take at length:
+    the result is eager's, whatever was fused."""
+    torch._dynamo.reset()
+    f = HOSTILE[name]
+    x, y = torch.randn(6, 4), torch.randn(6, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", backend.ArkeFallbackWarning)
+        got = torch.compile(f, backend="arke", options=OPTIONS)(x, y)
+    torch.testing.assert_close(got, f(x, y), rtol=2e-5, atol=2e-5, equal_nan=True)
+
+
+def test_a_failing_rewrite_leaves_the_graph_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in the rewrite costs the user nothing but the speed: torch runs the graph, the report says why."""
+    torch._dynamo.reset()
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("arke.torch.regions.fuse", broken)
+    x, w = torch.randn(5, 72), torch.randn(72)
+    with pytest.warns(backend.ArkeFallbackWarning, match="the rewrite failed"):
+        got = torch.compile(_rmsnorm, backend="arke", options=OPTIONS)(x, w)
+    torch.testing.assert_close(got, _rmsnorm(x, w))
