@@ -30,7 +30,18 @@ from typing import Any
 import torch
 from torch import fx
 
-from arke.torch.aten_layout import _cat, _expand, _permute, _slice, _squeeze, _unsqueeze, _view
+from arke.torch.aten_layout import (
+    _cat,
+    _embedding,
+    _expand,
+    _gather,
+    _index_select,
+    _permute,
+    _slice,
+    _squeeze,
+    _unsqueeze,
+    _view,
+)
 from arke.torch.aten_reduce import _reduction, _softmax, _var, _var_mean_item
 from arke.torch.aten_values import AK_DTYPES as AK_DTYPES
 from arke.torch.aten_values import At as At
@@ -47,15 +58,21 @@ from arke.torch.aten_values import meta as meta
 # ---------------------------------------------------------------- elementwise
 
 
-def _operands(cx: Context, node: fx.Node, args: Sequence[Any]) -> list[At]:
-    """Each operand's element at the output's indices (broadcast as torch does; numbers as literals)."""
+def _operands(cx: Context, node: fx.Node, args: Sequence[Any], mask: bool = False) -> list[At]:
+    """Each operand's element at the output's indices (broadcast as torch does; numbers as literals). With
+    ``mask`` the first operand is a bool tensor (``where``'s condition), the others f32."""
     out = shape_of(node)
     ats: list[At] = []
-    for a in args:
+    for n, a in enumerate(args):
         if not isinstance(a, fx.Node):
             ats.append(_constant(literal(a)))
             continue
-        f32_meta(a)
+        if mask and n == 0:
+            t = meta(a)
+            if not isinstance(t, torch.Tensor) or t.dtype != torch.bool:
+                raise Untranslatable(f"a condition `{a.name}` that is not a bool tensor")
+        else:
+            f32_meta(a)
         v = cx.value(a)
         off = len(out) - len(v.shape)
         if off < 0:
@@ -66,6 +83,11 @@ def _operands(cx: Context, node: fx.Node, args: Sequence[Any]) -> list[At]:
 
         ats.append(at)
     return ats
+
+
+def _where(cx: Context, node: fx.Node) -> Value:
+    c, a, b = _operands(cx, node, _a(node)[:3], mask=True)
+    return Value(shape_of(node), lambda idx: f"({a(idx)} if {c(idx)} else {b(idx)})")
 
 
 def _constant(text: str) -> At:
@@ -182,6 +204,8 @@ TABLE: dict[Any, Callable[[Context, fx.Node], Value]] = {
     aten.expand.default: _expand, aten.view.default: _view, aten._unsafe_view.default: _view,
     aten.reshape.default: _view, aten.slice.Tensor: _slice, aten.cat.default: _cat,
     operator.getitem: _var_mean_item, aten.var.correction: _var,
+    aten.where.self: _where, aten.embedding.default: _embedding, aten.index_select.default: _index_select,
+    aten.gather.default: _gather,
 }
 
 #: Operators that only move elements (no arithmetic): inlined into the region of the node reading them,

@@ -1,5 +1,7 @@
 """The ATen layout operators as ``.ak`` index maps: views, permutes, ``expand``, ``slice``, ``cat``,
 ``unsqueeze`` and ``squeeze`` move no data of their own; each maps an element's indices to its operand's.
+The gathers (``embedding``, ``index_select``, ``gather``) are index maps too, with indices read from a
+tensor (a gather in ``.ak``: ``table[ids[t], d]``).
 """
 
 from __future__ import annotations
@@ -7,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torch import fx
 
 from arke.torch.aten_values import (
@@ -20,6 +23,7 @@ from arke.torch.aten_values import (
     aten,
     dim_text,
     f32_meta,
+    meta,
     shape_of,
 )
 
@@ -185,5 +189,53 @@ def _cat(cx: Context, node: fx.Node) -> Value:
             here = values[k].at(j)
             text = here if not text else f"({here} if {idx[d]} < ({offsets[k + 1]}) else {text})"
         return text
+
+    return Value(shape_of(node), at)
+
+
+# ---------------------------------------------------------------- gathers (indices read from a tensor)
+
+
+def _indices(cx: Context, node: Any) -> Value:
+    t = meta(node)
+    if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int64, torch.int32):
+        raise Untranslatable(f"indices `{getattr(node, 'name', node)}` that are not an integer tensor")
+    return cx.value(node)
+
+
+def _embedding(cx: Context, node: fx.Node) -> Value:
+    """``embedding(table, ids)``: ``table[ids[i..], d]`` (a row read per index; out of range is the kernel's
+    error, as torch's)."""
+    table, ids = cx.value(_a(node)[0]), _indices(cx, _a(node)[1])
+    f32_meta(_a(node)[0])
+    return Value(shape_of(node), lambda idx: table.at([ids.at(idx[:-1]), idx[-1]]))
+
+
+def _index_select(cx: Context, node: fx.Node) -> Value:
+    src = cx.value(_a(node)[0])
+    f32_meta(_a(node)[0])
+    d = _norm_dim(_a(node)[1], len(src.shape))
+    index = _indices(cx, _a(node)[2])
+
+    def at(idx: Sequence[str]) -> str:
+        j = list(idx)
+        j[d] = index.at([idx[d]]) if index.shape else index.at(["0"])
+        return src.at(j)
+
+    return Value(shape_of(node), at)
+
+
+def _gather(cx: Context, node: fx.Node) -> Value:
+    if _arg(node, 3, "sparse_grad", False):
+        raise Untranslatable("a sparse gather")
+    src = cx.value(_a(node)[0])
+    f32_meta(_a(node)[0])
+    d = _norm_dim(_a(node)[1], len(src.shape))
+    index = _indices(cx, _a(node)[2])
+
+    def at(idx: Sequence[str]) -> str:
+        j = list(idx)
+        j[d] = index.at(idx)
+        return src.at(j)
 
     return Value(shape_of(node), at)

@@ -21,7 +21,7 @@ prims = torch.ops.prims
 At = Callable[[Sequence[str]], str]
 
 AK_DTYPES = {torch.float32: "f32", torch.float64: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
-             torch.int64: "i64", torch.int32: "i32"}
+             torch.int64: "i64", torch.int32: "i32", torch.bool: "bool"}
 
 
 class Untranslatable(Exception):

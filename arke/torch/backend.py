@@ -335,8 +335,11 @@ def arke_backend(gm: fx.GraphModule, example_inputs: list[Any], options: dict[st
     reals = list(example_inputs)
 
     def inner(aten_gm: fx.GraphModule, aten_inputs: list[Any], **kwargs: Any) -> Any:
+        if kwargs.get("is_backward"):  # the forward graph's report said why: Inductor compiles the backward
+            return compile_fx_inner(aten_gm, aten_inputs, **kwargs) if rest == "inductor" else _eager(aten_gm)
         if training:  # gradients are needed: Arke's operators have no derivatives
-            report = Report(kernels, left=[("the graph", "gradients are needed (the backend compiles inference)")])
+            report = Report(kernels, left=[("the graph", "gradients are needed (the backend compiles inference)")],
+                            others=sum(1 for n in aten_gm.graph.nodes if n.op == "call_function"))
         else:
             from torch._guards import detect_fake_mode
 

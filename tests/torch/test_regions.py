@@ -225,3 +225,47 @@ def test_a_failing_rewrite_leaves_the_graph_to_torch(monkeypatch: pytest.MonkeyP
     with pytest.warns(backend.ArkeFallbackWarning, match="the rewrite failed"):
         got = torch.compile(_rmsnorm, backend="arke", options=OPTIONS)(x, w)
     torch.testing.assert_close(got, _rmsnorm(x, w))
+
+
+def test_gradients_leave_the_graph_to_inductor_with_the_reason() -> None:
+    """With gradients needed, nothing is rewritten (Arke's operators have no derivatives): the forward and the
+    backward are torch's, and the forward graph's report says why, once."""
+    torch._dynamo.reset()
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return _rmsnorm(x, w).sum()
+
+    x, w = torch.randn(7, 72, requires_grad=True), torch.randn(72, requires_grad=True)
+    with pytest.warns(backend.ArkeFallbackWarning, match="gradients are needed") as caught:
+        y = torch.compile(f, backend="arke", options={"arke.rest": "eager"})(x, w)
+        y.backward()
+    x2, w2 = x.detach().requires_grad_(), w.detach().requires_grad_()
+    f(x2, w2).backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)
+    assert sum(isinstance(m.message, backend.ArkeFallbackWarning) for m in caught) == 1
+
+
+def _gathers(ids: torch.Tensor, table: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    h = F.embedding(ids, table)  # [B, T, D]
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)
+    rows = torch.index_select(table, 0, ids[0])  # [T, D]
+    picked = torch.gather(rows, 1, (ids[0] % 3).unsqueeze(-1).expand(-1, 4))[:, :1]  # [T, 1]
+    return torch.where(mask, h, -1.0) + rows * picked
+
+
+def test_gathers_and_masks_are_fused() -> None:
+    """Embedding, index_select and gather read their indices from an integer tensor, and where takes a bool
+    mask: all in the region of the norm they feed; out-of-range ids fail as torch's do, with an error."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(3)
+    table = torch.randn(50, 8, generator=g)
+    f = torch.compile(_gathers, backend="arke", options=OPTIONS)
+    for t in (3, 17, 4097):
+        ids = torch.randint(0, 8, (1, t), generator=g)
+        mask = torch.rand(1, t, 8, generator=g) > 0.3
+        torch.testing.assert_close(f(ids, table, mask), _gathers(ids, table, mask), rtol=2e-5, atol=2e-5)
+    report = backend.reports()[-1]
+    assert report.fused and not report.unfused, str(report)
+    with pytest.raises(Exception, match=r"outside|out of range|index"):
+        f(torch.full((1, 3), 99), table, torch.ones(1, 3, 8, dtype=torch.bool))
