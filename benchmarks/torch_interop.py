@@ -216,8 +216,11 @@ def _backend_table() -> None:
     print(f"{'':<10}{'eager':>9}{'inductor':>10}{'arke':>9}{'vs eager':>10}{'vs inductor':>13}")
     for phase, e, i, a in backend_rows():
         print(f"{phase:<10}{e:>9.2f}{i:>10.2f}{a:>9.2f}{e / a:>9.2f}×{i / a:>12.2f}×")
-    for r in backend.reports()[-2:]:
-        print(f"  {r}")
+    seen: list[str] = []
+    for r in backend.reports():  # each graph arke compiled (prefill, the first decode, decode with a symbolic length)
+        if str(r) not in seen:
+            seen.append(str(r))
+            print(f"  {r}")
 
 
 if __name__ == "__main__":
