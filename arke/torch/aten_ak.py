@@ -14,10 +14,15 @@ element (:class:`Value`).
   they map an element's indices to their operand's (a view splits or merges axes with ``//`` and
   ``%``; ``cat`` selects its piece with ``if``/``else``, every piece read at an index kept in range,
   since both branches are evaluated).
-* **Reductions** (``sum``, ``mean``, ``amax``, ``amin``, ``_softmax``, ``_log_softmax``) are index
-  definitions of their own (``r[i, j] = mean(x[i, j, k] ** 2 for k)``), as std.nn writes them.
+* **Reductions** (``sum``, ``mean``, ``amax``, ``amin``, ``_softmax``, ``_log_softmax``, ``var``,
+  ``var_mean``) are index definitions of their own (``r[i, j] = mean(x[i, j, k] ** 2 for k)``), as
+  std.nn writes them.
+* **Comparisons and logic** (``gt`` ... ``ne``, ``logical_*``, ``bitwise_*`` on bool tensors) are bool
+  values, read by ``where``; **gathers** (``embedding``, ``index_select``, ``gather``) read their
+  indices from an integer tensor.
 
-Only f32 tensors are translated; anything else is :class:`Untranslatable`, with the reason the
+Values are f32 (bool for comparisons); parameters may also be integer index tensors, and f64 scalars
+are converted as they are passed. Anything else is :class:`Untranslatable`, with the reason the
 backend reports.
 """
 
@@ -49,28 +54,30 @@ from arke.torch.aten_values import Context as Context
 from arke.torch.aten_values import Untranslatable as Untranslatable
 from arke.torch.aten_values import Value as Value
 from arke.torch.aten_values import _a as _a
-from arke.torch.aten_values import _arg, aten, literal, prims, shape_of
+from arke.torch.aten_values import _arg, aten, literal, mask_shape_of, prims, shape_of
 from arke.torch.aten_values import _sym as _sym
 from arke.torch.aten_values import dim_text as dim_text
 from arke.torch.aten_values import f32_meta as f32_meta
 from arke.torch.aten_values import meta as meta
+from arke.torch.aten_values import value_dtype as value_dtype
 
 # ---------------------------------------------------------------- elementwise
 
 
-def _operands(cx: Context, node: fx.Node, args: Sequence[Any], mask: bool = False) -> list[At]:
+def _operands(cx: Context, node: fx.Node, args: Sequence[Any], mask: bool = False,
+              bools: bool = False) -> list[At]:
     """Each operand's element at the output's indices (broadcast as torch does; numbers as literals). With
-    ``mask`` the first operand is a bool tensor (``where``'s condition), the others f32."""
-    out = shape_of(node)
+    ``mask`` the first operand is a bool tensor (``where``'s condition), the others f32; with ``bools`` the
+    node's value is a bool tensor (a comparison of f32 operands, or logic on bool ones)."""
+    out = mask_shape_of(node) if bools else shape_of(node)
     ats: list[At] = []
     for n, a in enumerate(args):
         if not isinstance(a, fx.Node):
             ats.append(_constant(literal(a)))
             continue
-        if mask and n == 0:
-            t = meta(a)
-            if not isinstance(t, torch.Tensor) or t.dtype != torch.bool:
-                raise Untranslatable(f"a condition `{a.name}` that is not a bool tensor")
+        t = meta(a)
+        if (mask and n == 0) or (bools and isinstance(t, torch.Tensor) and t.dtype == torch.bool):
+            mask_shape_of(a)
         else:
             f32_meta(a)
         v = cx.value(a)
@@ -88,6 +95,25 @@ def _operands(cx: Context, node: fx.Node, args: Sequence[Any], mask: bool = Fals
 def _where(cx: Context, node: fx.Node) -> Value:
     c, a, b = _operands(cx, node, _a(node)[:3], mask=True)
     return Value(shape_of(node), lambda idx: f"({a(idx)} if {c(idx)} else {b(idx)})")
+
+
+def _compare(op: str) -> Callable[[Context, fx.Node], Value]:
+    """A comparison (``gt``, ``eq``, ...; NaN compares as IEEE says) or logic on bool tensors: a bool value."""
+
+    def build(cx: Context, node: fx.Node) -> Value:
+        args = _a(node)[:1] if op == "not" else _a(node)[:2]
+        if any(isinstance(a, bool) for a in args):
+            raise Untranslatable("a comparison with a bool constant")
+        if op in ("and", "or", "not", "xor"):  # logic on bool tensors only (torch's also takes numbers)
+            for a in args:
+                mask_shape_of(a)
+        sign = "!=" if op == "xor" else op
+        ats = _operands(cx, node, args, bools=True)
+        if op == "not":
+            return Value(mask_shape_of(node), lambda idx: f"(not {ats[0](idx)})")
+        return Value(mask_shape_of(node), lambda idx: f"({ats[0](idx)} {sign} {ats[1](idx)})")
+
+    return build
 
 
 def _constant(text: str) -> At:
@@ -179,6 +205,8 @@ def _unary(fn: str) -> Callable[[Context, fx.Node], Value]:
     return _pointwise(fn + "({})")
 
 
+_COMPARISONS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
+
 #: ATen overload -> its ``.ak`` definition. Layout operators are in :data:`LAYOUT` as well.
 TABLE: dict[Any, Callable[[Context, fx.Node], Value]] = {
     aten.add.Tensor: _add_sub("+"), aten.add.Scalar: _add_sub("+"),
@@ -206,6 +234,12 @@ TABLE: dict[Any, Callable[[Context, fx.Node], Value]] = {
     operator.getitem: _var_mean_item, aten.var.correction: _var,
     aten.where.self: _where, aten.embedding.default: _embedding, aten.index_select.default: _index_select,
     aten.gather.default: _gather,
+    **{getattr(aten, name).Tensor: _compare(op) for name, op in _COMPARISONS.items()},
+    **{getattr(aten, name).Scalar: _compare(op) for name, op in _COMPARISONS.items()},
+    aten.logical_and.default: _compare("and"), aten.logical_or.default: _compare("or"),
+    aten.logical_not.default: _compare("not"), aten.logical_xor.default: _compare("xor"),
+    aten.bitwise_and.Tensor: _compare("and"), aten.bitwise_or.Tensor: _compare("or"),
+    aten.bitwise_not.default: _compare("not"), aten.bitwise_xor.Tensor: _compare("xor"),
 }
 
 #: Operators that only move elements (no arithmetic): inlined into the region of the node reading them,

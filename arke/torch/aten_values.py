@@ -40,7 +40,7 @@ class Context(Protocol):
     """What an operator's definition needs from the region it is translated into."""
 
     def value(self, arg: Any) -> Value: ...
-    def define(self, shape: tuple[str, ...], body: Callable[[Sequence[str]], str]) -> Value: ...
+    def define(self, shape: tuple[str, ...], body: Callable[[Sequence[str]], str], dtype: str = "f32") -> Value: ...
     def fresh(self, prefix: str) -> str: ...
 
 
@@ -110,6 +110,20 @@ def f32_meta(node: Any) -> torch.Tensor:
     if t.device.type != "cpu":
         raise Untranslatable(f"`{node.name}` is on {t.device.type}")
     return t
+
+
+def value_dtype(node: fx.Node) -> str:
+    """The ``.ak`` dtype of a value a region computes: f32, or bool (a comparison's)."""
+    t = meta(node)
+    return "bool" if isinstance(t, torch.Tensor) and t.dtype == torch.bool else "f32"
+
+
+def mask_shape_of(node: fx.Node) -> tuple[str, ...]:
+    """The shape of a node whose value is a bool tensor (a comparison)."""
+    t = meta(node)
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.bool or t.device.type != "cpu":
+        raise Untranslatable(f"`{node.name}` is not a CPU bool tensor")
+    return tuple(dim_text(s) for s in t.shape)
 
 
 def shape_of(node: fx.Node) -> tuple[str, ...]:

@@ -299,7 +299,7 @@ def rewrite(gm: fx.GraphModule, mode: str = "measured", real_inputs: list[Any] |
         done = fuse_regions(gm, fake_mode, 1 if fuse == "all" else regions.MIN_ELEMENTS)
         report.fused = [n for _, n in done.regions]
         report.unfused, report.small = done.left, done.small
-    report.others = sum(1 for n in graph.nodes if n.op == "call_function"
+    report.others = sum(1 for n in graph.nodes if n.op == "call_function" and n.target is not operator.getitem
                         and not str(n.target).startswith(("arke_fx.", "arke_gen.")))
     return report
 

@@ -90,10 +90,10 @@ class Region:
             return Value((), lambda idx: f"{name}[0]")
         return Value(tuple(aten_ak.dim_text(s) for s in t.shape), lambda idx: f"{name}[{', '.join(idx)}]")
 
-    def define(self, shape: tuple[str, ...], body: Callable[[Sequence[str]], str]) -> Value:
+    def define(self, shape: tuple[str, ...], body: Callable[[Sequence[str]], str], dtype: str = "f32") -> Value:
         name = self.fresh("t")
         idx = [self.fresh("i") for _ in shape]
-        self.statements.append(f"  {name}[{', '.join(idx)}]: f32[{', '.join(shape)}] = {body(idx)}")
+        self.statements.append(f"  {name}[{', '.join(idx)}]: {dtype}[{', '.join(shape)}] = {body(idx)}")
         return Value(shape, lambda at: f"{name}[{', '.join(at)}]")
 
     # -- growing
@@ -103,7 +103,7 @@ class Region:
         try:
             v = aten_ak.TABLE[node.target](self, node)
             if len(node.users) > 1 or len(v.at([f"i{k}" for k in range(len(v.shape))])) > _INLINE_CHARS:
-                v = self.define(v.shape, v.at) if v.shape else v
+                v = self.define(v.shape, v.at, aten_ak.value_dtype(node)) if v.shape else v
             self.values[node] = v
             self.nodes.append(node)
         except Exception as err:  # any failure of a definition only keeps this node out of the region
@@ -233,7 +233,7 @@ def _source(region: Region, outputs: list[fx.Node], name: str) -> tuple[str, lis
             raise Untranslatable(f"`{node.name}` has a strided layout")
         shape = [v.shape[p] for p in perm] or ["1"]
         idx = [f"o{k}_{q}" for q in range(len(perm))] or ["o0_"]
-        results.append(f"y{k}: f32[{', '.join(shape)}]")
+        results.append(f"y{k}: {aten_ak.value_dtype(node)}[{', '.join(shape)}]")
         src = [""] * len(perm)
         for q, p in enumerate(perm):
             src[p] = idx[q]

@@ -269,3 +269,22 @@ def test_gathers_and_masks_are_fused() -> None:
     assert report.fused and not report.unfused, str(report)
     with pytest.raises(Exception, match=r"outside|out of range|index"):
         f(torch.full((1, 3), 99), table, torch.ones(1, 3, 8, dtype=torch.bool))
+
+
+def _masks(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    leaky = torch.where(x > 0, x, 0.01 * x)
+    keep = ((x >= y) & (y < 1.0)) | ~(x != x)  # NaN compares unequal to itself
+    return leaky + torch.where(keep, y, x.exp()), keep
+
+
+def test_comparisons_and_logic_in_regions() -> None:
+    """Comparisons, logic and where in one region; a bool value read outside is a bool output of the kernel."""
+    torch._dynamo.reset()
+    x, y = torch.randn(9, 40), torch.randn(9, 40)
+    x[0, 0] = float("nan")
+    got = torch.compile(_masks, backend="arke", options=OPTIONS)(x, y)
+    want = _masks(x, y)
+    torch.testing.assert_close(got[0], want[0], equal_nan=True)
+    assert got[1].dtype == torch.bool and torch.equal(got[1], want[1])
+    report = backend.reports()[-1]
+    assert len(report.fused) == 1 and report.others == 0, str(report)
