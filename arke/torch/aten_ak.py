@@ -251,6 +251,11 @@ LAYOUT = frozenset({aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
                     aten._to_copy.default})
 
 
+def is_layout(node: fx.Node) -> bool:
+    """Whether ``node`` is a translatable layout operator (inlined into the region that reads it)."""
+    return node.op == "call_function" and node.target in LAYOUT and translatable(node)
+
+
 def translatable(node: fx.Node) -> bool:
     """Whether ``node`` is an operator with a ``.ak`` definition (its operands may still rule it out)."""
     if node.op != "call_function" or node.target not in TABLE:

@@ -6,7 +6,7 @@ tensor (a gather in ``.ak``: ``table[ids[t], d]``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -212,22 +212,19 @@ def _embedding(cx: Context, node: fx.Node) -> Value:
 
 
 def _index_select(cx: Context, node: fx.Node) -> Value:
-    src = cx.value(_a(node)[0])
-    f32_meta(_a(node)[0])
-    d = _norm_dim(_a(node)[1], len(src.shape))
-    index = _indices(cx, _a(node)[2])
-
-    def at(idx: Sequence[str]) -> str:
-        j = list(idx)
-        j[d] = index.at([idx[d]]) if index.shape else index.at(["0"])
-        return src.at(j)
-
-    return Value(shape_of(node), at)
+    """``index_select(x, d, index)``: axis ``d`` read at ``index[i_d]``."""
+    return _take(cx, node, lambda index, idx, d: index.at([idx[d]]) if index.shape else index.at(["0"]))
 
 
 def _gather(cx: Context, node: fx.Node) -> Value:
+    """``gather(x, d, index)``: axis ``d`` read at ``index[i..]`` (the index has the output's shape)."""
     if _arg(node, 3, "sparse_grad", False):
         raise Untranslatable("a sparse gather")
+    return _take(cx, node, lambda index, idx, d: index.at(idx))
+
+
+def _take(cx: Context, node: fx.Node, where: Callable[[Value, Sequence[str], int], str]) -> Value:
+    """``op(x, d, index, ...)``: ``x`` with axis ``d`` read where ``where`` says (from the index tensor)."""
     src = cx.value(_a(node)[0])
     f32_meta(_a(node)[0])
     d = _norm_dim(_a(node)[1], len(src.shape))
@@ -235,7 +232,7 @@ def _gather(cx: Context, node: fx.Node) -> Value:
 
     def at(idx: Sequence[str]) -> str:
         j = list(idx)
-        j[d] = index.at(idx)
+        j[d] = where(index, idx, d)
         return src.at(j)
 
     return Value(shape_of(node), at)

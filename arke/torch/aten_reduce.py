@@ -23,28 +23,18 @@ from arke.torch.aten_values import (
 )
 
 
-def _reduced(cx: Context, node: fx.Node, src: fx.Node, dims: Sequence[int] | None, keep: bool, op: str) -> Value:
+def _axes(dims: Any, rank: int) -> list[int]:
+    """The reduced axes of a ``dim`` argument (an int, a list, or none: every axis), sorted."""
+    dims = [dims] if isinstance(dims, int) else dims
+    return sorted({_norm_dim(d, rank) for d in dims}) if dims else list(range(rank))
+
+
+def _reduced(cx: Context, node: fx.Node, src: fx.Node, dims: Any, keep: bool, op: str) -> Value:
+    """``op`` over ``dims`` of ``src``, at the node's indices (``keep``: the reduced axes kept, of size 1)."""
     v = cx.value(src)
-    rank = len(v.shape)
-    red = sorted({_norm_dim(d, rank) for d in dims}) if dims else list(range(rank))
-    v = _direct(cx, v, red)
-    kept = [k for k in range(rank) if k not in red]
-    shape = tuple(v.shape[k] for k in kept)
-    names = {k: cx.fresh("j") for k in red}
-
-    def body(idx: Sequence[str]) -> str:
-        it = iter(idx)
-        at = v.at([names[k] if k in red else next(it) for k in range(rank)])
-        return f"{op}({at} for {', '.join(names.values())})"
-
-    stored = cx.define(shape, body) if shape else cx.define(("1",), lambda idx: body([]))
-
-    def at(idx: Sequence[str]) -> str:
-        if not shape:
-            return stored.at(["0"])
-        return stored.at([i for k, i in enumerate(idx) if k not in red] if keep else list(idx))
-
-    return Value(shape_of(node), at)
+    red = _axes(dims, len(v.shape))
+    total = _reduce_at(cx, v, red, op)
+    return Value(shape_of(node), lambda idx: total.at(list(idx) if keep else _spread(idx, red, len(v.shape))))
 
 
 def _direct(cx: Context, v: Value, axes: Sequence[int]) -> Value:
@@ -62,9 +52,7 @@ def _reduction(op: str) -> Callable[[Context, fx.Node], Value]:
     def build(cx: Context, node: fx.Node) -> Value:
         if node.kwargs.get("dtype") not in (None, torch.float32):
             raise Untranslatable("a reduction to another dtype")
-        dims = _arg(node, 1, "dim", None)
-        dims = [dims] if isinstance(dims, int) else dims
-        return _reduced(cx, node, _a(node)[0], dims, bool(_arg(node, 2, "keepdim", False)), op)
+        return _reduced(cx, node, _a(node)[0], _arg(node, 1, "dim", None), bool(_arg(node, 2, "keepdim", False)), op)
 
     return build
 
@@ -73,14 +61,12 @@ def _softmax(log: bool) -> Callable[[Context, fx.Node], Value]:
     def build(cx: Context, node: fx.Node) -> Value:
         if _arg(node, 2, "half_to_float", False):
             raise Untranslatable("a half-to-float softmax")
-        src = _a(node)[0]
-        v = cx.value(src)
-        rank = len(v.shape)
-        d = _norm_dim(_a(node)[1], rank)
-        v = _direct(cx, v, [d])
-        top = _keep_reduce(cx, v, d, "max")
+        v = cx.value(_a(node)[0])
+        red = _axes(_a(node)[1], len(v.shape))
+        v = _direct(cx, v, red)
+        top = _reduce_at(cx, v, red, "max")
         shifted = Value(v.shape, lambda idx: f"({v.at(idx)} - {top.at(idx)})")
-        total = _keep_reduce(cx, Value(v.shape, lambda idx: f"exp({shifted.at(idx)})"), d, "sum")
+        total = _reduce_at(cx, Value(v.shape, lambda idx: f"exp({shifted.at(idx)})"), red, "sum")
         if log:
             return Value(shape_of(node), lambda idx: f"({shifted.at(idx)} - log({total.at(idx)}))")
         return Value(shape_of(node), lambda idx: f"(exp({shifted.at(idx)}) / {total.at(idx)})")
@@ -98,7 +84,6 @@ def _var_mean_item(cx: Context, node: fx.Node) -> Value:
     if vm.kwargs.get("dtype") is not None:
         raise Untranslatable("a var_mean to another dtype")
     dims = _arg(vm, 1, "dim", None)
-    dims = [dims] if isinstance(dims, int) else dims
     keep = bool(vm.kwargs.get("keepdim", False))
     if item == 1:
         return _reduced(cx, node, src, dims, keep, "mean")
@@ -107,16 +92,14 @@ def _var_mean_item(cx: Context, node: fx.Node) -> Value:
 
 def _var(cx: Context, node: fx.Node) -> Value:
     """``var(x, dims, correction=c, keepdim=k)``."""
-    dims = _arg(node, 1, "dim", None)
-    dims = [dims] if isinstance(dims, int) else dims
-    return _variance(cx, node, _a(node)[0], dims, node.kwargs.get("correction", 1),
+    return _variance(cx, node, _a(node)[0], _arg(node, 1, "dim", None), node.kwargs.get("correction", 1),
                      bool(node.kwargs.get("keepdim", False)))
 
 
 def _variance(cx: Context, node: fx.Node, src: Any, dims: Any, correction: Any, keep: bool) -> Value:
     v = cx.value(src)
     rank = len(v.shape)
-    red = sorted({_norm_dim(d, rank) for d in dims}) if dims else list(range(rank))
+    red = _axes(dims, rank)
     v = _direct(cx, v, red)
     mean = _reduce_at(cx, v, red, "mean")
     centered = cx.define(v.shape, lambda idx: f"({v.at(idx)} - {mean.at(idx)})")
@@ -142,8 +125,9 @@ def _spread(idx: Sequence[str], red: Sequence[int], rank: int) -> list[str]:
 
 
 def _reduce_at(cx: Context, v: Value, red: Sequence[int], op: str) -> Value:
-    """The reduction of ``v`` over the axes ``red``, read back at ``v``'s indices (those axes dropped)."""
+    """The reduction of ``v`` over the axes ``red``, stored, read back at ``v``'s indices (those axes dropped)."""
     rank = len(v.shape)
+    v = _direct(cx, v, red)
     names = {k: cx.fresh("j") for k in red}
     shape = tuple(s for k, s in enumerate(v.shape) if k not in red)
 
@@ -154,17 +138,3 @@ def _reduce_at(cx: Context, v: Value, red: Sequence[int], op: str) -> Value:
 
     stored = cx.define(shape, body) if shape else cx.define(("1",), lambda idx: body([]))
     return Value(v.shape, lambda idx: stored.at([i for k, i in enumerate(idx) if k not in red] if shape else ["0"]))
-
-
-def _keep_reduce(cx: Context, v: Value, d: int, op: str) -> Value:
-    """The reduction of ``v`` over axis ``d``, read back at ``v``'s indices (the axis dropped)."""
-    rank = len(v.shape)
-    j = cx.fresh("j")
-    shape = tuple(s for k, s in enumerate(v.shape) if k != d)
-
-    def body(idx: Sequence[str]) -> str:
-        full = [*idx[:d], j, *idx[d:]]
-        return f"{op}({v.at(full)} for {j})"
-
-    stored = cx.define(shape, body) if shape else cx.define(("1",), lambda idx: body([]))
-    return Value(v.shape, lambda idx: stored.at([i for k, i in enumerate(idx) if k != d] if rank > 1 else ["0"]))

@@ -230,18 +230,14 @@ def _reals(gm: fx.GraphModule, real_inputs: list[Any] | None) -> dict[fx.Node, A
     return out
 
 
-def _node(graph: fx.Graph, target: Any, args: tuple[Any, ...], fake_mode: Any) -> fx.Node:
-    return _call(graph, target, args, fake_mode)
-
-
 def _like(graph: fx.Graph, out: fx.Node, want: Any, fake_mode: Any) -> fx.Node:
     """``out`` (contiguous) laid out in memory as ``want`` is (a later view may depend on its strides)."""
     perm = _layout(want) if isinstance(want, torch.Tensor) else None
     if perm is None or perm == list(range(len(perm))):
         return out
-    moved = _node(graph, aten.permute.default, (out, perm), fake_mode)
+    moved = _call(graph, aten.permute.default, (out, perm), fake_mode)
     dense = _call(graph, aten.clone.default, (moved,), fake_mode, {"memory_format": torch.contiguous_format})
-    graph_node = _node(graph, aten.permute.default, (dense, [perm.index(q) for q in range(len(perm))]), fake_mode)
+    graph_node = _call(graph, aten.permute.default, (dense, [perm.index(q) for q in range(len(perm))]), fake_mode)
     return graph_node
 
 
@@ -285,7 +281,7 @@ def rewrite(gm: fx.GraphModule, mode: str = "measured", real_inputs: list[Any] |
                 report.slower.append(f"{kind} `{node.name}`")
                 continue
         with graph.inserting_before(node):
-            new = _like(graph, _node(graph, target, args, fake_mode), _meta(replaced), fake_mode)
+            new = _like(graph, _call(graph, target, args, fake_mode), _meta(replaced), fake_mode)
         replaced.replace_all_uses_with(new)
         if replaced is not node:
             graph.erase_node(replaced)

@@ -73,7 +73,7 @@ class Region:
         found = self.values.get(arg)
         if found is not None:
             return found
-        if arg.op == "call_function" and arg.target in aten_ak.LAYOUT and aten_ak.translatable(arg):
+        if aten_ak.is_layout(arg):
             return aten_ak.TABLE[arg.target](self, arg)  # inlined: the layout node stays for other readers
         return self.param(arg)
 
@@ -119,7 +119,7 @@ def _sources(node: fx.Node) -> list[fx.Node]:
     stack = list(node.all_input_nodes)
     while stack:
         n = stack.pop()
-        if n.op == "call_function" and n.target in aten_ak.LAYOUT and aten_ak.translatable(n):
+        if aten_ak.is_layout(n):
             stack.extend(n.all_input_nodes)
         elif n not in out:
             out.append(n)
@@ -184,7 +184,7 @@ def _first_use(nodes: list[fx.Node], eff: Callable[[fx.Node], float]) -> float:
             if u in inside or u in seen:
                 continue
             seen.add(u)
-            if u.op == "call_function" and u.target in aten_ak.LAYOUT and aten_ak.translatable(u):
+            if aten_ak.is_layout(u):
                 stack.append(u)
             else:
                 best = min(best, eff(u))
@@ -196,7 +196,7 @@ def _read_outside(node: fx.Node, inside: set[fx.Node]) -> bool:
     for u in node.users:
         if u in inside:
             continue
-        if u.op == "call_function" and u.target in aten_ak.LAYOUT and aten_ak.translatable(u):
+        if aten_ak.is_layout(u):
             if _read_outside(u, inside):
                 return True
             continue
@@ -283,9 +283,9 @@ def fuse(gm: fx.GraphModule, fake_mode: Any, min_elements: int = MIN_ELEMENTS) -
             done.small += 1
             continue
         try:
-            digest = hashlib.sha1(_source(region, outputs, "r")[0].encode()).hexdigest()[:12]
-            name = f"r{digest}"
-            source, perms = _source(region, outputs, name)
+            text, perms = _source(region, outputs, "r")  # named by a digest of its text: equal regions share it
+            name = f"r{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+            source = text.replace("kernel r(", f"kernel {name}(", 1)
             op = _built(source, name)
         except Exception as err:  # a region Arke cannot check or compile stays as it was
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
