@@ -16,6 +16,7 @@ import torch
 
 from arke.ir import semantic as ir
 from arke.ir.shapes import evaluate
+from arke.ir.shapes import value as dim_value
 from arke.plan.dispatch import KernelPlan
 from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
 from arke.runtime.limits import check_threads, refuse_huge_broadcast
@@ -39,9 +40,36 @@ class DeviceKernel:
         """Where CPU arguments run (copied there, results copied back)."""
         raise NotImplementedError
 
-    def launch_all(self, buffers: list[torch.Tensor], dims: dict[str, int], dev: torch.device) -> list[torch.Tensor]:
-        """Queue every dispatch on ``dev``; the error words they may set (looked at after the last)."""
+    def launch_all(self, buffers: list[torch.Tensor], dims: dict[str, Any], dev: torch.device,
+                   traced: bool = False) -> list[torch.Tensor]:
+        """Queue every dispatch on ``dev``; the error words they may set (looked at after the last).
+        ``traced``: the buffers are being traced (torch.compile), so each launch must be one a graph can
+        hold (the Triton target wraps its kernels with ``torch.library.wrap_triton``)."""
         raise NotImplementedError
+
+    def launch_traced(self, args: dict[str, torch.Tensor], dims: dict[str, Any]) -> list[torch.Tensor]:
+        """Run on tensors being traced (fake or functional tensors, sizes maybe symbolic): results and
+        temporaries allocated like :meth:`run_prepared`'s, every dispatch launched through ``launch_all``
+        with ``traced``. The error words cannot be read back while tracing (that is a sync the graph
+        cannot hold): the graph asserts on the device that none is set (``torch._assert_async``)."""
+        fn = self.plan.function
+        dev = next((v.device for v in args.values() if v.dim()), self.device())
+        buffers: list[torch.Tensor] = []
+        for b in self.plan.buffers:
+            if b.role == "param":
+                buffers.append(args[b.name].contiguous())
+            else:
+                shape: Any = tuple(dim_value(d, dims) for d in b.shape)  # symbolic sizes stay symbolic
+                buffers.append(torch.empty(shape, dtype=TORCH_DTYPES[b.dtype], device=dev))
+        words = self.launch_all(buffers, dims, dev, traced=True)
+        if words:
+            torch._assert_async(~torch.cat(words).any(), f"{self.name}: an index or an integer division was out "
+                                                         "of range (run the call eagerly for the exact error)")
+        outs: list[torch.Tensor] = []
+        for r, at in zip(fn.results, self._result_at):
+            t = buffers[at]
+            outs.append(t.clone() if r in args or any(t is o for o in outs) else t)
+        return outs
 
     def __call__(self, *arrays: Any, threads: int | None = None, out: Any = None, **scalars: Any) -> Any:
         args, dims, any_torch = prepare_args(self.plan.function, arrays, scalars, keep_device=True)

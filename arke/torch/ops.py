@@ -11,6 +11,9 @@
   contiguous strides the kernels write; it checks ranks and dtypes as a real call would;
 * the implementation is registered for the device the library's target runs on (CPU, or CUDA for
   the GPU targets) and calls the kernel itself, so a wrong shape is the same ``GuardError``.
+* the Triton target's kernels on a GPU are ``torch.library.triton_op``s instead (``traceable``): under
+  ``torch.compile`` their Triton kernels are launched through ``wrap_triton``, so Inductor sees them
+  (:mod:`arke.torch.triton_ops`).
 
 The operators are defined with ``Library.define``/``Library.impl``/``register_fake`` rather than the
 ``custom_op`` decorator: the decorator adds an autograd wrapper in Python to every call (about 10 µs),
@@ -108,9 +111,9 @@ def _function(kernel: Kernel | GenericKernel, args: tuple[Any, ...]) -> ir.Funct
     return kernel.function
 
 
-def result_meta(fn: ir.Function, args: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], torch.dtype]]:
-    """Each result's shape and dtype for a call with ``args`` (tensors, or fake tensors, and dim values in
-    signature order): ranks and dtypes are checked as the kernel checks them, sizes may be symbolic."""
+def bind_dims(fn: ir.Function, args: tuple[Any, ...]) -> dict[str, Any]:
+    """The dims of a call with ``args`` (tensors, or fake tensors, and dim values in signature order), sizes
+    maybe symbolic; ranks and dtypes are checked as the kernel checks them."""
     env: dict[str, Any] = {}
     positional = [p for p in fn.params if p.type.rank or p.name in dim_params(fn)]
     by_name = {p.name: a for p, a in zip(positional, args)}
@@ -130,6 +133,13 @@ def result_meta(fn: ir.Function, args: tuple[Any, ...]) -> list[tuple[tuple[Any,
         if p.type.rank and dtype_of(t.dtype) != p.type.dtype:
             raise GuardError(fn.name, f"`{p.name}` is {p.type.dtype}, but was given "
                              f"{str(t.dtype).removeprefix('torch.')}", rule="dtype", param=p.name)
+    return env
+
+
+def result_meta(fn: ir.Function, args: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], torch.dtype]]:
+    """Each result's shape and dtype for a call with ``args`` (tensors, or fake tensors, and dim values in
+    signature order): ranks and dtypes are checked as the kernel checks them, sizes may be symbolic."""
+    env = bind_dims(fn, args)
     types = fn.value_types()
     return [(tuple(dim_value(d, env) for d in types[r].shape), TORCH_DTYPES[types[r].dtype]) for r in fn.results]
 
@@ -138,7 +148,7 @@ def _device_of(args: tuple[Any, ...]) -> torch.device:
     return next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
 
 
-def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_key: str) -> None:
+def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_key: str, traceable: bool) -> None:
     from arke.library import GenericKernel
 
     # a generic kernel's specialisations share one signature but for the dtypes (all `Tensor` here)
@@ -163,7 +173,12 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
     if lib is None:
         lib = _LIBS[namespace] = torch.library.Library(namespace, "FRAGMENT")
     try:
-        lib.define(f"{name}{schema}")
+        if traceable:  # a triton_op: torch.compile sees its Triton kernels (triton_ops.py)
+            from arke.torch.triton_ops import define
+
+            define(namespace, name, op, fn)
+        else:
+            lib.define(f"{name}{schema}")
         lib.define(f"{name}.out({params}{', ' if params else ''}*, {outs}) -> {out_rets}")
     except RuntimeError as err:  # an operator of that name defined elsewhere (not by register)
         raise ValueError(f"torch.ops.{namespace}.{name} already exists and was not defined by arke.torch.register: "
@@ -196,9 +211,10 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
                                  rule="out", param="out")
         return given[0] if len(given) == 1 else tuple(given)
 
-    lib.impl(name, real, device_key)
+    if not traceable:
+        lib.impl(name, real, device_key)
+        torch.library.register_fake(f"{namespace}::{name}", fake, lib=lib)
     lib.impl(f"{name}.out", real_out, device_key)
-    torch.library.register_fake(f"{namespace}::{name}", fake, lib=lib)
     torch.library.register_fake(f"{namespace}::{name}.out", fake_out, lib=lib)
     _DEFINED[(namespace, name)] = op
 
@@ -224,10 +240,15 @@ class Ops:
         return iter(self.names)
 
 
-def register(library: Library, namespace: str = "arke", kernels: list[str] | None = None) -> Ops:
+def register(library: Library, namespace: str = "arke", kernels: list[str] | None = None,
+             traceable: bool | None = None) -> Ops:
     """Define ``torch.ops.<namespace>.<kernel>`` (and its ``.out`` overload) for the library's kernels
     (all, or those named); registering a kernel again with the same signature re-points the operator
-    to the new library's kernel, a different signature is a ValueError naming both."""
+    to the new library's kernel, a different signature is a ValueError naming both.
+
+    ``traceable``: define the Triton target's kernels as ``torch.library.triton_op`` (Inductor sees their
+    Triton kernels under ``torch.compile``; :mod:`arke.torch.triton_ops`). The default is True for the
+    Triton target on a GPU and False under Triton's interpreter, where there is nothing to compile."""
     if not namespace.isidentifier():
         raise ValueError(f"namespace must be a Python identifier, not {namespace!r}")
     if namespace in _RESERVED:
@@ -236,10 +257,18 @@ def register(library: Library, namespace: str = "arke", kernels: list[str] | Non
     unknown = [k for k in chosen if k not in library.kernels]
     if unknown:
         raise ValueError(f"no kernel {unknown[0]!r} in this library; it has: {', '.join(library.kernels)}")
-    device_key = "CPU" if library.on_host else "CUDA"
+    from arke.targets.triton.kernel import interpreting
+
+    triton = library.target == "triton"
+    if traceable is None:
+        traceable = triton and not interpreting()
+    elif traceable and not triton:
+        raise ValueError(f"traceable=True is for the triton target's kernels; this library is {library.target}'s")
+    # under the interpreter the Triton kernels run on the CPU
+    device_key = "CPU" if library.on_host or (triton and interpreting()) else "CUDA"
     names = {}
     with _LOCK:
         for k in chosen:
             names[k] = op_name(k)
-            _define(namespace, names[k], library.kernels[k], device_key)
+            _define(namespace, names[k], library.kernels[k], device_key, traceable)
     return Ops(namespace, names)

@@ -206,7 +206,10 @@ class CudaKernel(DeviceKernel):
                               int(options.get("shared", 0)), words, spec.buffers))
         return out
 
-    def launch_all(self, buffers: list[torch.Tensor], dims: dict[str, int], dev: torch.device) -> list[torch.Tensor]:
+    def launch_all(self, buffers: list[torch.Tensor], dims: dict[str, Any], dev: torch.device,
+                   traced: bool = False) -> list[torch.Tensor]:
+        if traced:  # a cubin launch reads pointers: it cannot be traced (its operator stays opaque)
+            raise NotImplementedError("cubin launches cannot be traced; the operator is opaque to torch.compile")
         d = driver()
         module = self.loaded(dev)
         dim_array = self.dims_on(dev, dims)

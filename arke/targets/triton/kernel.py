@@ -16,6 +16,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -24,6 +25,7 @@ import torch
 
 from arke.ir import semantic as ir
 from arke.ir.shapes import evaluate, parse_dim
+from arke.ir.shapes import value as dim_value
 from arke.plan.dispatch import KernelPlan
 from arke.runtime.device import DeviceKernel
 from arke.targets.artifact import Artifact
@@ -124,24 +126,68 @@ class TritonKernel(DeviceKernel):
     def device(self) -> torch.device:
         return device()
 
-    def launch_all(self, buffers: list[torch.Tensor], dims: dict[str, int], dev: torch.device) -> list[torch.Tensor]:
+    def launch_all(self, buffers: list[torch.Tensor], dims: dict[str, Any], dev: torch.device,
+                   traced: bool = False) -> list[torch.Tensor]:
         values = [dims[d] for d in self.plan.dims]
         words: list[torch.Tensor] = []
         for kernel, spec, grid, scratch, covers in self._launches:
-            size = tuple(evaluate(g, dims) for g in grid)
+            # traced: sizes stay symbolic (a SymInt grid), so the graph serves every length
+            size = tuple(dim_value(g, dims) if traced else evaluate(g, dims) for g in grid)
             if 0 in size:
                 continue
             call: list[Any] = [buffers[i] for i in spec.buffers]
             if scratch is not None:
                 # word 0 is the dispatch's error word, the rest its scratch (split-KV partials)
-                ws = torch.zeros(max(1, evaluate(scratch, dims)), dtype=torch.int64, device=dev)
+                words_at = torch.sym_max(1, dim_value(scratch, dims)) if traced else max(1, evaluate(scratch, dims))
+                ws = torch.zeros(words_at, dtype=torch.int64, device=dev)
                 call.append(ws)
                 words.append(ws[:1])
             options = dict(spec.options)
-            for name, extent in covers:
-                options[name] = max(16, 1 << max(0, evaluate(extent, dims) - 1).bit_length())
-            kernel[size](*call, *values, **options)
+            for name, extent in covers:  # a block size is a constexpr: a symbolic extent is specialised here
+                options[name] = max(16, 1 << max(0, int(evaluate(extent, dims)) - 1).bit_length())
+            if traced:
+                # Inductor sees the kernel itself (its launch is a node of the graph), not an opaque call
+                from torch.library import wrap_triton
+
+                wrap_triton(jit_function(kernel, self.artifact.source))[size](*call, *values, **options)
+            else:
+                kernel[size](*call, *values, **options)
         return words
+
+
+def jit_function(kernel: Any, source: str) -> Any:
+    """``kernel`` (an entry of the module rendered as ``source``) as a ``triton.JITFunction``. Under the
+    interpreter (``TRITON_INTERPRET=1``) ``triton.jit`` makes ``InterpretedFunction``s, which ``wrap_triton``
+    cannot trace: the module is imported once more with the interpreter off (nothing compiles until a
+    launch on a GPU), and its entry of the same name is the traceable kernel."""
+    from triton.runtime.jit import JITFunction
+
+    if isinstance(kernel, JITFunction):
+        return kernel
+    with _JIT_LOCK:
+        digest = hashlib.sha256(source.encode()).hexdigest()[:32]
+        name = f"arke_triton_{digest}_jit"
+        module = sys.modules.get(name)
+        if module is None:
+            path = _directory() / f"arke_triton_{digest}.py"
+            load_source(source)  # written to the cache
+            before = os.environ.get("TRITON_INTERPRET")
+            os.environ["TRITON_INTERPRET"] = "0"
+            try:
+                spec = importlib.util.spec_from_file_location(name, path)
+                assert spec is not None and spec.loader is not None
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+            finally:
+                if before is None:
+                    os.environ.pop("TRITON_INTERPRET", None)
+                else:
+                    os.environ["TRITON_INTERPRET"] = before
+            sys.modules[name] = module
+    return getattr(module, kernel.fn.__name__)
+
+
+_JIT_LOCK = threading.Lock()
 
 
 def device_arch() -> str | None:
