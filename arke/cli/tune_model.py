@@ -69,7 +69,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     quiet = args.format == "json"
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
     try:
-        layer = arke.models.from_pretrained(args.path, args.layer, target=args.target, max_seq=args.max_seq,
+        layer = arke.models.layer_from_pretrained(args.path, args.layer, target=args.target, max_seq=args.max_seq,
                                             weights=args.weights if args.dtype == "f32" else "f32", dtype=dtype,
                                             tuning="off")
         result = arke.models.tune(layer, prefill, decode, budget=args.budget, dispatch_budget=args.dispatch_budget,

@@ -1,14 +1,19 @@
-"""Decoder layers from the ecosystem, compiled: :func:`from_transformers` and :func:`from_pretrained`.
+"""Models from the ecosystem, compiled.
 
-Both return an :class:`~arke.models.layer.CompiledLayer` (see :mod:`arke.models.layer`); :func:`tune`
-measures a layer's whole-layer plan on this machine (:mod:`arke.tune.layer`)."""
+:func:`from_pretrained` loads a whole causal LM from a Hugging Face folder (a
+:class:`~arke.models.lm.CausalLM`, with ``generate`` and ``stream``); :func:`from_transformers` and
+:func:`layer_from_pretrained` compile one decoder layer (a :class:`~arke.models.layer.CompiledLayer`);
+:func:`tune` measures a layer's whole-layer plan on this machine (:mod:`arke.tune.layer`)."""
 
 from collections.abc import Sequence
 from typing import Any
 
-from arke.models.hf import SUPPORTED, from_pretrained, from_transformers, layer_config
+from arke.models.hf import SUPPORTED, from_transformers, layer_config, layer_from_pretrained
+from arke.models.lm import CausalLM
+from arke.models.pretrained import from_pretrained
 
-__all__ = ["SUPPORTED", "from_pretrained", "from_transformers", "layer_config", "tune"]
+__all__ = ["SUPPORTED", "CausalLM", "from_pretrained", "from_transformers", "layer_config", "layer_from_pretrained",
+           "tune"]
 
 
 def tune(layer: Any, prefill: Sequence[int] = (), decode_context: Sequence[int] = (), **options: Any) -> Any:

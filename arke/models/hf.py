@@ -2,7 +2,7 @@
 
 :func:`from_transformers` reads a ``LlamaDecoderLayer``, ``Qwen2DecoderLayer``,
 ``MistralDecoderLayer`` or ``MixtralDecoderLayer`` (its weights and its config);
-:func:`from_pretrained` reads one layer of a model folder (``config.json`` and
+:func:`layer_from_pretrained` reads one layer of a model folder (``config.json`` and
 ``*.safetensors``) with the ``safetensors`` library, without building the model. Rotary
 frequencies come from transformers' own rotary embedding for the config, so every rope type
 it knows (default, llama3, linear, dynamic at its base length, yarn ...) is reproduced.
@@ -200,23 +200,22 @@ def _layer_tensors(folder: Path, layer_index: int) -> dict[str, torch.Tensor]:
                             f"(looked for {shown})")
 
 
-def from_pretrained(folder: str | os.PathLike[str], layer_index: int = 0, target: str = "llvm",
-                    max_seq: int = 4096, weights: str = "f32", threads: int | None = None,
-                    dtype: torch.dtype = torch.float32, plan: Any = None, tuning: str = "on") -> CompiledLayer:
-    """Compile layer ``layer_index`` of a Hugging Face model folder (``config.json`` + ``*.safetensors``).
-
-    ``weights`` and ``dtype`` as for :func:`from_transformers`.
-    Only that layer's tensors are read (through the index file when there is one); nothing is
-    downloaded. Checkpoint names of both transformers 4 (``block_sparse_moe.experts.N.w1``) and
-    5 (``mlp.experts.gate_up_proj``) are understood.
-    """
+def read_config(folder: str | os.PathLike[str]) -> Any:
+    """A model folder's transformers config (its text part for a multimodal model); the folder must have
+    ``config.json`` and a supported ``model_type``."""
     transformers = _transformers()
     path = Path(folder)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} has no config.json")
     config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
     config = getattr(config, "text_config", None) or config
-    kind = _model_type(config)
+    _model_type(config)
+    return config
+
+
+def layer_weights(path: Path, config: Any, layer_index: int) -> tuple[LayerConfig, dict[str, torch.Tensor]]:
+    """Layer ``layer_index`` of the folder ``path``: its :class:`LayerConfig` and raw weights, by the names
+    :class:`CompiledLayer` reads."""
     if not 0 <= layer_index < int(config.num_hidden_layers):
         raise ValueError(f"layer {layer_index} does not exist: the model has {config.num_hidden_layers} layers")
     spec = layer_config(config, layer_index)
@@ -249,5 +248,28 @@ def from_pretrained(folder: str | os.PathLike[str], layer_index: int = 0, target
     if missing:
         raise ValueError(f"layer {layer_index} of {path} lacks {', '.join(missing)}")
     raw.update({k: t[v] for k, v in names.items()})
-    return _compiled(spec, raw, target, max_seq, weights, threads, dtype, f"{SUPPORTED[kind]}DecoderLayer", plan,
-                     tuning)
+    return spec, raw
+
+
+def compiled_layer(config: Any, spec: LayerConfig, raw: dict[str, torch.Tensor], target: str = "llvm",
+                   max_seq: int = 4096, weights: str = "f32", threads: int | None = None,
+                   dtype: torch.dtype = torch.float32, plan: Any = None, tuning: str = "on") -> CompiledLayer:
+    """The compiled layer of ``config``'s architecture for ``spec`` and its raw weights."""
+    return _compiled(spec, raw, target, max_seq, weights, threads, dtype,
+                     f"{SUPPORTED[_model_type(config)]}DecoderLayer", plan, tuning)
+
+
+def layer_from_pretrained(folder: str | os.PathLike[str], layer_index: int = 0, target: str = "llvm",
+                          max_seq: int = 4096, weights: str = "f32", threads: int | None = None,
+                          dtype: torch.dtype = torch.float32, plan: Any = None, tuning: str = "on") -> CompiledLayer:
+    """Compile layer ``layer_index`` of a Hugging Face model folder (``config.json`` + ``*.safetensors``).
+
+    ``weights`` and ``dtype`` as for :func:`from_transformers`.
+    Only that layer's tensors are read (through the index file when there is one); nothing is
+    downloaded. Checkpoint names of both transformers 4 (``block_sparse_moe.experts.N.w1``) and
+    5 (``mlp.experts.gate_up_proj``) are understood. :func:`arke.models.from_pretrained` loads the
+    whole model.
+    """
+    config = read_config(folder)
+    spec, raw = layer_weights(Path(folder), config, layer_index)
+    return compiled_layer(config, spec, raw, target, max_seq, weights, threads, dtype, plan, tuning)

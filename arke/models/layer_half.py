@@ -32,7 +32,7 @@ HALF = {torch.bfloat16: "bf16", torch.float16: "f16"}
 class HalfLayer(CompiledLayer):
     """A dense decoder layer on bf16 or f16 activations: ``y = layer(x, positions, cache)``.
 
-    Built by :func:`arke.models.from_transformers` or :func:`arke.models.from_pretrained` with
+    Built by :func:`arke.models.from_transformers` or :func:`arke.models.layer_from_pretrained` with
     ``dtype=torch.bfloat16`` (or ``torch.float16``); ``x`` of any float dtype is rounded to the
     layer's dtype first and ``y`` comes back in ``x``'s dtype.
     """

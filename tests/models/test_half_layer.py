@@ -115,7 +115,7 @@ def test_from_pretrained_in_bf16(tmp_path: Path) -> None:
         for p in model.parameters():
             p.normal_(0, 0.2)
     model.save_pretrained(tmp_path)
-    loaded = arke.models.from_pretrained(tmp_path, layer_index=1, max_seq=MAX_SEQ, dtype=torch.bfloat16)
+    loaded = arke.models.layer_from_pretrained(tmp_path, layer_index=1, max_seq=MAX_SEQ, dtype=torch.bfloat16)
     direct = arke.models.from_transformers(model.model.layers[1], cfg, max_seq=MAX_SEQ, dtype=torch.bfloat16)
     x, pos = inputs(1, 6)
     assert torch.equal(loaded(x.bfloat16(), pos, loaded.new_cache()), direct(x.bfloat16(), pos, direct.new_cache()))

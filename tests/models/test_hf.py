@@ -378,13 +378,13 @@ def test_from_pretrained_matches_the_model_layer(arch: str, shard: str | None, t
     if shard:
         assert (tmp_path / "model.safetensors.index.json").exists()
         assert len(list(tmp_path.glob("*.safetensors"))) > 1
-    c = arke.models.from_pretrained(tmp_path, 1, max_seq=MAX_SEQ)
+    c = arke.models.layer_from_pretrained(tmp_path, 1, max_seq=MAX_SEQ)
     assert c.name == f"{PREFIX[arch]}DecoderLayer"
     hf = model.model.layers[1]
     x, pos = inputs(2, sum(CHUNKS))
     assert relative_error(run_chunks(c, x, pos, CHUNKS), reference(arch, hf, cfg, x, pos)) <= RTOL
     # layer 0 is a different layer
-    c0 = arke.models.from_pretrained(tmp_path, 0, max_seq=MAX_SEQ)
+    c0 = arke.models.layer_from_pretrained(tmp_path, 0, max_seq=MAX_SEQ)
     assert relative_error(run_chunks(c0, x, pos, CHUNKS), reference(arch, model.model.layers[0], cfg, x, pos)
                           ) <= RTOL
 
@@ -397,7 +397,7 @@ def test_from_pretrained_int8_on_triton(tmp_path: Path) -> None:
     model = transformers.LlamaForCausalLM(cfg).eval()
     randomize(model, seed=4)
     model.save_pretrained(tmp_path)
-    c = arke.models.from_pretrained(tmp_path, 0, target="triton", max_seq=MAX_SEQ, weights="int8")
+    c = arke.models.layer_from_pretrained(tmp_path, 0, target="triton", max_seq=MAX_SEQ, weights="int8")
     assert c.target == "triton" and c.kind == "int8"
     x, pos = inputs(2, 6)
     ref = reference("llama", with_weights(model.model.layers[0], CONVERT["int8"]), cfg, x, pos)
@@ -445,7 +445,7 @@ def test_from_pretrained_transformers4_mixtral(tmp_path: Path) -> None:
             q = f"{p}block_sparse_moe.experts.{x}."
             hf.mlp.experts.gate_up_proj[x] = torch.cat([t[q + "w1.weight"], t[q + "w3.weight"]])
             hf.mlp.experts.down_proj[x] = t[q + "w2.weight"]
-    c = arke.models.from_pretrained(tmp_path, 1, max_seq=MAX_SEQ)
+    c = arke.models.layer_from_pretrained(tmp_path, 1, max_seq=MAX_SEQ)
     x, pos = inputs(2, sum(CHUNKS))
     assert relative_error(run_chunks(c, x, pos, CHUNKS), reference("mixtral", hf, cfg, x, pos)) <= RTOL
 
@@ -453,21 +453,21 @@ def test_from_pretrained_transformers4_mixtral(tmp_path: Path) -> None:
 def test_from_pretrained_errors(tmp_path: Path) -> None:
     """No config.json, a layer index out of range, a missing tensor, an unsupported model type: clear errors."""
     with pytest.raises(FileNotFoundError, match=r"has no config\.json"):
-        arke.models.from_pretrained(tmp_path, 0)
+        arke.models.layer_from_pretrained(tmp_path, 0)
     _, tensors = _mixtral_v4_checkpoint(tmp_path)
     for index in (1, -1):
         with pytest.raises(ValueError, match=rf"layer {index} does not exist.*1 layers"):
-            arke.models.from_pretrained(tmp_path, index)
+            arke.models.layer_from_pretrained(tmp_path, index)
     del tensors["model.layers.0.self_attn.o_proj.weight"]
     save_file(tensors, str(tmp_path / "model.safetensors"))
     with pytest.raises(ValueError, match=r"layer 0 of .* lacks self_attn\.o_proj\.weight"):
-        arke.models.from_pretrained(tmp_path, 0)
+        arke.models.layer_from_pretrained(tmp_path, 0)
     (tmp_path / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="safetensors"):
-        arke.models.from_pretrained(tmp_path, 0)
+        arke.models.layer_from_pretrained(tmp_path, 0)
     (tmp_path / "config.json").write_text(json.dumps(transformers.GPT2Config(n_layer=1).to_dict()))
     with pytest.raises(ValueError, match="unsupported model type 'gpt2'"):
-        arke.models.from_pretrained(tmp_path, 0)
+        arke.models.layer_from_pretrained(tmp_path, 0)
 
 
 def test_from_pretrained_missing_expert_tensor(tmp_path: Path) -> None:
@@ -476,7 +476,7 @@ def test_from_pretrained_missing_expert_tensor(tmp_path: Path) -> None:
     del tensors["model.layers.0.block_sparse_moe.experts.3.w2.weight"]
     save_file(tensors, str(tmp_path / "model.safetensors"))
     with pytest.raises(ValueError, match=r"lacks block_sparse_moe\.experts\.3\.w2\.weight"):
-        arke.models.from_pretrained(tmp_path, 0)
+        arke.models.layer_from_pretrained(tmp_path, 0)
 
 
 def test_from_pretrained_base_model_checkpoint(tmp_path: Path) -> None:
@@ -485,7 +485,7 @@ def test_from_pretrained_base_model_checkpoint(tmp_path: Path) -> None:
     model = transformers.LlamaModel(cfg).eval()
     randomize(model, seed=5)
     model.save_pretrained(tmp_path)
-    c = arke.models.from_pretrained(tmp_path, 1, max_seq=MAX_SEQ)
+    c = arke.models.layer_from_pretrained(tmp_path, 1, max_seq=MAX_SEQ)
     x, pos = inputs(1, sum(CHUNKS))
     assert relative_error(run_chunks(c, x, pos, CHUNKS), reference("llama", model.layers[1], cfg, x, pos)) <= RTOL
 

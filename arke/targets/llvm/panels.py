@@ -71,4 +71,8 @@ def _panels_of(t: torch.Tensor) -> str | None:
     if owner is None or owner.data_ptr() != t.data_ptr():
         _PANELS.pop(t.data_ptr(), None)
         return None
+    if owner.shape != t.shape or owner.stride() != t.stride():
+        # another view of the same storage (a tied embedding reading the panels as [P, K, nr]): its
+        # elements are where its own strides say, so it is read as stored
+        return None
     return entry[1]

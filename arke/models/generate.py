@@ -1,0 +1,159 @@
+"""Text generation with a :class:`~arke.models.lm.CausalLM`: greedy decoding and sampling.
+
+Every step runs Arke kernels only: the model's forward pass, then ``std.nn.greedy`` (the argmax), or
+``std.lm.candidates`` (the repetition penalty and each row's 64 best tokens) and ``std.lm.pick``
+(temperature, top-k, top-p and the draw). The draws are uniform numbers from a ``torch.Generator``
+seeded with ``seed``, one per sequence and step, so a seed reproduces a generation exactly.
+
+The options follow transformers' ``generate``: ``do_sample``, ``temperature``, ``top_k`` (0: no limit
+but the 64 candidates), ``top_p``, ``repetition_penalty``, ``eos_token_id`` (one id or several: a
+sequence that produced one is finished, and is padded with ``pad_token_id`` while the others go on).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from arke.models.lm import CausalLM
+
+#: The candidates sampling draws from (``std.lm.candidates``' literal K).
+CANDIDATES = 64
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How each next token is chosen (checked once, before the prompt runs)."""
+
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    eos: tuple[int, ...] = ()
+    pad: int | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.do_sample, bool):
+            raise ValueError(f"do_sample must be True or False, not {self.do_sample!r}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be positive, not {self.temperature!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be a non-negative integer (0: no limit), not {self.top_k!r}")
+        if self.top_k > CANDIDATES:
+            raise ValueError(f"top_k is at most {CANDIDATES} (the candidates sampling draws from), not {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must lie in (0, 1], not {self.top_p!r}")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be positive, not {self.repetition_penalty!r}")
+
+
+def _ids(value: int | Sequence[int] | None, vocab: int, name: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    ids = (value,) if isinstance(value, int) else tuple(value)
+    bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < vocab]
+    if bad:
+        raise ValueError(f"{name} must be token ids in [0, {vocab}), not {bad[0]!r}")
+    return ids
+
+
+def stream(model: CausalLM, input_ids: Any, max_new_tokens: int = 32, *, do_sample: bool = False,
+           temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0, repetition_penalty: float = 1.0,
+           eos_token_id: int | Sequence[int] | None = None, pad_token_id: int | None = None,
+           seed: int | None = None) -> Iterator[torch.Tensor]:
+    """Each step's next tokens (int64 ``[B]``) as they are chosen; see the module docstring for the options.
+    Everything is checked before the prompt runs; the throughput of the run is left in ``model.stats``."""
+    ids = model.check_ids(input_ids, "input_ids")
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be a non-negative integer, not {max_new_tokens!r}")
+    t = ids.shape[1]
+    if t + max_new_tokens > model.max_seq:
+        raise ValueError(f"the prompt's {t} tokens and {max_new_tokens} new ones do not fit in max_seq "
+                         f"{model.max_seq}: pass fewer, or load the model with a larger max_seq")
+    eos = _ids(eos_token_id, model.vocab, "eos_token_id")
+    pad = _ids(pad_token_id, model.vocab, "pad_token_id")
+    how = Sampling(do_sample, float(temperature), int(top_k), float(top_p), float(repetition_penalty), eos,
+                   pad[0] if pad else (eos[0] if eos else None), seed)
+    return _steps(model, ids, max_new_tokens, how)
+
+
+def _steps(model: CausalLM, ids: torch.Tensor, new: int, how: Sampling) -> Iterator[torch.Tensor]:
+    b, t = ids.shape
+    cache = model.new_cache(b)
+    choose = _Chooser(model, ids, how)
+    done = torch.zeros(b, dtype=torch.bool)
+    model.stats = {}
+    if new == 0:
+        return
+    start = time.perf_counter()
+    logits = model(ids, cache)
+    token = choose(logits)
+    prefill = time.perf_counter() - start
+    model.stats.update(prefill_tokens=b * t, prefill_s=prefill, prefill_tok_s=b * t / prefill)
+    decode_start, steps = time.perf_counter(), 0
+    for k in range(new):
+        if how.pad is not None:
+            token = torch.where(done, torch.tensor(how.pad), token)
+        if how.eos:
+            done |= torch.isin(token, torch.tensor(how.eos))
+        yield token
+        if k == new - 1 or bool(done.all()):
+            break
+        logits = model(token[:, None], cache)
+        token = choose(logits)
+        steps += 1
+    if steps:
+        spent = time.perf_counter() - decode_start
+        model.stats.update(decode_steps=steps, decode_s=spent, decode_tok_s=b * steps / spent)
+
+
+class _Chooser:
+    """The next token of each row from its logits: greedy or sampled, with the repetition penalty over the
+    tokens each sequence has seen (its prompt and what it generated)."""
+
+    def __init__(self, model: CausalLM, ids: torch.Tensor, how: Sampling):
+        self.model, self.how = model, how
+        b = ids.shape[0]
+        self.penalised = how.repetition_penalty != 1.0
+        self.seen = torch.zeros(b, model.vocab, dtype=torch.bool, device=model.device)
+        self.seen.scatter_(1, ids.to(model.device), True)
+        self.generator = torch.Generator().manual_seed(how.seed) if how.seed is not None else torch.Generator()
+        if how.seed is None:
+            self.generator.seed()
+        self.slots = None if model.vocab >= CANDIDATES else torch.zeros(model.vocab, dtype=torch.int64)
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        how, call = self.how, self.model.call
+        if not how.do_sample and not self.penalised:
+            token = call("greedy", logits)
+        else:
+            if self.slots is None:
+                c, ids = call("candidates", logits, self.seen, how.repetition_penalty)
+            else:
+                c, ids = call("candidates_k", logits, self.seen, self.slots, how.repetition_penalty)
+            if how.do_sample:
+                u = torch.rand(logits.shape[0], generator=self.generator).to(self.model.device)
+                k = how.top_k or c.shape[1]
+                token = call("pick", c, ids, u, how.temperature, k, how.top_p)
+            else:
+                token = ids[:, 0]
+        token = token.to(torch.int64).cpu()
+        self.seen.scatter_(1, token[:, None].to(self.model.device), True)
+        return token
+
+
+def generate(model: CausalLM, input_ids: Any, max_new_tokens: int = 32, **options: Any) -> torch.Tensor:
+    """The prompt followed by the generated tokens, int64 ``[B, T + new]`` (fewer when every sequence met an
+    end-of-sequence token); options as :func:`stream`."""
+    ids = model.check_ids(input_ids, "input_ids").cpu()
+    steps = list(stream(model, ids, max_new_tokens, **options))
+    if not steps:
+        return ids
+    return torch.cat([ids, torch.stack(steps, dim=1)], dim=1)

@@ -1,0 +1,194 @@
+"""A whole causal language model, compiled: embeddings, every decoder layer, the final norm and the LM
+head, and the KV caches of its sequences.
+
+:class:`CausalLM` runs ``logits = model(ids, cache)``: the token embeddings (``std.lm.embed``; for a
+head tied to the embeddings, ``std.lm.embed_panels`` reads the head's packed copy, so the table is held
+once), each :class:`~arke.models.layer.CompiledLayer` in turn over its own cache, then ``std.lm.head``
+(RMSNorm and the head's contraction in one kernel) on the rows whose logits are asked for: the last
+token of each sequence for generation, or every token. Generation is :mod:`arke.models.generate`.
+
+Every check comes first (ids, their range, the cache's owner, batch and room), so a bad call changes no
+cache: a running batch stays intact.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from arke.models.layer import CompiledLayer
+from arke.runtime.errors import GuardError
+
+#: The model's own kernels: std.lm, and std.nn's argmax for greedy decoding.
+LM_SOURCE = "import std.lm\nimport std.nn\n"
+
+
+class ModelCache:
+    """The KV caches of every layer of a :class:`CausalLM` for ``batch`` sequences of equal length."""
+
+    def __init__(self, owner: CausalLM, batch: int):
+        self.owner, self.batch = owner, batch
+        self.layers = [layer.new_cache(batch) for layer in owner.layers]
+
+    @property
+    def length(self) -> int:
+        """The tokens each sequence holds."""
+        return self.layers[0].length
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self.layers)
+
+    def __repr__(self) -> str:
+        return (f"<model cache: batch {self.batch}, {self.length} of {self.owner.max_seq} tokens, "
+                f"{len(self.layers)} layers>")
+
+
+class CausalLM:
+    """A causal LM compiled for one target: ``logits = model(ids, cache)``.
+
+    ``ids``: int64 ``[B, T]`` token ids; ``cache``: from :meth:`new_cache` with the same ``B`` (the T
+    tokens are appended to it). Returns f32 logits ``[B, V]`` of each sequence's last token, or
+    ``[B, T, V]`` with ``every_token=True``. :meth:`generate` and :meth:`stream` generate text.
+    """
+
+    def __init__(self, name: str, layers: Sequence[CompiledLayer], embed: torch.Tensor, norm: torch.Tensor,
+                 head: torch.Tensor | None, eps: float, *, threads: int | None = None, tuning: str = "on"):
+        import arke
+
+        if not layers:
+            raise ValueError("a model needs at least one layer")
+        first = layers[0]
+        self.name, self.layers, self.eps = name, list(layers), float(eps)
+        self.target, self.max_seq, self.device = first.target, first.max_seq, first.device
+        self.vocab, self.hidden = int(embed.shape[0]), int(embed.shape[1])
+        if head is not None and tuple(head.shape) != (self.vocab, self.hidden):
+            raise ValueError(f"the LM head is {list(head.shape)}, but the embeddings are {list(embed.shape)}")
+        if tuple(norm.shape) != (self.hidden,):
+            raise ValueError(f"the final norm has shape {list(norm.shape)}, not [{self.hidden}]")
+        self.tied = head is None
+        module = arke.loads(LM_SOURCE, "<causal lm>")
+        if self.target == "reference":
+            self._kernels: Any = module.kernels
+        else:
+            self._kernels = arke.build(module, target=self.target, threads=threads, tuning=tuning).kernels
+        self.kind = first.kind if first.kind in ("bf16", "f16") else "f32"
+        wdtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(self.kind, torch.float32)
+        self.norm = norm.detach().to(self.device, torch.float32).contiguous()
+        source = embed if head is None else head
+        self.head, self.panels = self._pack_head(source.detach().to(wdtype), first.nr)
+        self.embed: torch.Tensor | None
+        if head is None and self.panels is None:
+            self.embed = self.head  # tied: one copy
+        elif head is None:
+            self.embed = None  # tied and packed: the embeddings read the head's panels
+        else:
+            self.embed = embed.detach().to(self.device, wdtype).contiguous()
+        self._lock = threading.Lock()
+        self.stats: dict[str, float] = {}  # the last generation's throughput (arke.models.generate)
+
+    def _pack_head(self, w: torch.Tensor, nr: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The head's weight as the contraction reads it (packed once into f32 panels where the target does),
+        and the panels as ``[P, D, R]`` for ``embed_panels`` (None: not packed)."""
+        if not nr or w.dtype != torch.float32:
+            return w.to(self.device).contiguous(), None
+        from arke.targets.llvm.panels import pack_panels
+
+        packed = pack_panels(w.contiguous(), nr)
+        p = -(-self.vocab // nr)
+        panels = torch.as_strided(packed, (p, self.hidden, nr), (self.hidden * nr, nr, 1))
+        return packed, panels
+
+    def __repr__(self) -> str:
+        return (f"<{self.name} on {self.target}: {len(self.layers)} layers, hidden {self.hidden}, vocab {self.vocab}"
+                f"{', tied head' if self.tied else ''}, max_seq {self.max_seq}>")
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of every weight a decode step reads."""
+        own = self.head.numel() * self.head.element_size() + self.norm.numel() * 4
+        return own + sum(layer.weight_bytes for layer in self.layers)
+
+    def new_cache(self, batch: int = 1) -> ModelCache:
+        """Empty KV caches of every layer for ``batch`` sequences, ``max_seq`` tokens each."""
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise ValueError(f"batch must be a positive integer, not {batch!r}")
+        return ModelCache(self, batch)
+
+    def _error(self, message: str, rule: str, param: str) -> GuardError:
+        return GuardError(self.name, message, rule=rule, param=param)
+
+    def check_ids(self, ids: Any, name: str = "ids") -> torch.Tensor:
+        """``ids`` as an int64 ``[B, T]`` tensor of token ids in range (a list of lists is accepted)."""
+        if isinstance(ids, list | tuple):
+            try:
+                ids = torch.tensor(ids, dtype=torch.int64)
+            except (TypeError, ValueError) as err:
+                raise self._error(f"{name} must be token ids [batch, tokens] ({err})", "type", name) from None
+        if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+            raise self._error(f"{name} must be an int64 tensor [batch, tokens] of token ids", "type", name)
+        if ids.dim() == 1:
+            ids = ids[None]
+        if ids.dim() != 2 or ids.shape[0] < 1 or ids.shape[1] < 1:
+            raise self._error(f"{name} must be [batch, tokens] with at least one token, not {list(ids.shape)}",
+                              "dim", name)
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= self.vocab:
+            raise self._error(f"{name} must lie in [0, {self.vocab}) (the vocabulary), but range over [{lo}, {hi}]",
+                              "index", name)
+        return ids.to(torch.int64).contiguous()
+
+    def _check(self, ids: Any, cache: Any) -> torch.Tensor:
+        ids = self.check_ids(ids)
+        if not isinstance(cache, ModelCache) or cache.owner is not self:
+            raise self._error("cache must come from this model's new_cache()", "type", "cache")
+        b, t = ids.shape
+        if cache.batch != b:
+            raise self._error(f"the cache holds {cache.batch} sequences, but ids has {b}", "dim", "cache")
+        if cache.length + t > self.max_seq:
+            raise self._error(f"{t} tokens do not fit: the cache holds {cache.length} of {self.max_seq} (max_seq)",
+                              "dim", "ids")
+        return ids
+
+    def __call__(self, ids: Any, cache: ModelCache, every_token: bool = False) -> torch.Tensor:
+        with self._lock:
+            ids = self._check(ids, cache)
+            return self._run(ids, cache, every_token)
+
+    def _run(self, ids: torch.Tensor, cache: ModelCache, every_token: bool) -> torch.Tensor:
+        b, t = ids.shape
+        flat = ids.reshape(-1).to(self.device)
+        # tied and packed: the embeddings are the head's panels, read in place
+        x = self.call("embed_panels", flat, self.panels) if self.embed is None else self.call("embed", flat, self.embed)
+        start = cache.length
+        positions = torch.arange(start, start + t, dtype=torch.int64, device=self.device).expand(b, t)
+        x = x.view(b, t, self.hidden).to(self.layers[0].act_dtype)
+        for layer, c in zip(self.layers, cache.layers):
+            x = layer(x, positions, c)
+        h = (x if every_token else x[:, -1:]).reshape(-1, self.hidden).to(torch.float32).contiguous()
+        logits = self.call("head", h, self.norm, self.head, self.eps)
+        return logits.view(b, t, self.vocab) if every_token else logits
+
+    def generate(self, input_ids: Any, max_new_tokens: int = 32, **options: Any) -> torch.Tensor:
+        """The prompt followed by up to ``max_new_tokens`` generated tokens, ``[B, T + new]``; see
+        :func:`arke.models.generate.generate` for the options (greedy by default)."""
+        from arke.models.generate import generate
+
+        return generate(self, input_ids, max_new_tokens, **options)
+
+    def stream(self, input_ids: Any, max_new_tokens: int = 32, **options: Any) -> Iterator[torch.Tensor]:
+        """Each step's new tokens (``[B]``) as they are generated; options as :meth:`generate`."""
+        from arke.models.generate import stream
+
+        return stream(self, input_ids, max_new_tokens, **options)
+
+    def call(self, name: str, *args: Any) -> Any:
+        """Run one of the model's own kernels (std.lm, std.nn; a generic one picks its weights' dtype), its
+        results as torch tensors on the model's device."""
+        got = self._kernels[name](*args)
+        if isinstance(got, tuple):
+            return tuple(torch.as_tensor(g, device=self.device) for g in got)
+        return torch.as_tensor(got, device=self.device)
