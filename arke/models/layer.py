@@ -162,6 +162,7 @@ class CompiledLayer:
         s, dtypes = KERNELS[self.kind]
         self._attn_in = call("attn_in" + s, **dtypes)
         self._attn = call("attn_window" if self.config.window else "attn_cached")
+        self._paged = call("attn_paged_window" if self.config.window else "attn_paged")
         self._attn_out = call("attn_out" + s, **dtypes)
         if self.config.experts:
             self._route = call("moe_route")
@@ -355,6 +356,8 @@ class CompiledLayer:
                 b: int, t: int) -> int:
         """Append the call's keys and values (``v["k"]``, ``v["v"]``) to the cache at its length, then the
         attention of ``v["q"]`` over it into ``v["o"]``; the length before the call (the cache is not advanced)."""
+        if not isinstance(cache, KVCache):  # the rows of a running batch over a paged cache (arke.models.paged)
+            return int(cache.attend(self, v))
         c = self.config
         start = cache.length
         cache.k[:, :, start:start + t].copy_(v["k"].view(b, t, c.kv_heads, c.head_dim).transpose(1, 2))

@@ -179,6 +179,13 @@ class CausalLM:
 
         return generate(self, input_ids, max_new_tokens, **options)
 
+    def batch(self, blocks: int | None = None, block_size: int = 16) -> Any:
+        """A running batch over a paged KV cache of ``blocks`` blocks of ``block_size`` slots
+        (:class:`arke.models.batch.Batch`): sequences of any lengths join and leave between steps."""
+        from arke.models.batch import Batch
+
+        return Batch(self, blocks, block_size)
+
     def stream(self, input_ids: Any, max_new_tokens: int = 32, **options: Any) -> Iterator[torch.Tensor]:
         """Each step's new tokens (``[B]``) as they are generated; options as :meth:`generate`."""
         from arke.models.generate import stream
