@@ -97,11 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=cmd_demo)
 
     from arke.cli.build import add_commands
+    from arke.cli.generate import add_command as add_generate
     from arke.cli.tune import add_command as add_tune
     from arke.cli.tune import add_mcp_command
     from arke.cli.tune_model import add_command as add_tune_model
 
     add_commands(sub)
+    add_generate(sub)
     add_tune(sub)
     add_tune_model(sub)
     add_mcp_command(sub)

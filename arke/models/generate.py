@@ -94,8 +94,8 @@ def _steps(model: CausalLM, ids: torch.Tensor, new: int, how: Sampling) -> Itera
         return
     start = time.perf_counter()
     logits = model(ids, cache)
+    prefill = time.perf_counter() - start  # the forward pass (the first choice may load its kernels)
     token = choose(logits)
-    prefill = time.perf_counter() - start
     model.stats.update(prefill_tokens=b * t, prefill_s=prefill, prefill_tok_s=b * t / prefill)
     decode_start, steps = time.perf_counter(), 0
     for k in range(new):
@@ -149,9 +149,29 @@ class _Chooser:
         return token
 
 
-def generate(model: CausalLM, input_ids: Any, max_new_tokens: int = 32, **options: Any) -> torch.Tensor:
+def _ragged(input_ids: Any) -> bool:
+    """Whether ``input_ids`` is a list of prompts of different lengths."""
+    return (isinstance(input_ids, list | tuple) and bool(input_ids)
+            and all(isinstance(p, list | tuple | torch.Tensor) for p in input_ids)
+            and len({len(p) for p in input_ids}) > 1)
+
+
+def generate(model: CausalLM, input_ids: Any, max_new_tokens: int = 32, **options: Any) -> Any:
     """The prompt followed by the generated tokens, int64 ``[B, T + new]`` (fewer when every sequence met an
-    end-of-sequence token); options as :func:`stream`."""
+    end-of-sequence token); options as :func:`stream`.
+
+    Prompts of different lengths (a list of lists) run as one batch over a paged KV cache
+    (:class:`arke.models.batch.Batch`); each comes back as its own 1-D tensor, prompt then new tokens."""
+    if _ragged(input_ids):
+        options.pop("pad_token_id", None)  # nothing is padded: each sequence stops on its own
+        prompts = [model.check_ids(p, "input_ids")[0] for p in input_ids]
+        if max_new_tokens == 0:
+            return prompts
+        blocks = sum(-(-(len(p) + max_new_tokens) // 16) for p in prompts)
+        batch = model.batch(blocks=max(1, blocks), block_size=16)
+        order = [batch.add(p, max_new_tokens, **options) for p in prompts]
+        done = batch.run()
+        return [torch.cat([p, torch.tensor(done[s], dtype=torch.int64)]) for p, s in zip(prompts, order)]
     ids = model.check_ids(input_ids, "input_ids").cpu()
     steps = list(stream(model, ids, max_new_tokens, **options))
     if not steps:

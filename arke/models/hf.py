@@ -207,7 +207,14 @@ def read_config(folder: str | os.PathLike[str]) -> Any:
     path = Path(folder)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} has no config.json")
-    config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except (ValueError, TypeError, KeyError, OSError) as err:  # transformers' validators raise their own kinds
+        first = str(err).strip().splitlines()
+        raise ValueError(f"{path / 'config.json'} is not a config transformers accepts: "
+                         f"{first[-1] if first else type(err).__name__}") from None
+    except Exception as err:  # e.g. huggingface_hub's StrictDataclassClassValidationError
+        raise ValueError(f"{path / 'config.json'} is not a config transformers accepts: {err}") from None
     config = getattr(config, "text_config", None) or config
     _model_type(config)
     return config

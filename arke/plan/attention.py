@@ -93,7 +93,7 @@ class Attention:
         """``score`` at a key inside every one of its row's :attr:`bounds`: the masks they came from
         taken away (``select(j <= i + c, x, -inf)`` is ``x`` there), or None when no mask is only bounds.
         A tile whose keys are inside every row's bounds needs no mask test (``unmasked``)."""
-        return unmasked(self.score) if self.bounds else None
+        return unmasked(self.score, self.bounds) if self.bounds else None
 
     @property
     def v_dtype(self) -> DType:

@@ -55,12 +55,14 @@ def _bounds(score: ir.SExpr, scores: str) -> tuple[KeyBound, ...]:
     return tuple(found)
 
 
-def unmasked(score: ir.SExpr) -> ir.SExpr | None:
-    """``score`` without its outer ``select(cond, x, -inf)`` masks whose every conjunct is a key bound
-    (what the key tiles inside every row's bounds compute), or None when it has no such mask."""
+def unmasked(score: ir.SExpr, bounds: tuple[KeyBound, ...]) -> ir.SExpr | None:
+    """``score`` without its outer ``select(cond, x, -inf)`` masks whose every conjunct is one of ``bounds``
+    (what the key tiles inside every row's bounds compute), or None when it has no such mask. A mask that
+    states a bound the plan does not track (one left out because skipping keys could skip a failing
+    load: a paged cache's window) stays, and so do the masks inside it."""
     inner = score
     while (isinstance(inner, ir.Select) and inner.b == ir.Const(-math.inf, F32)
-           and all(_bound(c) is not None for c in _conjuncts(inner.cond))):
+           and all(_bound(c) in bounds for c in _conjuncts(inner.cond))):
         inner = inner.a
     return None if inner is score else inner
 

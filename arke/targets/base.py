@@ -166,6 +166,15 @@ class Target:
 
         return torch.device("cpu")
 
+    #: whether its kernels can be launched inside a torch.compile graph (torch.library.triton_op)
+    torch_traceable: ClassVar[bool] = False
+
+    def torch_dispatch(self, on_host: bool) -> tuple[str, bool]:
+        """How :func:`arke.torch.register` defines this target's kernels: the dispatch key their
+        implementation runs under, and whether they can be traced into torch.compile's graph
+        (``torch.library.triton_op``; the others are opaque operators)."""
+        return ("CPU" if on_host else "CUDA"), False
+
     def panel_width(self, weights_dtype: str) -> int:
         """The panel width contraction weights of ``weights_dtype`` are packed into once (0: not packed)."""
         return 0

@@ -257,15 +257,14 @@ def register(library: Library, namespace: str = "arke", kernels: list[str] | Non
     unknown = [k for k in chosen if k not in library.kernels]
     if unknown:
         raise ValueError(f"no kernel {unknown[0]!r} in this library; it has: {', '.join(library.kernels)}")
-    from arke.targets.triton.kernel import interpreting
+    from arke.targets import base as targets
 
-    triton = library.target == "triton"
+    target = targets.get(library.target)
+    device_key, can_trace = target.torch_dispatch(library.on_host)
     if traceable is None:
-        traceable = triton and not interpreting()
-    elif traceable and not triton:
+        traceable = can_trace
+    elif traceable and not target.torch_traceable:
         raise ValueError(f"traceable=True is for the triton target's kernels; this library is {library.target}'s")
-    # under the interpreter the Triton kernels run on the CPU
-    device_key = "CPU" if library.on_host or (triton and interpreting()) else "CUDA"
     names = {}
     with _LOCK:
         for k in chosen:

@@ -5,10 +5,14 @@ keys past the length; plans for targets that mask lengths keep it on their gener
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from codegen_support import text_module
 from paged_support import paged_decode
 
+from arke.ir import semantic as ir
+from arke.ir.dtypes import DType
 from arke.plan.attention import KEY, Attention
 from arke.plan.dispatch import make_plan
 from arke.targets import base as targets
@@ -117,3 +121,35 @@ def test_every_algorithm_reads_through_the_table(algorithm: str) -> None:
     args = (rng.standard_normal((b, h, e)).astype(np.float32), kc, vc, blk, np.array([0, 36, 13]))
     got = build(module, "llvm").kernels["paged_decode"](*args, threads=2)
     assert_conforms(got, module.kernels["paged_decode"], *args, what=algorithm)
+
+
+WINDOWED = """
+kernel paged_window(q: f32[N, H, E], kc: f32[NB, G, P, E], vc: f32[NB, G, P, E], blk: i32[S, MB],
+                    seq: i64[N], pos: i64[N], window: i64) -> f32[N, H, E]
+  where H % G == 0
+{
+  let R = H / G
+  s[n, h, j] = sum(q[n, h, e] * kc[blk[seq[n], j / P], h / R, j % P, e] for e)
+  c[n, h, j] = s[n, h, j] if j > pos[n] - window else -inf
+  mx[n, h] = max(c[n, h, j] for j < pos[n] + 1)
+  p[n, h, j] = exp(c[n, h, j] - mx[n, h])
+  return sum(p[n, h, j] * vc[blk[seq[n], j / P], h / R, j % P, e] for j < pos[n] + 1)
+         / sum(p[n, h, j] for j < pos[n] + 1)
+}
+"""
+
+
+def test_a_window_the_plan_does_not_track_stays_in_the_unmasked_score() -> None:
+    """Through a block table a window's lower bound is not a tracked key bound (keys below it cannot be
+    skipped: their table lookups could fail), so the tiles "inside every row's bounds" — below the
+    length only — still apply the window's mask (it was dropped once: decode past the window was wrong)."""
+    module = text_module(WINDOWED)
+    plan = targets.get("llvm").plan(module.semantic, module.kernel_map["paged_window"], None)
+    (d,) = plan.dispatches
+    pat = d.pattern
+    assert isinstance(pat, Attention)
+    assert [b.upper for b in pat.bounds] == [True]  # the length only
+    inner = pat.inner
+    assert inner is not None
+    masks = [x for x in ir.walk(inner) if isinstance(x, ir.Select) and x.b == ir.Const(-math.inf, DType.F32)]
+    assert masks and "window" in {x.src for m in masks for x in ir.walk(m.cond) if isinstance(x, ir.Load)}

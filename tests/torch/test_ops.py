@@ -15,11 +15,12 @@ from arke.cli.build import random_inputs
 from arke.runtime.errors import GuardError
 from arke.runtime.guards import check_guards
 
-STD = ("std.nn", "std.attention", "std.decoder", "std.moe")
+STD = ("std.nn", "std.attention", "std.decoder", "std.moe", "std.lm")
 #: dims where the `where` clauses of a kernel need more than "every dim is 4"
 DIMS: dict[str, dict[str, int]] = {
     "heads": {"H": 4, "G": 2, "E": 4, "R": 2, "C": 32},
     "rope": {"D": 4}, "rope_interleaved": {"D": 4},
+    "candidates": {"V": 70},
 }
 _EQUAL = {"H": 4, "G": 2, "E": 4, "R": 2, "C": 32, "K": 2}
 

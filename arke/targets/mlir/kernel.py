@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import re
 import threading
 from typing import Any
 
@@ -255,7 +256,11 @@ class IREEKernel:
         config = runtime_config(device)
         self._rt, self._device = rt, config.device
         self._vm_module = rt.VmModule.copy_buffer(config.vm_instance, vmfb)  # copied: IREE needs it aligned
-        self._context = rt.SystemContext(vm_modules=[self._vm_module], config=config)
+        self.name = plan.name
+        try:
+            self._context = rt.SystemContext(vm_modules=[self._vm_module], config=config)
+        except (IndexError, RuntimeError, ValueError) as err:
+            raise self._refused(err) from None
         self._vm_context = self._context.vm_context
         entry = artifact.meta.get("entry") or artifact.launches[0].entry
         self._function = self._vm_module.lookup_function(entry)
@@ -331,8 +336,22 @@ class IREEKernel:
     def _invoke(self, arg_list: Any) -> Any:
         rets = self._rt.VmVariantList(self._n_out)
         with self._lock:
-            self._vm_context.invoke(self._function, arg_list, rets)
+            try:
+                self._vm_context.invoke(self._function, arg_list, rets)
+            except (IndexError, RuntimeError, ValueError) as err:
+                raise self._refused(err) from None
         return rets
+
+    def _refused(self, err: Exception) -> Exception:
+        """IREE's error as the reason the kernel cannot run here, when it is one a user can act on."""
+        limit = re.search(r"requiring (\d+) constants exceeds limit of (\d+)", str(err))
+        if limit is None:
+            return err
+        # IREE's CPU runtime caps a dispatch's push constants; nothing about the call can change that
+        return IREEError(f"kernel `{self.name}`: IREE's runtime cannot load it: one of its dispatches needs "
+                         f"{limit[1]} push constants and the {self.device} runtime allows {limit[2]}; run this "
+                         "kernel on the llvm target (or write it with fewer unrolled steps, such as a smaller "
+                         "literal top-k)")
 
     def _invoke_host(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """CPU: arguments and results cross by DLPack, sharing memory with the torch tensors."""

@@ -59,6 +59,7 @@ class TritonTarget(Target):
     emits = ("source", "ptx", "cubin")
     runs_layers = True
     paged_attention = True  # k/v rows through a block table, keys past a length skipped (attention.py)
+    torch_traceable = True  # each launch through torch.library.wrap_triton (arke/torch/triton_ops.py)
 
     def layer_device(self) -> Any:
         from arke.targets.triton.kernel import device
@@ -72,6 +73,12 @@ class TritonTarget(Target):
 
     def on_host(self, device: str, arch: str | None) -> bool:
         return False
+
+    def torch_dispatch(self, on_host: bool) -> tuple[str, bool]:
+        from arke.targets.triton.kernel import interpreting
+
+        # under the interpreter the kernels run on the CPU, and there is nothing for Inductor to compile
+        return ("CPU", False) if interpreting() else ("CUDA", True)
 
     def renderer(self, arch: str | None = None) -> Renderer:
         from arke.targets.triton.render import RENDERER

@@ -1,0 +1,121 @@
+"""``akc generate``: load a Hugging Face model folder with :func:`arke.models.from_pretrained` and generate
+text, streaming each token as it comes, then the prefill and decode throughput."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_command(sub: Any) -> None:
+    """Register ``akc generate``."""
+    p = sub.add_parser("generate", help="generate text with a model folder, compiled",
+                       description="Compile a Hugging Face causal LM folder (config.json and *.safetensors; "
+                                   "Llama, Qwen2, Mistral, Mixtral) and generate from a prompt, streaming the "
+                                   "tokens; the folder's tokenizer.json (through the tokenizers package) turns "
+                                   "text into ids and back. Ends with prefill and decode throughput.")
+    p.add_argument("path", metavar="FOLDER")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt", help="the prompt text (needs the folder's tokenizer.json)")
+    given.add_argument("--ids", help="the prompt as token ids, as 1,2,3")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--dtype", default="f32", choices=("f32", "bf16", "f16"), help="the activations' dtype")
+    p.add_argument("--weights", default="f32", choices=("f32", "bf16", "f16", "int8"))
+    p.add_argument("--max-seq", type=int, default=None, help="KV cache slots (default: prompt + new tokens)")
+    p.add_argument("--sample", action="store_true", help="sample (default: greedy)")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=50)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--layers", type=int, default=None, help="only the first N layers (a quick check)")
+    p.set_defaults(handler=cmd_generate)
+
+
+def _tokenizer(folder: Path) -> Any:
+    """The folder's tokenizer (tokenizer.json through the tokenizers package), or None when it has none."""
+    path = folder / "tokenizer.json"
+    if not path.exists():
+        return None
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        from arke.cli.app import UsageError
+
+        raise UsageError("reading tokenizer.json needs the tokenizers package: pip install 'arke[models]'") from None
+    return Tokenizer.from_file(str(path))
+
+
+def _ids(text: str) -> list[int]:
+    from arke.cli.app import UsageError
+
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise UsageError(f"--ids takes token ids as 1,2,3, not `{text}`")
+    return [int(p) for p in parts]
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import torch
+
+    import arke.models
+    from arke.cli.app import UsageError
+    from arke.runtime.errors import GuardError
+
+    folder = Path(args.path)
+    if not (folder / "config.json").exists():
+        raise UsageError(f"{folder} is not a model folder: it has no config.json")
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be at least 1, not {args.max_new_tokens}")
+    tokenizer = _tokenizer(folder)
+    if args.prompt is not None:
+        if tokenizer is None:
+            raise UsageError(f"{folder} has no tokenizer.json: give the prompt as --ids 1,2,3")
+        ids = tokenizer.encode(args.prompt).ids
+        if not ids:
+            raise UsageError("the prompt has no tokens")
+    else:
+        ids = _ids(args.ids)
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
+    max_seq = args.max_seq or len(ids) + args.max_new_tokens
+    try:
+        model = arke.models.from_pretrained(folder, target=args.target, dtype=dtype, max_seq=max_seq,
+                                            weights=args.weights, layers=args.layers)
+    except (ValueError, FileNotFoundError, ImportError) as err:
+        raise UsageError(str(err)) from None
+    print(f"# {model!r}", file=sys.stderr)
+    try:
+        # one prefill and one decode step first: the throughput below is then the model's, not the first
+        # call's (which plans memory and loads the kernels for these shapes)
+        warm = model.new_cache(1)
+        model([ids], warm)
+        if len(ids) < max_seq:
+            model([ids[-1:]], warm)
+        steps = model.stream([ids], args.max_new_tokens, do_sample=args.sample, temperature=args.temperature,
+                             top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
+                             seed=args.seed)
+    except (ValueError, GuardError) as err:
+        raise UsageError(str(err)) from None
+    made: list[int] = []
+    if tokenizer is not None and args.prompt is not None:
+        sys.stdout.write(args.prompt)
+    for token in steps:
+        made.append(int(token[0]))
+        if tokenizer is not None and args.prompt is not None:
+            # decoded with the prompt as a whole each time, so spacing and tokens that only make sense
+            # together (pieces of one character) print as the tokenizer joins them
+            text, before = tokenizer.decode(ids + made), tokenizer.decode(ids + made[:-1])
+            sys.stdout.write(text[len(before):] if text.startswith(before) else " " + text)
+        else:
+            sys.stdout.write(("" if len(made) == 1 else ",") + str(made[-1]))
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    s = model.stats
+    line = f"# prefill: {s.get('prefill_tokens', 0)} tokens at {s.get('prefill_tok_s', 0.0):.1f} tokens/s"
+    if "decode_tok_s" in s:
+        line += f"; decode: {s['decode_steps']} steps at {s['decode_tok_s']:.1f} tokens/s"
+    print(line, file=sys.stderr)
+    return 0
