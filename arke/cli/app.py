@@ -7,7 +7,7 @@
                                                layout; - formats stdin to stdout
     akc lsp                                    the language server over stdio (for editors)
     akc ir PATH --stage semantic|strategy [--format text|json]
-    akc demo [--kernels]                       the examples and a compiled decoder layer, next to torch
+    akc demo [--kernels | --layer]             the examples and a whole model generating, next to torch
     akc --version
 
 Exit status: 0 clean (warnings allowed), 1 the program has errors, 2 a usage or I/O
@@ -88,12 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the canonical text form (default) or versioned JSON")
     ir.set_defaults(handler=cmd_ir)
 
-    demo = sub.add_parser("demo", help="the examples and a compiled decoder layer, compared with torch",
+    demo = sub.add_parser("demo", help="the examples and a whole model generating, compared with torch",
                           description="Load examples/rmsnorm.ak and examples/attention.ak, run them on the "
-                                      "reference interpreter and compiled, and compare with torch; then compile a "
-                                      "Llama-3.2-1B-shaped decoder layer, run prefill and decode, check it against "
-                                      "the reference interpreter and transformers, and time it next to torch eager.")
-    demo.add_argument("--kernels", action="store_true", help="only the example kernels (no decoder layer)")
+                                      "reference interpreter and compiled, and compare with torch; then save a "
+                                      "Llama-3.2-1B-shaped causal LM (2 layers, random weights), load it with "
+                                      "arke.models.from_pretrained, generate greedily, check the tokens against "
+                                      "transformers' generate and time decoding next to torch eager and torch.compile "
+                                      "(--layer: a single decoder layer instead).")
+    demo.add_argument("--kernels", action="store_true", help="only the example kernels (no model)")
+    demo.add_argument("--layer", action="store_true", help="a single decoder layer instead of the whole model")
     demo.set_defaults(handler=cmd_demo)
 
     from arke.cli.build import add_commands
@@ -375,7 +378,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """``akc demo``: the same as ``make demo`` (``examples/demo.py``)."""
     from arke.cli.demo import run_all
 
-    return run_all(layer=not args.kernels)
+    return run_all(layer=not args.kernels, part="layer" if args.layer else "model")
 
 
 if __name__ == "__main__":

@@ -197,22 +197,27 @@ def run_demo(examples: Path = EXAMPLES, seed: int = 0) -> int:
     return 1 if failed else 0
 
 
-def run_all(examples: Path = EXAMPLES, layer: bool = True) -> int:
-    """The example kernels (:func:`run_demo`), then the decoder layer (:mod:`arke.cli.demo_layer`)."""
+def run_all(examples: Path = EXAMPLES, layer: bool = True, part: str = "model") -> int:
+    """The example kernels (:func:`run_demo`), then (unless ``layer`` is False) whole-model generation
+    (:mod:`arke.cli.demo_model`), or with ``part="layer"`` the single decoder layer (:mod:`arke.cli.demo_layer`)."""
     status = run_demo(examples)
-    if layer:
+    if layer and part == "layer":
         from arke.cli.demo_layer import run_layer_demo
 
         status = max(status, run_layer_demo())
+    elif layer:
+        from arke.cli.demo_model import run_model_demo
+
+        status = max(status, run_model_demo())
     return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``examples/demo.py``: ``[--kernels] [EXAMPLES_FOLDER]``."""
+    """Entry point of ``examples/demo.py``: ``[--kernels | --layer] [EXAMPLES_FOLDER]``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    kernels_only = "--kernels" in args
-    args = [a for a in args if a != "--kernels"]
-    return run_all(Path(args[0]) if args else EXAMPLES, layer=not kernels_only)
+    kernels_only, layer = "--kernels" in args, "--layer" in args
+    args = [a for a in args if a not in ("--kernels", "--layer")]
+    return run_all(Path(args[0]) if args else EXAMPLES, layer=not kernels_only, part="layer" if layer else "model")
 
 
 __all__ = ["Case", "Outcome", "cases", "main", "run_all", "run_case", "run_demo", "torch_attention", "torch_rmsnorm",

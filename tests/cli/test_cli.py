@@ -396,6 +396,18 @@ def test_layer_demo_checks_and_times_a_small_layer(capsys: pytest.CaptureFixture
     assert "prefill 7" in out and "decode step" in out and out.count("agrees") == 2
 
 
+def test_model_demo_generates_and_checks_a_small_model(capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo's whole model, shrunk: saved, loaded with from_pretrained, generating transformers' tokens, timed."""
+    pytest.importorskip("transformers")
+    from arke.cli.demo_model import ModelShape, run_model_demo
+
+    shape = ModelShape(layers=1, vocab=300, hidden=64, mlp=96, heads=4, kv_heads=2, head_dim=16, prompt=5, new=6)
+    status = run_model_demo(shape=shape, compiled=False)
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "identical" in out and "torch eager" in out and "tokens/s" in out
+
+
 # ---------------------------------------------------------------- akc build --target triton (no GPU needed)
 
 _TRITON_ADD = '''import triton

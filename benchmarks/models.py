@@ -1,0 +1,136 @@
+"""Whole models: arke.models.from_pretrained's causal LM against transformers' own, eager and torch.compile.
+
+A report, not a test: the timings never fail anything; a generation that differs from transformers' makes
+the exit status 1. One run on one machine:
+
+* **limits** — the machine's read bandwidth, measured in the same run over 1 GiB (more than any LLC here);
+* **decode** — a Llama-3.2-1B-shaped model (hidden 2048, MLP 8192, 32/8 heads of 64, a 128256-token tied
+  vocabulary; ``--layers`` of its 16 layers, random weights, saved and loaded back from a folder), one
+  sequence at context 512: tokens/s of arke, transformers eager and transformers under torch.compile (each
+  with its own KV cache), and arke's step time against its bandwidth bound (weights + KV bytes a step reads
+  / the measured bandwidth);
+* **batched decode** — 8 sequences of lengths 64 .. 512 over the paged KV cache: tokens/s against batch 1;
+* **prefill** — 512 tokens: arke's forward pass against transformers' in eager;
+* **memory** — the process's resident bytes for arke's model against its weights + KV cache + arenas.
+
+GPT-2 and DeepSeek-V2 are not in arke.models yet: their rows say so.
+
+    .venv/bin/python benchmarks/models.py                 # ~3 min on 2 cores (torch.compile included)
+    .venv/bin/python benchmarks/models.py --layers 2 --no-compile --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cpu import read_bandwidth
+
+import arke.models
+from arke.cli.demo_model import ModelShape, arke_decode, make_model, torch_decode
+
+
+def _rss() -> int:
+    """This process's resident bytes."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def _median_time(fn: object, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()  # type: ignore[operator]
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="a small vocabulary and context (seconds)")
+    args = parser.parse_args(argv)
+    console = Console()
+    shape = ModelShape(layers=args.layers, vocab=4096 if args.quick else 128256, prompt=args.context,
+                       new=args.steps)
+    if args.quick:
+        shape = ModelShape(layers=args.layers, vocab=4096, hidden=512, mlp=1536, heads=8, kv_heads=2, head_dim=64,
+                           prompt=min(args.context, 128), new=args.steps)
+    bandwidth = read_bandwidth(1 << 30, 3.0)
+    console.print(f"machine: {torch.get_num_threads()} torch threads; read bandwidth {bandwidth / 1e9:.1f} GB/s "
+                  "(1 GiB, more than the last-level cache)")
+    status = 0
+    with tempfile.TemporaryDirectory(prefix="arke-bench-") as tmp:
+        hf = make_model(shape, Path(tmp))
+        gc.collect()
+        before = _rss()
+        max_seq = shape.prompt + shape.new + 8
+        lm = arke.models.from_pretrained(tmp, max_seq=max_seq)
+    ids = torch.randint(0, shape.vocab, (1, shape.prompt), generator=torch.Generator().manual_seed(0))
+    tokens, arke_rate = arke_decode(lm, ids, shape.new)
+    resident = _rss() - before
+    eager_tokens, eager_rate = torch_decode(hf, ids, shape.new)
+    if tokens != eager_tokens:
+        console.print("[red]arke's greedy tokens differ from transformers'[/red]")
+        status = 1
+    rows = [("arke (llvm, f32)", arke_rate), ("transformers eager", eager_rate)]
+    if not args.no_compile:
+        rows.append(("transformers torch.compile", torch_decode(hf, ids, shape.new, compiled=True)[1]))
+    c = lm.layers[0].config
+    kv_bytes = 2 * len(lm.layers) * c.kv_heads * c.head_dim * 4 * (shape.prompt + shape.new // 2)
+    bound = (lm.weight_bytes + kv_bytes) / bandwidth
+    table = Table(title=f"decode, batch 1, context {shape.prompt}: Llama-3.2-1B-shaped, {shape.layers} layers, "
+                        f"vocab {shape.vocab}")
+    for column in ("run", "tokens/s", "ms/token", "arke's speedup"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    for name, rate in rows:
+        table.add_row(name, f"{rate:.2f}", f"{1e3 / rate:.1f}", "" if name.startswith("arke") else
+                      f"{arke_rate / rate:.2f}×")
+    console.print(table)
+    console.print(f"bandwidth bound: {(lm.weight_bytes + kv_bytes) / 2**20:.0f} MiB per step / "
+                  f"{bandwidth / 1e9:.1f} GB/s = {bound * 1e3:.1f} ms; arke's step is "
+                  f"{(1 / arke_rate) / bound:.2f}× the bound")
+    # batched decode over the paged cache: 8 sequences of different lengths
+    lengths = [max(1, shape.prompt * (k + 1) // 8) for k in range(8)]
+    batch = lm.batch(blocks=sum(-(-(n + shape.new + 2) // 16) for n in lengths), block_size=16)
+    g = torch.Generator().manual_seed(2)
+    for n in lengths:
+        batch.add(torch.randint(0, shape.vocab, (n,), generator=g).tolist(), shape.new + 1)
+    batch.step()  # every prompt, as one pass
+    start = time.perf_counter()
+    for _ in range(shape.new):
+        batch.step()
+    batched = 8 * shape.new / (time.perf_counter() - start)
+    console.print(f"batched decode, 8 sequences of {lengths[0]}..{lengths[-1]} tokens (paged cache): "
+                  f"{batched:.2f} tokens/s = {batched / arke_rate:.2f}× batch 1")
+    # prefill
+    prefill_ids = ids
+    arke_prefill = _median_time(lambda: lm(prefill_ids, lm.new_cache(1)), 3)
+    with torch.no_grad():
+        hf_prefill = _median_time(lambda: hf(prefill_ids), 3)
+    console.print(f"prefill {shape.prompt} tokens: arke {arke_prefill * 1e3:.0f} ms, transformers eager "
+                  f"{hf_prefill * 1e3:.0f} ms: {hf_prefill / arke_prefill:.2f}×")
+    arenas = sum(layer.memory(1, shape.prompt).arena_bytes + layer.memory(1, 1).arena_bytes for layer in lm.layers)
+    planned = lm.weight_bytes + lm.new_cache(1).nbytes + arenas
+    console.print(f"memory: {resident / 2**20:.0f} MiB resident for arke's model after decoding, against "
+                  f"{planned / 2**20:.0f} MiB planned (weights + KV cache + arenas): {resident / planned:.2f}×")
+    console.print("GPT-2 and DeepSeek-V2: not in arke.models yet (no rows)")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
