@@ -202,7 +202,7 @@ def _layer_tensors(folder: Path, layer_index: int) -> dict[str, torch.Tensor]:
 
 def read_config(folder: str | os.PathLike[str]) -> Any:
     """A model folder's transformers config (its text part for a multimodal model); the folder must have
-    ``config.json`` and a supported ``model_type``."""
+    ``config.json`` (whether its ``model_type`` is supported is the caller's question)."""
     transformers = _transformers()
     path = Path(folder)
     if not (path / "config.json").exists():
@@ -215,9 +215,7 @@ def read_config(folder: str | os.PathLike[str]) -> Any:
                          f"{first[-1] if first else type(err).__name__}") from None
     except Exception as err:  # e.g. huggingface_hub's StrictDataclassClassValidationError
         raise ValueError(f"{path / 'config.json'} is not a config transformers accepts: {err}") from None
-    config = getattr(config, "text_config", None) or config
-    _model_type(config)
-    return config
+    return getattr(config, "text_config", None) or config
 
 
 def layer_weights(path: Path, config: Any, layer_index: int) -> tuple[LayerConfig, dict[str, torch.Tensor]]:

@@ -117,7 +117,7 @@ class CompiledLayer:
         if tuning not in ("on", "off"):
             raise ValueError(f"tuning is 'on' (use arke.models.tune's plans) or 'off', not {tuning!r}")
         self.threads = threads
-        module = arke.loads(LAYER_SOURCE, "<decoder layer>")
+        module = arke.loads(self.source, "<decoder layer>")
         #: the plan's strategies (spec/tuning.md §6): given, else this machine's tuned plan, before the defaults
         self.plan: tuple[sir.Strategy, ...] = ()
         if self.backend is not None:
@@ -156,6 +156,8 @@ class CompiledLayer:
 
     #: the dtype of the activations between kernels and of the KV cache
     act_dtype = torch.float32
+    #: the module of the layer's kernels (a subclass for another architecture adds its own)
+    source = LAYER_SOURCE
 
     def _bind(self, call: Any) -> None:
         """The layer's kernel calls (``call(name, **dtypes)``: a kernel of :data:`LAYER_SOURCE`)."""

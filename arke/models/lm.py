@@ -23,7 +23,7 @@ from arke.models.layer import CompiledLayer
 from arke.runtime.errors import GuardError
 
 #: The model's own kernels: std.lm, and std.nn's argmax for greedy decoding.
-LM_SOURCE = "import std.lm\nimport std.nn\n"
+LM_SOURCE = "import std.lm\nimport std.nn\nimport std.gpt2\n"
 
 
 class ModelCache:
@@ -56,7 +56,8 @@ class CausalLM:
     """
 
     def __init__(self, name: str, layers: Sequence[CompiledLayer], embed: torch.Tensor, norm: torch.Tensor,
-                 head: torch.Tensor | None, eps: float, *, threads: int | None = None, tuning: str = "on"):
+                 head: torch.Tensor | None, eps: float, *, threads: int | None = None, tuning: str = "on",
+                 norm_bias: torch.Tensor | None = None, positions: torch.Tensor | None = None):
         import arke
 
         if not layers:
@@ -78,6 +79,12 @@ class CausalLM:
         self.kind = first.kind if first.kind in ("bf16", "f16") else "f32"
         wdtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(self.kind, torch.float32)
         self.norm = norm.detach().to(self.device, torch.float32).contiguous()
+        # GPT-2: a LayerNorm (with bias) before the head, and learned positions added to the embeddings
+        self.norm_bias = None if norm_bias is None else norm_bias.detach().to(self.device, torch.float32).contiguous()
+        self.positions = None if positions is None else positions.detach().to(self.device, wdtype).contiguous()
+        if self.positions is not None and self.positions.shape[0] < self.max_seq:
+            raise ValueError(f"max_seq {self.max_seq} is more than the {self.positions.shape[0]} positions the model "
+                             "learned: load it with a smaller max_seq")
         source = embed if head is None else head
         self.head, self.panels = self._pack_head(source.detach().to(wdtype), first.nr)
         self.embed: torch.Tensor | None
@@ -160,17 +167,31 @@ class CausalLM:
 
     def _run(self, ids: torch.Tensor, cache: ModelCache, every_token: bool) -> torch.Tensor:
         b, t = ids.shape
-        flat = ids.reshape(-1).to(self.device)
-        # tied and packed: the embeddings are the head's panels, read in place
-        x = self.call("embed_panels", flat, self.panels) if self.embed is None else self.call("embed", flat, self.embed)
         start = cache.length
         positions = torch.arange(start, start + t, dtype=torch.int64, device=self.device).expand(b, t)
+        x = self.embed_rows(ids.reshape(-1).to(self.device), positions.reshape(-1))
         x = x.view(b, t, self.hidden).to(self.layers[0].act_dtype)
         for layer, c in zip(self.layers, cache.layers):
             x = layer(x, positions, c)
         h = (x if every_token else x[:, -1:]).reshape(-1, self.hidden).to(torch.float32).contiguous()
-        logits = self.call("head", h, self.norm, self.head, self.eps)
+        logits = self.head_rows(h)
         return logits.view(b, t, self.vocab) if every_token else logits
+
+    def embed_rows(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The embeddings ``[N, hidden]`` of tokens ``ids`` at ``positions`` (both int64 ``[N]``)."""
+        if self.positions is not None:  # learned positions (GPT-2)
+            if self.embed is None:
+                return self.call("embed_pos_panels", ids, positions, self.panels, self.positions)
+            return self.call("embed_pos", ids, positions, self.embed, self.positions)
+        # tied and packed: the embeddings are the head's panels, read in place
+        return self.call("embed_panels", ids, self.panels) if self.embed is None else self.call("embed", ids,
+                                                                                                  self.embed)
+
+    def head_rows(self, h: torch.Tensor) -> torch.Tensor:
+        """The logits ``[N, vocab]`` of hidden rows ``h`` (f32 ``[N, hidden]``): the final norm and the head."""
+        if self.norm_bias is not None:
+            return self.call("head_ln", h, self.norm, self.norm_bias, self.head, self.eps)
+        return self.call("head", h, self.norm, self.head, self.eps)
 
     def generate(self, input_ids: Any, max_new_tokens: int = 32, **options: Any) -> torch.Tensor:
         """The prompt followed by up to ``max_new_tokens`` generated tokens, ``[B, T + new]``; see

@@ -120,8 +120,7 @@ def run_rows(model: CausalLM, ids: torch.Tensor, rows: Rows, last: torch.Tensor)
     """The logits ``[len(last), V]`` of rows ``last`` after running the rows' tokens ``ids`` ``[N]`` through
     every layer (each row's key and value appended to its sequence's blocks)."""
     flat = ids.to(model.device)
-    x = model.call("embed_panels", flat, model.panels) if model.embed is None else model.call("embed", flat,
-                                                                                               model.embed)
+    x = model.embed_rows(flat, rows.pos)
     n = flat.numel()
     x = x.view(1, n, model.hidden)
     positions = rows.pos.view(1, n)
@@ -130,4 +129,4 @@ def run_rows(model: CausalLM, ids: torch.Tensor, rows: Rows, last: torch.Tensor)
         with layer._calling:
             x = layer._run(x, positions, rows, 1, n)  # type: ignore[arg-type]
     h = x.view(n, model.hidden)[last.to(model.device)].contiguous()
-    return torch.as_tensor(model.call("head", h, model.norm, model.head, model.eps))
+    return model.head_rows(h)

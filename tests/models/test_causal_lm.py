@@ -22,7 +22,8 @@ from arke.models.lm import CausalLM
 from arke.runtime.errors import GuardError
 
 CAUSAL_LM = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM",
-             "mixtral": "MixtralForCausalLM"}
+             "mixtral": "MixtralForCausalLM", "gpt2": "GPT2LMHeadModel"}
+MODELS = (*ARCHS, "gpt2")
 VOCAB = 320
 MAX_SEQ = 96
 
@@ -32,8 +33,12 @@ def saved(arch: str, tied: bool | None = None) -> tuple[Path, Any]:
     """A 2-layer random ``arch`` causal LM saved to a temporary folder, and the transformers model."""
     import tempfile
 
-    tie = arch == "llama" if tied is None else tied
-    cfg = config(arch, num_hidden_layers=2, vocab_size=VOCAB, tie_word_embeddings=tie)
+    tie = arch in ("llama", "gpt2") if tied is None else tied
+    if arch == "gpt2":  # LayerNorm with bias, learned positions, GELU-tanh MLP, fused Conv1D QKV
+        cfg = transformers.GPT2Config(n_embd=64, n_head=4, n_layer=2, vocab_size=VOCAB, n_positions=128,
+                                      bos_token_id=0, eos_token_id=0, tie_word_embeddings=tie)
+    else:
+        cfg = config(arch, num_hidden_layers=2, vocab_size=VOCAB, tie_word_embeddings=tie)
     model = getattr(transformers, CAUSAL_LM[arch])(cfg).eval()
     randomize(model, seed=5)
     folder = Path(tempfile.mkdtemp(prefix=f"arke-lm-{arch}-"))
@@ -53,10 +58,10 @@ def prompt(length: int, seed: int = 0) -> torch.Tensor:
 def hf_generate(model: Any, ids: torch.Tensor, new: int) -> torch.Tensor:
     with torch.no_grad():
         return model.generate(ids, max_new_tokens=new, do_sample=False, attention_mask=torch.ones_like(ids),
-                              pad_token_id=0)
+                              pad_token_id=0, eos_token_id=None)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", MODELS)
 def test_logits_of_a_prompt_match_transformers(arch: str) -> None:
     lm, (_, hf) = loaded(arch), saved(arch)
     ids = prompt(11)
@@ -64,10 +69,10 @@ def test_logits_of_a_prompt_match_transformers(arch: str) -> None:
     with torch.no_grad():
         want = hf(ids).logits
     assert relative_error(got, want) <= RTOL
-    assert lm.tied == (arch == "llama")
+    assert lm.tied == (arch in ("llama", "gpt2"))
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", MODELS)
 def test_greedy_generation_is_token_identical(arch: str) -> None:
     lm, (_, hf) = loaded(arch), saved(arch)
     ids = prompt(7, seed=1)
@@ -83,7 +88,7 @@ def test_streaming_gives_the_same_tokens_as_generate() -> None:
     assert streamed == lm.generate(ids, 10)[0, 5:].tolist()
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "mistral", "mixtral"])
+@pytest.mark.parametrize("arch", ["qwen2", "mistral", "mixtral", "gpt2"])
 def test_a_batch_of_different_lengths_equals_one_at_a_time(arch: str) -> None:
     """Prompts of 5, 9, 1 and 13 tokens: two join first, two more after two steps (mistral's window of 5
     is shorter than most of them)."""
@@ -247,6 +252,19 @@ def test_bad_folders_are_refused(tmp_path: Path) -> None:
                                                 | {"hidden_size": 50, "head_dim": None}))
     with pytest.raises(ValueError, match="config"):
         arke.models.from_pretrained(bad)
+
+
+def test_gpt2_checks_its_own_limits(tmp_path: Path) -> None:
+    folder, _ = saved("gpt2")
+    with pytest.raises(ValueError, match="learned positions"):
+        arke.models.from_pretrained(folder, max_seq=129)
+    with pytest.raises(ValueError, match="int8"):
+        arke.models.from_pretrained(folder, max_seq=32, weights="int8")
+    lm = arke.models.from_pretrained(folder, max_seq=32, weights="bf16")  # bf16 weights: within their rounding
+    ids = prompt(6)
+    with torch.no_grad():
+        want = saved("gpt2")[1](ids).logits
+    assert relative_error(lm(ids, lm.new_cache(1), every_token=True), want) < 2e-2
 
 
 def test_akc_generate_streams_ids_and_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
