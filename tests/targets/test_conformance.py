@@ -67,7 +67,7 @@ def generic_cases(module: str, kernels: str, var: str, dtypes: str, shapes: list
     return [c for d in dtypes.split() for c in cases(module, kernels, shapes, dtypes={var: d}, **options)]
 
 
-NN, ATTN, MOE, DEC, LM = "std.nn", "std.attention", "std.moe", "std.decoder", "std.lm"
+NN, ATTN, MOE, DEC, LM, GPT2 = "std.nn", "std.attention", "std.moe", "std.decoder", "std.lm", "std.gpt2"
 #: paged attention: rows of S sequences over NB blocks of P slots, MB blocks per sequence (N, H, G, E)
 PAGED = [{"N": 1, "H": 1, "G": 1, "E": 1, "NB": 1, "P": 1, "S": 1, "MB": 1},
          {"N": 7, "H": 8, "G": 2, "E": 16, "NB": 12, "P": 4, "S": 3, "MB": 4},  # prefill and decode rows
@@ -159,6 +159,15 @@ CASES: list[Case] = [
     *cases(LM, "candidates_k", [{"B": 1, "V": 1, "K": 1}, {"B": 3, "V": 17, "K": 5}]),
     *cases(LM, "pick", [{"B": 1, "K": 1}, {"B": 5, "K": 64}], ids={"ids": 1000}),
     Case(LM, "pick", {"B": 5, "K": 64}, ids={"ids": 1000}, scalars={"temperature": 0.7, "top_k": 10, "top_p": 0.8}),
+    # GPT-2's block and embeddings
+    *generic_cases(GPT2, "embed_pos", "W", "f32 bf16", [{"N": 1, "V": 1, "S": 1, "D": 1},
+                                                         {"N": 9, "V": 33, "S": 17, "D": 5}],
+                   ids={"ids": "V", "pos": "S"}),
+    Case(GPT2, "embed_pos_panels", {"N": 9, "P": 3, "D": 17, "R": 8, "S": 5}, ids={"ids": 24, "pos": "S"}),
+    *generic_cases(GPT2, "ln_qkv", "W", "f32 bf16", [{"N": 1, "D": 1, "H": 1, "E": 1, "C": 3},
+                                                      {"N": 3, "D": 17, "H": 4, "E": 8, "C": 96}]),
+    *generic_cases(GPT2, "out_bias", "W", "f32", [{"N": 1, "C": 1, "D": 1}, {"N": 3, "C": 33, "D": 17}]),
+    *generic_cases(GPT2, "ln_gelu_mlp", "W", "f32 bf16", [{"N": 1, "D": 1, "F": 1}, {"N": 3, "D": 17, "F": 33}]),
     # half-precision activations (bf16 throughout, f16 where the kernel rounds differently per dtype);
     # N = 37 rows of 70: a prefill whose projections run on a bf16 matrix unit where the host has one
     *generic_cases(DEC, "norm_h", "A", "bf16 f16", [{"N": 1, "D": 1}, {"N": 3, "D": 4097}]),
