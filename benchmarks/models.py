@@ -13,10 +13,11 @@ the exit status 1. One run on one machine:
 * **prefill** — 512 tokens: arke's forward pass against transformers' in eager;
 * **memory** — the process's resident bytes for arke's model against its weights + KV cache + arenas.
 
-GPT-2 and DeepSeek-V2 are not in arke.models yet: their rows say so.
+``--arch gpt2`` runs GPT-2 (124M: hidden 768, 12 blocks of 12 heads, vocabulary 50257) the same way.
+DeepSeek-V2 is not in arke.models yet.
 
-    .venv/bin/python benchmarks/models.py                 # ~3 min on 2 cores (torch.compile included)
-    .venv/bin/python benchmarks/models.py --layers 2 --no-compile --quick
+    .venv/bin/python benchmarks/models.py                 # Llama-shaped, then GPT-2: ~6 min on 2 cores
+    .venv/bin/python benchmarks/models.py --arch llama --layers 2 --no-compile --quick
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from rich.console import Console
@@ -56,8 +58,20 @@ def _median_time(fn: object, repeats: int) -> float:
     return statistics.median(times)
 
 
+def make_gpt2(folder: Path, quick: bool) -> object:
+    """A random GPT-2 (124M, or a small one with ``quick``) saved to ``folder``."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(n_embd=128, n_head=4, n_layer=2, vocab_size=4096) if quick else GPT2Config()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config).eval()
+    model.save_pretrained(folder)
+    return model
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", choices=("llama", "gpt2", "both"), default="both")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--steps", type=int, default=16)
@@ -74,8 +88,22 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"machine: {torch.get_num_threads()} torch threads; read bandwidth {bandwidth / 1e9:.1f} GB/s "
                   "(1 GiB, more than the last-level cache)")
     status = 0
+    for arch in (("llama", "gpt2") if args.arch == "both" else (args.arch,)):
+        if arch == "gpt2":
+            shape = ModelShape(layers=2 if args.quick else 12, vocab=4096 if args.quick else 50257, hidden=128 if
+                               args.quick else 768, prompt=shape.prompt, new=shape.new)
+        status = max(status, run(console, arch, shape, bandwidth, args))
+    console.print("DeepSeek-V2: not in arke.models yet (no rows)")
+    return status
+
+
+def run(console: Console, arch: str, shape: ModelShape, bandwidth: float, args: argparse.Namespace) -> int:
+    """One model's rows."""
+    status = 0
+    name = "GPT-2 (124M)" if arch == "gpt2" and shape.hidden == 768 else (
+        "GPT-2" if arch == "gpt2" else "Llama-3.2-1B-shaped")
     with tempfile.TemporaryDirectory(prefix="arke-bench-") as tmp:
-        hf = make_model(shape, Path(tmp))
+        hf: Any = make_gpt2(Path(tmp), args.quick) if arch == "gpt2" else make_model(shape, Path(tmp))
         gc.collect()
         before = _rss()
         max_seq = shape.prompt + shape.new + 8
@@ -93,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     c = lm.layers[0].config
     kv_bytes = 2 * len(lm.layers) * c.kv_heads * c.head_dim * 4 * (shape.prompt + shape.new // 2)
     bound = (lm.weight_bytes + kv_bytes) / bandwidth
-    table = Table(title=f"decode, batch 1, context {shape.prompt}: Llama-3.2-1B-shaped, {shape.layers} layers, "
+    table = Table(title=f"decode, batch 1, context {shape.prompt}: {name}, {shape.layers} layers, "
                         f"vocab {shape.vocab}")
     for column in ("run", "tokens/s", "ms/token", "arke's speedup"):
         table.add_column(column, justify="left" if column == "run" else "right")
@@ -128,7 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     planned = lm.weight_bytes + lm.new_cache(1).nbytes + arenas
     console.print(f"memory: {resident / 2**20:.0f} MiB resident for arke's model after decoding, against "
                   f"{planned / 2**20:.0f} MiB planned (weights + KV cache + arenas): {resident / planned:.2f}×")
-    console.print("GPT-2 and DeepSeek-V2: not in arke.models yet (no rows)")
     return status
 
 
