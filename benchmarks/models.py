@@ -105,12 +105,19 @@ def run(console: Console, arch: str, shape: ModelShape, bandwidth: float, args: 
     with tempfile.TemporaryDirectory(prefix="arke-bench-") as tmp:
         hf: Any = make_gpt2(Path(tmp), args.quick) if arch == "gpt2" else make_model(shape, Path(tmp))
         gc.collect()
-        before = _rss()
         max_seq = shape.prompt + shape.new + 8
         lm = arke.models.from_pretrained(tmp, max_seq=max_seq)
-    ids = torch.randint(0, shape.vocab, (1, shape.prompt), generator=torch.Generator().manual_seed(0))
-    tokens, arke_rate = arke_decode(lm, ids, shape.new)
-    resident = _rss() - before
+        ids = torch.randint(0, shape.vocab, (1, shape.prompt), generator=torch.Generator().manual_seed(0))
+        tokens, arke_rate = arke_decode(lm, ids, shape.new)
+        # the model's own memory: a second copy loaded and run once the kernels are compiled (the compiler's
+        # own memory, LLVM's included, is not the model's)
+        gc.collect()
+        before = _rss()
+        twin = arke.models.from_pretrained(tmp, max_seq=max_seq)
+        arke_decode(twin, ids, 2)
+        gc.collect()
+        resident = _rss() - before
+        del twin
     eager_tokens, eager_rate = torch_decode(hf, ids, shape.new)
     if tokens != eager_tokens:
         console.print("[red]arke's greedy tokens differ from transformers'[/red]")
@@ -154,7 +161,7 @@ def run(console: Console, arch: str, shape: ModelShape, bandwidth: float, args: 
                   f"{hf_prefill * 1e3:.0f} ms: {hf_prefill / arke_prefill:.2f}×")
     arenas = sum(layer.memory(1, shape.prompt).arena_bytes + layer.memory(1, 1).arena_bytes for layer in lm.layers)
     planned = lm.weight_bytes + lm.new_cache(1).nbytes + arenas
-    console.print(f"memory: {resident / 2**20:.0f} MiB resident for arke's model after decoding, against "
+    console.print(f"memory: {resident / 2**20:.0f} MiB resident for a model loaded and run (kernels compiled), against "
                   f"{planned / 2**20:.0f} MiB planned (weights + KV cache + arenas): {resident / planned:.2f}×")
     return status
 

@@ -19,14 +19,20 @@ TOLERANCE = 1e-4
 
 
 @dataclass(frozen=True)
-class DemoShape:
-    """The layer's shape (Llama 3.2 1B by default) and the run: prefill tokens, decode steps."""
+class LlamaSizes:
+    """A decoder layer's sizes: Llama 3.2 1B's by default."""
 
     hidden: int = 2048
     mlp: int = 8192
     heads: int = 32
     kv_heads: int = 8
     head_dim: int = 64
+
+
+@dataclass(frozen=True)
+class DemoShape(LlamaSizes):
+    """The layer's shape and the run: prefill tokens, decode steps."""
+
     prefill: int = 128
     steps: int = 32
 

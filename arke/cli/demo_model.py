@@ -19,18 +19,15 @@ from typing import Any
 
 import torch
 
+from arke.cli.demo_layer import LlamaSizes
+
 
 @dataclass(frozen=True)
-class ModelShape:
+class ModelShape(LlamaSizes):
     """The model (Llama 3.2 1B's sizes, fewer layers) and the run: prompt tokens, new tokens."""
 
     layers: int = 2
     vocab: int = 128256
-    hidden: int = 2048
-    mlp: int = 8192
-    heads: int = 32
-    kv_heads: int = 8
-    head_dim: int = 64
     prompt: int = 32
     new: int = 32
 

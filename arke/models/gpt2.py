@@ -87,10 +87,7 @@ class Gpt2Layer(CompiledLayer):
 
     def _run(self, x: torch.Tensor, positions: torch.Tensor, cache: Any, b: int, t: int) -> torch.Tensor:
         c, w = self.config, self.weights
-        n = b * t
-        shape = self._shape(b, t)
-        v, temps = shape.views, shape.temps
-        xf = x.detach().reshape(n, c.hidden).to(torch.float32).contiguous()
+        n, v, temps, xf = self._inputs(x, b, t)
         self._attn_in([xf, w["wn1"], w["bn1"], w["qkv"], w["bq"], w["bk"], w["bv"]], {"eps": c.eps},
                       (v["q"], v["k"], v["v"]), temps.get("attn_in"))
         start = self._attend(v, temps, cache, b, t)

@@ -177,7 +177,9 @@ def _tensors(folder: Path, prefix: str) -> dict[str, torch.Tensor]:
         with safe_open(str(path), framework="pt") as f:
             for name in f.keys():  # noqa: SIM118 (a safe_open handle, not a dict)
                 if name.startswith(prefix):
-                    out[name[len(prefix):]] = f.get_tensor(name)
+                    # an owned copy: a tensor kept from the mapped file would keep every page of it that
+                    # packing touched resident for as long as the model lives
+                    out[name[len(prefix):]] = f.get_tensor(name).clone()
     return out
 
 

@@ -332,12 +332,17 @@ class CompiledLayer:
             b, t = self._check(x, positions, cache)
             return self._run(x, positions, cache, b, t)
 
+    def _inputs(self, x: torch.Tensor, b: int, t: int) -> tuple[int, dict[str, torch.Tensor],
+                                                                   dict[str, dict[int, torch.Tensor]], torch.Tensor]:
+        """A call's row count, its shape's activations and temporaries (views of the arena), and ``x`` as f32
+        rows ``[B * T, hidden]``."""
+        shape = self._shape(b, t)
+        return b * t, shape.views, shape.temps, x.detach().reshape(b * t, self.config.hidden).to(torch.float32
+                                                                                                   ).contiguous()
+
     def _run(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, b: int, t: int) -> torch.Tensor:
         c, w = self.config, self.weights
-        n = b * t
-        shape = self._shape(b, t)
-        v, temps = shape.views, shape.temps
-        xf = x.detach().reshape(n, c.hidden).to(torch.float32).contiguous()
+        n, v, temps, xf = self._inputs(x, b, t)
         pos = positions.detach().reshape(n).to(torch.int64).contiguous()
         qkv_args = [xf, w["wn1"], *self._scaled("qkv"), w["bq"], w["bk"], w["bv"], w["inv_freq"], pos]
         self._attn_in(qkv_args, {"eps": c.eps, "scale": c.rope_scale}, (v["q"], v["k"], v["v"]),

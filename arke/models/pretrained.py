@@ -47,7 +47,9 @@ def from_pretrained(folder: str | os.PathLike[str], target: str = "llvm", dtype:
     if kind == "gpt2":
         from arke.models.gpt2_model import gpt2_from_pretrained
 
-        return gpt2_from_pretrained(path, config, target, dtype, max_seq, weights, threads, tuning, layers)
+        gpt2 = gpt2_from_pretrained(path, config, target, dtype, max_seq, weights, threads, tuning, layers)
+        release_freed_memory()
+        return gpt2
     if kind not in SUPPORTED:
         raise ValueError(f"unsupported model type {kind!r}; arke.models knows {', '.join([*SUPPORTED, 'gpt2'])}")
     kind = _model_type(config)
@@ -70,7 +72,27 @@ def from_pretrained(folder: str | os.PathLike[str], target: str = "llvm", dtype:
         spec, raw = layer_weights(path, config, index)
         built.append(compiled_layer(config, spec, raw, target, max_seq, weights, threads, dtype, tuning=tuning))
     eps = float(getattr(config, "rms_norm_eps", 1e-6))
-    return CausalLM(f"{SUPPORTED[kind]}ForCausalLM", built, embed, norm, head, eps, threads=threads, tuning=tuning)
+    model = CausalLM(f"{SUPPORTED[kind]}ForCausalLM", built, embed, norm, head, eps, threads=threads, tuning=tuning)
+    del embed, head, built
+    release_freed_memory()
+    return model
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``): packing weights makes
+    copies of each matrix that are freed at once, but below glibc's mmap threshold their pages stay in
+    the heap, resident, until trimmed. Does nothing where there is no glibc."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 def describe(model: CausalLM) -> dict[str, Any]:
