@@ -254,6 +254,19 @@ def test_bad_folders_are_refused(tmp_path: Path) -> None:
         arke.models.from_pretrained(bad)
 
 
+def test_bf16_activations_follow_transformers_in_bf16() -> None:
+    """dtype=torch.bfloat16: the layers of issue 12 (bf16 end to end); a paged batch asks for f32."""
+    folder, _ = saved("qwen2")
+    lm = arke.models.from_pretrained(folder, max_seq=32, dtype=torch.bfloat16)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    ids = prompt(9, seed=6)
+    with torch.no_grad():
+        want = hf(ids).logits.float()
+    assert relative_error(lm(ids, lm.new_cache(1), every_token=True), want) < 2e-2
+    with pytest.raises(ValueError, match="f32 activations"):
+        lm.batch(blocks=8)
+
+
 def test_gpt2_checks_its_own_limits(tmp_path: Path) -> None:
     folder, _ = saved("gpt2")
     with pytest.raises(ValueError, match="learned positions"):
