@@ -62,12 +62,14 @@ def own_kernels(path: str) -> list[tuple[str, str]]:
     return out
 
 
-def random_args(fn: S.Function, dims: Mapping[str, int], gen: torch.Generator) -> dict[str, torch.Tensor]:
+def random_args(fn: S.Function, dims: Mapping[str, int], gen: torch.Generator,
+                ranges: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
     """Random tensors for ``fn``'s tensor parameters with the given dim values; scalars keep their defaults.
 
     Floats are standard normal (rounded to the parameter's dtype); integer parameters that
     index an axis (:data:`INDEX_PARAMS`) lie within it, others within :data:`INT_RANGES` or
-    below the smallest dim; bools are fair coins. A scalar without a default gets 1.
+    below the smallest dim; bools are fair coins. A scalar without a default gets 1. ``ranges`` gives
+    a kernel's own integer parameters their bound: a dim's name, a number, or a function of the dims.
     """
     args: dict[str, torch.Tensor] = {}
     for p in fn.params:
@@ -82,7 +84,12 @@ def random_args(fn: S.Function, dims: Mapping[str, int], gen: torch.Generator) -
         elif p.type.dtype.is_bool:
             args[p.name] = torch.randint(0, 2, shape, generator=gen).to(torch.bool)
         else:
-            high = dims[INDEX_PARAMS[p.name]] if p.name in INDEX_PARAMS else INT_RANGES.get(p.name, min(dims.values()))
+            own = (ranges or {}).get(p.name)
+            if own is not None:
+                high = dims[own] if isinstance(own, str) else own(dims) if callable(own) else int(own)
+            else:
+                high = (dims[INDEX_PARAMS[p.name]] if p.name in INDEX_PARAMS
+                        else INT_RANGES.get(p.name, min(dims.values())))
             args[p.name] = torch.randint(0, high, shape, generator=gen).to(dtype)
     return args
 
@@ -106,14 +113,14 @@ def optimise(module: S.Module, name: str) -> S.Function:
 
 
 def assert_same(module: S.Module, name: str, optimised: S.Function, dims: Mapping[str, int], seed: int,
-                *, reorder_bound: Any = None) -> None:
+                *, reorder_bound: Any = None, ranges: Mapping[str, Any] | None = None) -> None:
     """Kernel ``name`` and ``optimised`` give the same results on random inputs of the given dims.
 
     Bit-identical unless ``reorder_bound`` is given: a function of the inputs returning, per
     result, the largest difference a reassociated reduction may make (see the module doc).
     """
     original = module.get(name)
-    args = random_args(original, dims, torch.Generator().manual_seed(seed))
+    args = random_args(original, dims, torch.Generator().manual_seed(seed), ranges)
     before = run_function(original, module, args)
     after = run_function(optimised, S.Module((optimised,)), args)
     assert len(before) == len(after)

@@ -38,6 +38,23 @@ for _a in ("bf16", "f16"):
     DIMS[f"attn_in_h__A_{_a}"] = DIMS["heads"]
     DIMS[f"attn_cached_h__A_{_a}"] = DIMS[f"attn_window_h__A_{_a}"] = DIMS["attn_cached"]
 
+# paged attention (rows of S sequences over NB blocks of P slots), GPT-2's fused QKV (C = 3 H E), sampling
+PAGED = [dict(N=1, H=1, G=1, E=1, NB=1, P=1, S=1, MB=1), dict(N=5, H=4, G=2, E=3, NB=9, P=3, S=2, MB=4)]
+DIMS["attn_paged"] = DIMS["attn_paged_window"] = PAGED
+for _w in ("f32", "bf16", "f16"):
+    DIMS[f"ln_qkv__W_{_w}"] = [dict(N=1, D=1, H=1, E=1, C=3), dict(N=3, D=17, H=2, E=3, C=18)]
+DIMS["candidates"] = [dict(B=1, V=64), dict(B=3, V=70)]
+DIMS["candidates_k"] = [dict(B=1, V=1, K=1), dict(B=3, V=17, K=5)]
+#: integer parameters' bounds where the defaults (passes_support) do not fit the kernel
+RANGES: dict[str, dict[str, object]] = {
+    "attn_paged": {"blk": "NB", "seq": "S", "pos": lambda d: d["MB"] * d["P"]},
+    "embed_panels": {"ids": lambda d: d["P"] * d["R"]},
+    "embed_pos_panels": {"ids": lambda d: d["P"] * d["R"], "pos": "S"},
+    **{f"embed_pos__W_{w}": {"pos": "S"} for w in ("f32", "bf16", "f16")},
+}
+RANGES["attn_paged_window"] = RANGES["attn_paged"]
+RANGES["pick"] = {"ids": 1000}  # token ids: any integers
+
 #: (ops after inlining, ops after the whole pipeline) of each kernel of std.* and examples/.
 OP_COUNTS: dict[str, tuple[int, int]] = {
     "relu": (1, 1), "gelu": (1, 1), "gelu_tanh": (1, 1), "silu": (1, 1), "sigmoid": (1, 1), "tanh": (1, 1),
@@ -62,6 +79,14 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
     **{f"{k}__A_{a}": v for a in ("bf16", "f16") for k, v in (
         ("norm_h", (3, 2)), ("attn_in_h", (8, 6)), ("attn_cached_h", (8, 6)), ("attn_window_h", (8, 6)),
         ("proj_add_h", (2, 2)), ("swiglu_h", (5, 3)))},
+    "attn_paged": (7, 6), "attn_paged_window": (8, 6),
+    # std.lm: a literal top-64 is lowered to its 64 rounds (each a max and its position over the row)
+    "embed_panels": (1, 1), "penalized": (2, 1), "candidates": (4, 259), "candidates_k": (4, 5), "pick": (9, 9),
+    **{f"{k}__W_{w}": v for w in ("f32", "bf16", "f16") for k, v in (
+        ("embed", (1, 1)), ("head", (4, 3 if w == "f32" else 2)), ("head_ln", (6, 5 if w == "f32" else 4)),
+        ("embed_pos", (1, 1)), ("ln_qkv", (9, 8 if w == "f32" else 7)), ("out_bias", (2, 2)),
+        ("ln_gelu_mlp", (10, 8 if w == "f32" else 6)))},
+    "embed_pos_panels": (1, 1),
 }
 #: Where an example kernel differs from the std one of the same name (examples/attention.ak is causal).
 EXAMPLE_OP_COUNTS: dict[str, tuple[int, int]] = {"attention": (8, 6), "mm": (1, 1)}
@@ -81,7 +106,7 @@ def test_same_results(path: str, name: str) -> None:
     fn = optimise(module, name)
     seed = zlib.crc32(f"{path}:{name}".encode())
     for k, dims in enumerate(DIMS.get(name) or default_dims(module.get(name), seed)):
-        assert_same(module, name, fn, dims, seed + k)
+        assert_same(module, name, fn, dims, seed + k, ranges=RANGES.get(name))
 
 
 @pytest.mark.parametrize("path,name", KERNELS, ids=[_id(pk) for pk in KERNELS])

@@ -425,12 +425,17 @@ def build_kernel(module: ir.Module, ir_name: str, strategy: Any, threads: int = 
 
 
 def cuda_unsupported(plan: KernelPlan) -> str | None:
-    """Why IREE's CUDA pipeline cannot compile ``plan`` (None when it can): a 64-bit integer
+    """Why IREE's CUDA pipeline cannot compile ``plan`` (None when it can): a reduction bounded by a
+    length (spec/language.md §8.11) fails IREE's vector distribution; so does a 64-bit integer
     reduction whose terms are reduced positions (the ``min`` of positions an ``argmax`` becomes,
     spec/codegen.md §1) fails IREE's vector distribution ("failed to distribute"); the i32 form
     compiles, but a position may need 64 bits. The cpu device, and the cuda and triton targets,
     run such kernels."""
     for op in plan.function.ops:
+        if isinstance(op, ir.ReduceOp) and (op.limits or _length_masked(op.body, {a.name for a in op.reduce_axes})):
+            return (f"{plan.name}: the mlir target cannot compile this kernel for device='cuda': IREE's CUDA "
+                    "pipeline does not distribute a reduction bounded by a length (paged attention's); build "
+                    "it for device='cpu', or with the cuda or triton target")
         if not (isinstance(op, ir.ReduceOp) and op.dtype is DType.I64):
             continue
         if _position_valued(op.body, {a.name for a in op.reduce_axes}):
@@ -438,6 +443,19 @@ def cuda_unsupported(plan: KernelPlan) -> str | None:
                     "pipeline does not distribute a 64-bit reduction of positions (an argmax or argmin); "
                     "build it for device='cpu', or with the cuda or triton target")
     return None
+
+
+def _length_masked(e: ir.SExpr, reduced: set[str]) -> bool:
+    """Whether ``e`` compares a reduced position with a value read from an integer tensor (a length
+    bound planned as a mask: ``j < lens[b]``)."""
+    for x in ir.walk(e):
+        if isinstance(x, ir.Binary) and x.op in ir.COMPARISONS:
+            sides = [{y.name for y in ir.walk(side) if isinstance(y, ir.Idx)} for side in (x.a, x.b)]
+            reads = [any(isinstance(y, ir.Load) and y.indices and not y.dtype.is_float for y in ir.walk(side))
+                     for side in (x.a, x.b)]
+            if (sides[0] & reduced and reads[1]) or (sides[1] & reduced and reads[0]):
+                return True
+    return False
 
 
 def _position_valued(e: ir.SExpr, reduced: set[str]) -> bool:

