@@ -124,9 +124,11 @@ class _Chooser:
         self.penalised = how.repetition_penalty != 1.0
         self.seen = torch.zeros(b, model.vocab, dtype=torch.bool, device=model.device)
         self.seen.scatter_(1, ids.to(model.device), True)
-        self.generator = torch.Generator().manual_seed(how.seed) if how.seed is not None else torch.Generator()
+        self.generator = torch.Generator()
         if how.seed is None:
-            self.generator.seed()
+            self.generator.seed()  # a fresh, nondeterministic seed
+        else:
+            self.generator.manual_seed(how.seed)
         self.slots = None if model.vocab >= CANDIDATES else torch.zeros(model.vocab, dtype=torch.int64)
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:

@@ -211,12 +211,9 @@ def read_config(folder: str | os.PathLike[str]) -> Any:
         raise FileNotFoundError(f"{path} has no config.json")
     try:
         config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
-    except (ValueError, TypeError, KeyError, OSError) as err:  # transformers' validators raise their own kinds
-        first = str(err).strip().splitlines()
+    except Exception as err:  # transformers' validators raise their own kinds (StrictDataclassClassValidationError)
         raise ValueError(f"{path / 'config.json'} is not a config transformers accepts: "
-                         f"{first[-1] if first else type(err).__name__}") from None
-    except Exception as err:  # e.g. huggingface_hub's StrictDataclassClassValidationError
-        raise ValueError(f"{path / 'config.json'} is not a config transformers accepts: {err}") from None
+                         f"{str(err).strip() or type(err).__name__}") from None
     return getattr(config, "text_config", None) or config
 
 

@@ -94,12 +94,11 @@ class Rows:
         dev, size = cache.model.device, cache.block_size
         seq = torch.repeat_interleave(torch.arange(len(order)), torch.tensor(counts))
         pos = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, counts)])
-        tables = [cache.tables[s] for s in order]
-        block = torch.tensor([tables[i][p // size] for i, p in zip(seq.tolist(), pos.tolist())], dtype=torch.int64)
         self.cache, self.layer_index = cache, 0
-        self.seq, self.pos = seq.to(dev), pos.to(dev)
-        self.block, self.offset = block.to(dev), (pos % size).to(dev)
         self.blk = cache.table(order)
+        self.seq, self.pos = seq.to(dev), pos.to(dev)
+        # each row's slot: its sequence's block (through the table just built) and the offset in it
+        self.block, self.offset = self.blk[self.seq, self.pos // size].to(torch.int64), self.pos % size
         self.length = 0  # the layer sets it after its call; the cache's lengths are kept by the batch
 
     def attend(self, layer: CompiledLayer, v: dict[str, torch.Tensor]) -> int:
