@@ -42,7 +42,16 @@ def add_commands(sub: Any) -> None:
                            description="Compile kernels and write what the target made.")
     build.add_argument("path", metavar="FILE")
     build.add_argument("--target", default="llvm", help="the target (default: llvm)")
-    build.add_argument("--kernel", help="only this kernel (default: every kernel the file defines)")
+    build.add_argument("--kernel", action="append",
+                       help="only this kernel (default: every kernel the file defines); with --bundle, repeat it "
+                            "for several")
+    build.add_argument("--bundle", metavar="DIR", default=None,
+                       help="llvm: build an ahead-of-time bundle in DIR (a shared library with every strategy "
+                            "variant, its C header and manifest.json), loaded by arke.load_bundle or from C")
+    build.add_argument("--cpu", default=None, help="with --bundle: the CPU to build for (default: this host), e.g. "
+                       "x86-64-v3, sapphirerapids, znver4, neoverse-n1, neoverse-v1")
+    build.add_argument("--triple", default=None, help="with --bundle: the target triple (default: the CPU's), e.g. "
+                       "aarch64-linux-gnu")
     build.add_argument("--emit", choices=EMITS, default="source",
                        help="source: the target's source (LLVM IR, Triton's Python, or MLIR); asm: host assembly; "
                             "obj: object code; ptx, cubin: the triton target's compiled kernels; transform: the "
@@ -114,6 +123,17 @@ def cmd_build(args: argparse.Namespace) -> int:
         target = targets.get(args.target)
     except ValueError as err:
         raise _usage(str(err)) from None
+    kernels = [args.kernel] if isinstance(args.kernel, str) else list(args.kernel or [])
+    if getattr(args, "bundle", None) is None:
+        if getattr(args, "cpu", None) or getattr(args, "triple", None):
+            raise _usage("--cpu and --triple are for bundles: add --bundle DIR")
+        if len(kernels) > 1:
+            raise _usage("--kernel names one kernel, except with --bundle")
+        args.kernel = kernels[0] if kernels else None
+    else:
+        if args.emit != "source" or args.output or args.explain:
+            raise _usage("--bundle DIR writes the whole bundle there: leave out --emit, -o and --explain")
+        return _reporting(args.target, None, None, lambda: target.bundle_command(args, kernels))
     if args.emit not in target.emits:
         raise _usage(f"--emit {args.emit} is for --target {' or '.join(targets.for_emit(args.emit))}; the "
                      f"{target.name} target emits {', '.join(target.emits)}")

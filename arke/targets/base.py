@@ -332,6 +332,10 @@ class Target:
         device, output); returns the exit status, raises :class:`UsageError` for a bad combination."""
         raise UsageError(f"the {self.name} target has no build command")
 
+    def bundle_command(self, args: argparse.Namespace, kernels: list[str]) -> int:
+        """``akc build --target <this> --bundle DIR``: an ahead-of-time bundle of ``kernels`` (all when empty)."""
+        raise UsageError(f"bundles are built for the llvm target; the {self.name} target builds none")
+
 
 def dispatch_extents(dispatch: Dispatch, dims: Mapping[str, int]) -> dict[str, int]:
     """Index name -> its extent at these dims, over every op of a dispatch (axes and reduced indices)."""

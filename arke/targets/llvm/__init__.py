@@ -283,5 +283,10 @@ class LLVMTarget(Target):
 
         return cmd_build_llvm(args)
 
+    def bundle_command(self, args: argparse.Namespace, kernels: list[str]) -> int:
+        from arke.targets.llvm.bundle.cli import cmd_bundle
+
+        return cmd_bundle(args, kernels)
+
 
 TARGET = LLVMTarget()

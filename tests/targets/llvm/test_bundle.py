@@ -1,0 +1,331 @@
+"""Bundles (``akc build --target llvm --bundle``): built here, loaded without the compiler, called from
+Python and from C, and refused when they cannot run.
+
+The stdlib's conformance cases run on bundles of every stdlib module against the interpreter (the
+tolerance rule); std.nn's are bit-identical to ``arke.build``'s kernels. The C guards give the Python
+guards' rules and messages; a process where the compiler cannot be imported loads and runs a bundle.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from bundle_support import as_tensors, compile_example, write_case
+from codegen_support import LAYER_DTYPES, assert_conforms, kernel_names, random_inputs, same_bits, seeded, std_module
+
+import arke
+from arke.lang.checker import stdlib_path
+from arke.runtime.bundle import BundleError, load_bundle
+from arke.runtime.guards import prepare_args
+from arke.runtime.tolerance import results, tolerance
+from arke.targets.llvm.bundle.build import BundleError as BuildError
+from arke.targets.llvm.bundle.build import build_bundle
+
+ROOT = Path(__file__).resolve().parents[3]
+_SPEC = importlib.util.spec_from_file_location("conformance_cases", ROOT / "tests" / "targets" / "test_conformance.py")
+assert _SPEC is not None and _SPEC.loader is not None
+_CONFORMANCE = sys.modules.setdefault("conformance_cases", importlib.util.module_from_spec(_SPEC))
+_SPEC.loader.exec_module(_CONFORMANCE)
+CASES = _CONFORMANCE.CASES
+MODULES = sorted({c.module for c in CASES})
+
+VARIANTS = """
+kernel scale(x: f32[M, N], w: f32[N]) -> f32[M, N] where N % 4 == 0 {
+  return x[m, n] * w[n] + 1.0
+}
+
+kernel pick(x: f32[N], ids: i32[K]) -> f32[K] {
+  return x[ids[k]]
+}
+
+@strategy(scale, target = llvm, when N % 64 == 0) {
+  parallel m
+  vectorize n = 16
+}
+
+@strategy(scale, target = llvm) {
+  parallel m
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return {}
+
+
+def _bundle(cache: dict[str, Path], tmp: pytest.TempPathFactory, module: str) -> Path:
+    if module not in cache:
+        mod = std_module(module)
+        out = tmp.mktemp("bundle") / module
+        build_bundle(mod, out, kernel_names(mod, LAYER_DTYPES))
+        cache[module] = out
+    return cache[module]
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_stdlib_bundle_matches_interpreter(module: str, bundles: dict[str, Path],
+                                           tmp_path_factory: pytest.TempPathFactory) -> None:
+    lib = load_bundle(_bundle(bundles, tmp_path_factory, module))
+    mod = std_module(module)
+    ran = 0
+    for case in (c for c in CASES if c.module == module):
+        if case.member not in lib.kernels:
+            continue  # a specialisation outside LAYER_DTYPES
+        reference = mod.kernels[case.kernel]
+        if case.dtypes:
+            reference = reference.specialise(**case.dtypes)
+        args = random_inputs(reference, case.dims, seeded(case.id), ids=case.ids, ties=case.ties)
+        got = lib.kernels[case.member](*args, **case.scalars)
+        assert_conforms(got, reference, *args, what=f"bundle {case.id}", **case.scalars)
+        ran += 1
+    assert ran, f"no case ran on the bundle of {module}"
+
+
+def test_bundle_is_bit_identical_to_build(bundles: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> None:
+    lib = load_bundle(_bundle(bundles, tmp_path_factory, "std.nn"))
+    mod = std_module("std.nn")
+    jit = arke.build(mod, target="llvm")
+    for case in (c for c in CASES if c.module == "std.nn" and not c.dtypes):
+        args = random_inputs(mod.kernels[case.kernel], case.dims, seeded(case.id), ids=case.ids, ties=case.ties)
+        want = jit.kernels[case.kernel](*args, **case.scalars)
+        for threads in (1, 2, 3):
+            got = lib.kernels[case.kernel](*args, threads=threads, **case.scalars)
+            assert same_bits(got, want), f"{case.id} threads={threads}"
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, arke.Module]:
+    mod = arke.loads(VARIANTS, "<variants>")
+    out = tmp_path_factory.mktemp("variants") / "b"
+    build_bundle(mod, out)
+    return out, mod
+
+
+def test_manifest_records_variants_signature_and_checksums(variants: tuple[Path, arke.Module]) -> None:
+    path, _ = variants
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["format"] == "arke.bundle" and manifest["version"] == 1 and manifest["arch"] == "x86_64"
+    scale = next(k for k in manifest["kernels"] if k["name"] == "scale")
+    assert [v["when"] for v in scale["variants"]] == ["N % 64 == 0", None]
+    assert scale["where"] == ["N % 4 == 0"]
+    assert [p["shape"] for p in scale["params"]] == [["M", "N"], ["N"]]
+    assert set(manifest["files"]) == {"libarke_bundle.so", "arke_bundle.h"}
+    header = (path / "arke_bundle.h").read_text()
+    assert "int arke_scale(const arke_tensor *args" in header and "where N % 4 == 0" in header
+
+
+@pytest.mark.parametrize("n", [4, 64, 4100])
+def test_each_variant_runs(variants: tuple[Path, arke.Module], n: int) -> None:
+    path, mod = variants
+    lib = load_bundle(path)
+    x, w = torch.randn(3, n), torch.randn(n)
+    assert_conforms(lib.scale(x, w), mod.kernels["scale"], x, w)
+
+
+def _error(call: Any) -> arke.GuardError:
+    with pytest.raises(arke.GuardError) as info:
+        call()
+    return info.value
+
+
+def test_c_guards_give_the_python_rules_and_messages(variants: tuple[Path, arke.Module]) -> None:
+    path, mod = variants
+    kernel = load_bundle(path).scale
+    jit = arke.build(mod, target="llvm").scale
+    x, w = torch.randn(3, 8), torch.randn(8)
+    bad = [[x, torch.randn(5)], [torch.randn(3, 6), torch.randn(6)], [torch.randn(8), w], [x.half(), w], [x]]
+    for args in bad:
+        want = _error(lambda args=args: jit(*args))
+        # the library's own guards, with the Python guards bypassed (what a C caller meets)
+        got = _error(lambda args=args: kernel.run_tensors(list(args), [torch.empty(3, 8)], 1))
+        if want.rule in ("missing", "arity"):  # a C call passes every parameter: a count that is not is `arity`
+            assert got.rule == "arity" and "takes 2 arguments (x, w), but 1 were given" in str(got)
+            continue
+        assert (got.rule, got.param, type(got)) == (want.rule, want.param, type(want))
+        if want.rule == "dtype":  # dtypes are named, and the advice given, in the caller's language
+            assert str(got).split(", but")[0] == str(want).split(", but")[0]
+        else:
+            assert str(got) == str(want)
+    out_bad = _error(lambda: kernel.run_tensors([x, w], [torch.empty(3, 9)], 1))
+    assert out_bad.rule == "dim" and out_bad.param == "out"
+    overlap = _error(lambda: kernel.run_tensors([x, w], [x], 1))
+    assert "overlaps" in str(overlap)
+
+
+def test_out_and_a_failing_call(variants: tuple[Path, arke.Module]) -> None:
+    path, mod = variants
+    lib = load_bundle(path)
+    x, w = torch.randn(4, 8), torch.randn(8)
+    out = torch.empty(4, 8)
+    assert lib.scale(x, w, out=out) is out
+    assert same_bits(out, arke.build(mod, target="llvm").scale(x, w))
+    table = torch.randn(10)
+    good = lib.pick(table, torch.tensor([0, 9, 3], dtype=torch.int32))
+    assert torch.equal(good, table[[0, 9, 3]])
+    target = torch.full((3,), 7.0)
+    err = _error(lambda: lib.pick(table, torch.tensor([0, 10, 3], dtype=torch.int32), out=target))
+    assert err.rule == "index"
+    assert torch.equal(target, torch.full((3,), 7.0)), "a failed call wrote its out="
+    assert isinstance(lib.scale(x.numpy(), w.numpy()), np.ndarray)
+
+
+def test_calls_from_several_threads(variants: tuple[Path, arke.Module]) -> None:
+    path, mod = variants
+    lib = load_bundle(path)
+    jit = arke.build(mod, target="llvm").scale
+    x, w = torch.randn(64, 256), torch.randn(256)
+    want = jit(x, w)
+    failures: list[str] = []
+
+    def run() -> None:
+        for _ in range(20):
+            if not same_bits(lib.scale(x, w, threads=2), want):
+                failures.append("differs")
+
+    workers = [threading.Thread(target=run) for _ in range(4)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not failures
+
+
+def _copy(path: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(path, tmp_path / "copy"))
+
+
+def test_refusals(variants: tuple[Path, arke.Module], tmp_path: Path) -> None:
+    path, _ = variants
+    with pytest.raises(BundleError, match="not a bundle folder"):
+        load_bundle(tmp_path)
+    copy = _copy(path, tmp_path)
+    lib = copy / "libarke_bundle.so"
+    data = bytearray(lib.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    lib.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match=r"libarke_bundle\.so does not match its checksum"):
+        load_bundle(copy)
+    shutil.rmtree(copy)
+    for change, message in [({"version": 7}, "format version 7 is unknown"),
+                            ({"features": ["avx512f", "avx9000"]}, "this CPU lacks avx9000"),
+                            ({"arch": "riscv64"}, "built for riscv64"),
+                            ({"format": "zip"}, "not an Arke bundle")]:
+        copy = _copy(path, tmp_path)
+        manifest = json.loads((copy / "manifest.json").read_text())
+        manifest.update(change)
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(BundleError, match=message):
+            load_bundle(copy)
+        shutil.rmtree(copy)
+
+
+def test_build_refusals(tmp_path: Path) -> None:
+    mod = arke.load(ROOT / "examples" / "rmsnorm.ak")
+    with pytest.raises(BuildError, match="--cpu pentium is not one"):
+        build_bundle(mod, tmp_path / "b", cpu="pentium")
+    with pytest.raises(BuildError, match="no kernel `nope`"):
+        build_bundle(mod, tmp_path / "b", ["nope"])
+    with pytest.raises(BuildError, match="is an aarch64 CPU"):
+        build_bundle(mod, tmp_path / "b", cpu="neoverse-n1", triple="x86_64-linux-gnu")
+    assert not (tmp_path / "b").exists()
+
+
+_BLOCKED = """
+import importlib.abc, sys
+BLOCKED = ("llvmlite", "lark", "arke.lang", "arke.passes", "arke.plan", "arke.targets", "arke.tune", "arke.api",
+           "arke.library")
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+            raise ImportError(f"{name} may not be imported to load a bundle")
+sys.meta_path.insert(0, Block())
+import numpy as np, torch, arke
+lib = arke.load_bundle(sys.argv[1])
+x, w = torch.from_numpy(np.load(sys.argv[2])), torch.from_numpy(np.load(sys.argv[3]))
+got = lib.scale(x, w)
+assert torch.equal(got, torch.from_numpy(np.load(sys.argv[4]))), "differs from arke.build"
+try:
+    lib.scale(x, w[:4])
+except arke.ShapeError as err:
+    print(err)
+print("loaded without", [m for m in sys.modules if m.startswith(BLOCKED)])
+"""
+
+
+def test_loads_and_runs_without_the_compiler(variants: tuple[Path, arke.Module], tmp_path: Path) -> None:
+    path, mod = variants
+    x, w = torch.randn(5, 64), torch.randn(64)
+    for name, value in [("x", x), ("w", w), ("want", arke.build(mod, target="llvm").scale(x, w))]:
+        np.save(tmp_path / f"{name}.npy", value.numpy())
+    done = subprocess.run([sys.executable, "-c", _BLOCKED, str(path), *(str(tmp_path / f"{n}.npy")
+                                                                        for n in ("x", "w", "want"))],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "N = 64 from `x` axis 1, but `w` axis 0 has 4" in done.stdout
+    assert "loaded without []" in done.stdout
+
+
+def _case_file(mod: arke.Module, name: str, dims: dict[str, int], at: Path, **scalars: Any) -> Path:
+    kernel = mod.kernels[name]
+    args = random_inputs(kernel, dims, seeded("c", name, dims))
+    prepared, _, _ = prepare_args(kernel.function, args, scalars)
+    want = as_tensors(results(kernel(*args, **scalars)))
+    return write_case(at, list(prepared.values()), want, tolerance(kernel, args, scalars))
+
+
+C_CASES = [("examples/rmsnorm.ak", "rmsnorm", {"M": 3, "N": 4097}), ("examples/matmul.ak", "mm", {"M": 3, "K": 33,
+                                                                                                    "N": 17})]
+
+
+def _run_c(cases: list[tuple[str, str, dict[str, int]]], tmp_path: Path, cpu: str | None, compiler: str,
+           runner: list[str]) -> None:
+    for source, name, dims in cases:
+        mod = arke.load(ROOT / source)
+        bundle = tmp_path / f"{name}-bundle"
+        build_bundle(mod, bundle, [name], cpu=cpu)
+        exe = compile_example(bundle, tmp_path / f"run_{name}", compiler)
+        case = _case_file(mod, name, dims, tmp_path / f"{name}.case")
+        for threads in ("1", "2"):
+            done = subprocess.run([*runner, str(exe), str(bundle), name, str(case), threads], capture_output=True,
+                                  text=True, timeout=300)
+            assert done.returncode == 0 and done.stdout.startswith("ok"), done.stdout + done.stderr
+
+
+def test_c_example_runs_a_bundle(tmp_path: Path) -> None:
+    if not shutil.which("cc"):
+        pytest.skip("no C compiler (cc) here")
+    _run_c(C_CASES, tmp_path, None, "cc", [])
+    # a bad call from C: the Python guards' rule and message
+    mod = arke.load(ROOT / "examples" / "rmsnorm.ak")
+    bundle = tmp_path / "rmsnorm-bundle"
+    x, w, eps = torch.randn(3, 8), torch.randn(5), torch.tensor(1e-6)
+    case = write_case(tmp_path / "bad.case", [x, w, eps], [torch.empty(3, 8)], [None])
+    done = subprocess.run([str(tmp_path / "run_rmsnorm"), str(bundle), "rmsnorm", str(case)], capture_output=True,
+                          text=True, timeout=60)
+    want = _error(lambda: arke.build(mod, target="llvm").rmsnorm(x, w))
+    assert done.returncode == 3 and done.stdout.strip() == f"error 2 dim: {want}"
+
+
+QEMU_CASES = [*C_CASES, (str(stdlib_path("std.nn")), "softmax", {"M": 5, "N": 33}),
+              (str(stdlib_path("std.nn")), "gelu", {"M": 3, "N": 4097}),
+              (str(stdlib_path("std.nn")), "linear", {"M": 2, "K": 129, "N": 33})]
+
+
+@pytest.mark.parametrize("cpu", ["neoverse-n1", "neoverse-v1"])
+def test_aarch64_bundle_runs_under_qemu(cpu: str, tmp_path: Path) -> None:
+    missing = [t for t in ("qemu-aarch64", "aarch64-linux-gnu-gcc") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (Debian: qemu-user, gcc-aarch64-linux-gnu; "
+                    "make setup installs them where it may)")
+    _run_c(QEMU_CASES, tmp_path, cpu, "aarch64-linux-gnu-gcc", ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])
