@@ -23,7 +23,9 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/python examples/demo.py
 
+# scripts/cross-tools.sh: qemu-user and the AArch64 cross compiler for the bundle tests (apt, as root)
 test: setup
+	sh scripts/cross-tools.sh
 	$(BIN)/python -m pytest -q -n auto
 
 lint: setup

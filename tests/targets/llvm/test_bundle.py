@@ -329,3 +329,44 @@ def test_aarch64_bundle_runs_under_qemu(cpu: str, tmp_path: Path) -> None:
         pytest.skip(f"{', '.join(missing)} not installed (Debian: qemu-user, gcc-aarch64-linux-gnu; "
                     "make setup installs them where it may)")
     _run_c(QEMU_CASES, tmp_path, cpu, "aarch64-linux-gnu-gcc", ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])
+
+
+DIM_PARAMS = """
+kernel group_norm(x: f32[B, C, L], w: f32[C], b: f32[C], G: dim = 32, eps: f32 = 1e-5)
+  -> f32[B, C, L] where C % G == 0
+{
+  let cg = C / G
+  xg[n, g, c, l]: f32[B, G, cg, L] = x[n, g * cg + c, l]
+  mu[n, g] = mean(xg[n, g, c, l] for c, l)
+  var[n, g] = mean((xg[n, g, c, l] - mu[n, g]) ** 2 for c, l)
+  return (x[n, ch, l] - mu[n, ch / cg]) * rsqrt(var[n, ch / cg] + eps) * w[ch] + b[ch]
+}
+
+kernel last_k(x: f32[T, N], K: dim) -> f32[T, K] where K <= N {
+  return x[t, N - K + k] * f32(K)
+}
+
+kernel grid(S: dim, K: dim = 3) -> y: i64[S, K] {
+  y[s, k] = s * K + k
+}
+"""
+
+
+def test_dim_parameters_and_scalars(tmp_path: Path) -> None:
+    mod = arke.loads(DIM_PARAMS, "<dims>")
+    build_bundle(mod, tmp_path / "b")
+    lib, jit = load_bundle(tmp_path / "b"), arke.build(mod, target="llvm")
+    x, w, b = torch.randn(3, 64, 17), torch.randn(64), torch.randn(64)
+    for groups in (1, 4, 32):
+        assert same_bits(lib.group_norm(x, w, b, groups), jit.group_norm(x, w, b, groups))
+    assert same_bits(lib.group_norm(x, w, b, eps=0.5), jit.group_norm(x, w, b, eps=0.5))
+    t = torch.randn(4, 4097)
+    assert same_bits(lib.last_k(t, 5), jit.last_k(t, 5))
+    assert torch.equal(torch.as_tensor(lib.grid(4, K=torch.tensor(2))), torch.as_tensor(jit.grid(4, K=2)))
+    bad = [lambda k: k.group_norm(x, w, b, 0), lambda k: k.group_norm(x, w, b, 5),
+           lambda k: k.group_norm(x, w, b, eps="big"), lambda k: k.group_norm(x, w, b, 4, True),
+           lambda k: k.last_k(t, 5000), lambda k: k.group_norm(x, w), lambda k: k.group_norm(x, w, b, G=2, g=3),
+           lambda k: k.grid(2.5), lambda k: k.group_norm(x.numpy().astype(np.float64), w, b)]
+    for call in bad:
+        want, got = _error(lambda call=call: call(jit)), _error(lambda call=call: call(lib))
+        assert (type(got), got.rule, got.param, str(got)) == (type(want), want.rule, want.param, str(want))

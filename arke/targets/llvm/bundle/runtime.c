@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,54 +113,79 @@ int ak_amx_permit(void) {
 /* ---------------------------------------------------------------- the worker pool
  * A job is one dispatch cut into `chunks` static, contiguous chunks of [0, n) (chunk k is
  * [k*n/chunks, (k+1)*n/chunks), as the JIT runtime cuts them: reductions never cross a chunk, so
- * results do not depend on the thread count). The caller runs chunks too; workers claim the rest. */
+ * results do not depend on the thread count). The caller publishes the job and runs chunks too;
+ * workers claim the rest. A claim is a compare-and-swap on one word holding the job's generation
+ * and its next chunk, so a worker that wakes late never claims a chunk of a job it did not read;
+ * jobs alternate between two slots, so the one a late worker reads is never being rewritten while
+ * its claim could still succeed. After a job a worker spins on the word for a while (a decode step
+ * posts jobs back to back), then sleeps on a condition variable until the next job wakes it. */
 
 #define AK_MAX_WORKERS 1024
+#define AK_SPINS 20000
 
-static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t pool_go = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t pool_done = PTHREAD_COND_INITIALIZER;
-static pthread_mutex_t call_mu = PTHREAD_MUTEX_INITIALIZER;  /* one job on the pool at a time */
-static int pool_workers = 0;
-static int64_t pool_gen = 0;
-
-static struct {
+typedef struct {
     ak_entry fn;
     void **bufs;
     const int64_t *dims;
-    int64_t n, chunks, next, running;
+    int64_t n, chunks, scratch_bytes;
     int64_t *errors;
     char *scratch;
-    int64_t scratch_bytes;
-} job;
+    _Atomic int64_t done;
+} ak_job;
 
-static void run_chunk(int64_t k) {
-    int64_t lo = k * job.n / job.chunks, hi = (k + 1) * job.n / job.chunks;
-    job.fn(job.bufs, job.dims, lo, hi, job.errors + k,
-           job.scratch ? job.scratch + k * job.scratch_bytes : NULL);
+static ak_job jobs[2];
+static _Atomic uint64_t ticket;      /* generation << 32 | next chunk */
+static _Atomic int sleepers;
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_go = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t call_mu = PTHREAD_MUTEX_INITIALIZER;  /* one job on the pool at a time */
+static int pool_workers = 0;
+
+static inline void relax(void) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
 }
 
-/* Claim and run chunks until none is left; pool_mu is held on entry and on return. */
-static void drain(void) {
-    while (job.next < job.chunks) {
-        int64_t k = job.next++;
-        job.running++;
-        pthread_mutex_unlock(&pool_mu);
-        run_chunk(k);
-        pthread_mutex_lock(&pool_mu);
-        job.running--;
+/* Claim and run chunks of generation `gen` until none is left. */
+static void work(uint64_t gen) {
+    ak_job *job = &jobs[gen & 1];
+    for (;;) {
+        uint64_t seen = atomic_load(&ticket);
+        if ((seen >> 32) != gen) return;
+        int64_t k = (int64_t)(seen & 0xffffffffu), chunks = job->chunks;
+        if (k >= chunks) return;
+        ak_entry fn = job->fn;
+        void **bufs = job->bufs;
+        const int64_t *dims = job->dims;
+        int64_t n = job->n, width = job->scratch_bytes;
+        int64_t *errors = job->errors;
+        char *scratch = job->scratch;
+        if (!atomic_compare_exchange_weak(&ticket, &seen, seen + 1)) continue;
+        fn(bufs, dims, k * n / chunks, (k + 1) * n / chunks, errors + k, scratch ? scratch + k * width : NULL);
+        atomic_fetch_add(&job->done, 1);
     }
-    if (job.running == 0) pthread_cond_broadcast(&pool_done);
 }
 
 static void *worker(void *unused) {
     (void)unused;
-    pthread_mutex_lock(&pool_mu);
-    int64_t seen = pool_gen;
+    uint64_t gen = atomic_load(&ticket) >> 32;
     for (;;) {
-        while (pool_gen == seen) pthread_cond_wait(&pool_go, &pool_mu);
-        seen = pool_gen;
-        drain();
+        int spins = 0;
+        uint64_t now;
+        while ((now = atomic_load(&ticket) >> 32) == gen) {
+            if (spins++ < AK_SPINS) { relax(); continue; }
+            pthread_mutex_lock(&pool_mu);
+            atomic_fetch_add(&sleepers, 1);
+            while ((atomic_load(&ticket) >> 32) == gen) pthread_cond_wait(&pool_go, &pool_mu);
+            atomic_fetch_sub(&sleepers, 1);
+            pthread_mutex_unlock(&pool_mu);
+            spins = 0;
+        }
+        gen = now;
+        work(gen);
     }
     return NULL;
 }
@@ -195,15 +221,20 @@ int ak_run(ak_entry fn, void **bufs, const int64_t *dims, int64_t n, int64_t chu
         return ARKE_OK;
     }
     pthread_mutex_lock(&call_mu);
-    pthread_mutex_lock(&pool_mu);
     grow_pool((int)chunks - 1);
-    job.fn = fn; job.bufs = bufs; job.dims = dims; job.n = n; job.chunks = chunks; job.next = 0;
-    job.running = 0; job.errors = errors; job.scratch = scratch; job.scratch_bytes = scratch_bytes;
-    pool_gen++;
-    pthread_cond_broadcast(&pool_go);
-    drain();
-    while (job.running > 0 || job.next < job.chunks) pthread_cond_wait(&pool_done, &pool_mu);
-    pthread_mutex_unlock(&pool_mu);
+    uint64_t gen = (atomic_load(&ticket) >> 32) + 1;
+    ak_job *job = &jobs[gen & 1];
+    job->fn = fn; job->bufs = bufs; job->dims = dims; job->n = n; job->chunks = chunks;
+    job->scratch_bytes = scratch_bytes; job->errors = errors; job->scratch = scratch;
+    atomic_store(&job->done, 0);
+    atomic_store(&ticket, gen << 32);  /* publishes the job: its fields were written first */
+    if (atomic_load(&sleepers) > 0) {
+        pthread_mutex_lock(&pool_mu);
+        pthread_cond_broadcast(&pool_go);
+        pthread_mutex_unlock(&pool_mu);
+    }
+    work(gen);
+    while (atomic_load(&job->done) < chunks) relax();
     pthread_mutex_unlock(&call_mu);
     free(scratch);
     return ARKE_OK;
@@ -219,10 +250,10 @@ int64_t ak_nbytes(const arke_tensor *t) {
 static void forget_pool(void) {
     /* a forked child has none of the pool's threads: it starts a pool of its own */
     pool_workers = 0;
+    atomic_store(&sleepers, 0);
     pthread_mutex_init(&pool_mu, NULL);
     pthread_mutex_init(&call_mu, NULL);
     pthread_cond_init(&pool_go, NULL);
-    pthread_cond_init(&pool_done, NULL);
 }
 
 __attribute__((constructor)) static void ak_init(void) { pthread_atfork(NULL, NULL, forget_pool); }
