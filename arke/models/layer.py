@@ -189,7 +189,7 @@ class CompiledLayer:
             q, scale = quantize_int8(w)
             into[name], into[name + "_s"] = q.to(self.device), scale.to(self.device)
         elif self.nr:  # f32 on the CPU: packed into the contraction kernels' panels, once
-            from arke.targets.llvm.panels import pack_panels
+            from arke.runtime.panels import pack_panels
 
             into[name] = pack_panels(w, self.nr)
             self.packed_weights = True
@@ -207,7 +207,7 @@ class CompiledLayer:
             scales = into.pop(tag + "_s")
             into[tag + ".g_s"], into[tag + ".u_s"] = scales[:f], scales[f:]
         if self.nr:
-            from arke.targets.llvm.panels import pack_panels, register_panels
+            from arke.runtime.panels import pack_panels, register_panels
 
             if f % self.nr:
                 into[tag + ".g"], into[tag + ".u"] = pack_panels(dense[:f], self.nr), pack_panels(dense[f:], self.nr)

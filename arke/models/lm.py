@@ -102,7 +102,7 @@ class CausalLM:
         and the panels as ``[P, D, R]`` for ``embed_panels`` (None: not packed)."""
         if not nr or w.dtype != torch.float32:
             return w.to(self.device).contiguous(), None
-        from arke.targets.llvm.panels import pack_panels
+        from arke.runtime.panels import pack_panels
 
         packed = pack_panels(w.contiguous(), nr)
         p = -(-self.vocab // nr)

@@ -30,6 +30,7 @@ import torch
 
 from arke.runtime.errors import GuardError
 from arke.runtime.limits import check_tensor_kind, check_threads, refuse_huge_broadcast
+from arke.runtime.panels import _PANELS, VNNI_KEY, panels_of
 from arke.runtime.pool import BufferPool, evict_oldest
 
 #: The manifest's ``format`` and the newest ``version`` this Arke reads.
@@ -52,7 +53,8 @@ class BundleError(RuntimeError):
 
 class _Tensor(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64))]
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("layout", ctypes.c_int32), ("reserved", ctypes.c_int32)]
 
 
 class _Error(ctypes.Structure):
@@ -425,4 +427,6 @@ _NP_TO_ARKE = {"bool": "bool", "int8": "i8", "int32": "i32", "int64": "i64", "ui
 def _tensor(t: torch.Tensor, keep: list[Any]) -> _Tensor:
     shape = (ctypes.c_int64 * max(1, t.dim()))(*t.shape)
     keep.append(shape)
-    return _Tensor(t.data_ptr(), _BY_TORCH.get(t.dtype, -1), t.dim(), shape, None)
+    key = panels_of(t) if _PANELS else None  # prepacked weights: the kernels read their panels
+    layout = 0 if key is None else -1 if key == VNNI_KEY else int(key)
+    return _Tensor(t.data_ptr(), _BY_TORCH.get(t.dtype, -1), t.dim(), shape, None, layout, 0)

@@ -53,6 +53,7 @@ static void read_tensor(FILE *f, arke_tensor *t) {
     must_read(shape, 8 * (size_t)t->ndim, f);
     t->shape = shape;
     t->strides = NULL;
+    t->layout = t->reserved = 0;
     size_t bytes = (size_t)(count(t) * ELEMENT[t->dtype]);
     t->data = malloc(bytes ? bytes : 1);
     must_read(t->data, bytes, f);

@@ -370,3 +370,18 @@ def test_dim_parameters_and_scalars(tmp_path: Path) -> None:
     for call in bad:
         want, got = _error(lambda call=call: call(jit)), _error(lambda call=call: call(lib))
         assert (type(got), got.rule, got.param, str(got)) == (type(want), want.rule, want.param, str(want))
+
+
+def test_prepacked_panels(bundles: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> None:
+    from arke.runtime.panels import pack_panels
+    from arke.targets.llvm.jit import host_panel_width
+
+    lib = load_bundle(_bundle(bundles, tmp_path_factory, "std.nn"))
+    jit = arke.build(std_module("std.nn"), target="llvm")
+    x, w = torch.randn(37, 129), torch.randn(4097, 129)
+    packed = pack_panels(w, host_panel_width())
+    want = jit.linear(x, w)
+    assert same_bits(lib.linear(x, packed), jit.linear(x, packed))
+    assert same_bits(lib.linear(x, packed), want) or torch.allclose(lib.linear(x, packed), want, atol=1e-4)
+    err = _error(lambda: lib.add(packed, packed[0]))
+    assert err.rule == "dim" and "holds prepacked panels" in str(err)

@@ -7,7 +7,9 @@
  * args:    one tensor per parameter, in declaration order. A scalar parameter is a tensor of rank 0
  *          whose data points at one value of the parameter's dtype; a dim parameter (`G: dim`) is a
  *          rank-0 ARKE_I64 tensor. Tensors are dense and row-major: `strides` is NULL, or the
- *          row-major strides (in elements) of `shape`.
+ *          row-major strides (in elements) of `shape`. `layout` is 0, or, for a weight [N, K] that a
+ *          contraction reads prepacked, its panels: nr > 0 for f32 panels [ceil(N/nr)][K][nr], -1 for
+ *          VNNI panels (arke.runtime.panels packs both); a kernel that cannot read them refuses them.
  * results: one tensor per result, allocated by the caller with the result's shape and dtype
  *          (arke_<kernel>_result_shape says which); they may not overlap the arguments.
  * threads: worker threads (0: one per core the process may run on).
@@ -41,6 +43,8 @@ typedef struct arke_tensor {
     int32_t ndim;
     const int64_t *shape;    /* ndim sizes */
     const int64_t *strides;  /* NULL (row-major), or ndim strides in elements */
+    int32_t layout;          /* 0: row-major; nr > 0: f32 panels of width nr; -1: VNNI panels */
+    int32_t reserved;        /* 0 */
 } arke_tensor;
 
 enum {

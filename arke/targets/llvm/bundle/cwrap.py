@@ -237,6 +237,7 @@ def _runner(k: str, name: str, fn: S.Function, dims: list[str], j: int, v: Varia
                      + _error("ARKE_ERR_RUNTIME", "memory", None, name, f"cannot allocate buffer `{buf.name}`")
                      + "; goto done; } }")
     extents = [c_dim(x.extent_dim) if x.extent_dim is not None else "INT64_C(1)" for x in _launch_dims(launches)]
+    L += _panel_words(name, fn, v, params)
     L.append(f"    int64_t n[{max(1, nl)}] = {{{', '.join(extents) or '1'}}};")
     scratch = [f"ak_mul(8, {c_dim(x.scratch_dim)}, &bad)" if x.scratch_dim is not None else "INT64_C(0)"
                for x in _launch_dims(launches)]
@@ -268,6 +269,43 @@ def _runner(k: str, name: str, fn: S.Function, dims: list[str], j: int, v: Varia
     L += ["done:", f"    for (int i = 0; i < {max(nb, 1)}; i++) free(own[i]);", "    free(errors);",
           "    return rc;", "}", ""]
     return L
+
+
+def _layout_code(key: str) -> int:
+    return -1 if key == "vnni" else int(key)
+
+
+def _panel_words(name: str, fn: S.Function, v: Variant, params: dict[str, int]) -> list[str]:
+    """Prepacked panels (a parameter whose ``layout`` is not 0): each dispatch that can read them gets their
+    address in its dims word (as the JIT runtime passes them); one that cannot is refused the call."""
+    plan, base = v.plan, len(v.plan.dims)
+    reads = {int(key.split(".")[1]): value.split(",") for key, value in v.artifact.meta.items()
+             if key.startswith("panels.")}
+    lines = []
+    for i, buf in enumerate(plan.buffers):
+        if buf.role != "param" or len(buf.shape) != 2:
+            if buf.role == "param":
+                lines.append(f"    if (a[{params[buf.name]}].layout != 0) {{ rc = " + _error(
+                    "ARKE_ERR_SHAPE", "dim", buf.name, name, f"`{buf.name}` holds prepacked panels, which no dispatch "
+                    "of this kernel reads; pass it row-major (layout 0)") + "; goto done; }")
+            continue
+        p = params[buf.name]
+        for x, launch in enumerate(v.artifact.launches):
+            if i not in launch.buffers:
+                continue
+            found = reads.get(x)
+            if found is not None and int(found[0]) == i:
+                lines.append(f"    if (a[{p}].layout == {_layout_code(found[1])}) words[{base + x}] = "
+                             f"(int64_t)(intptr_t)a[{p}].data;")
+                lines.append(f"    else if (a[{p}].layout != 0) {{ rc = " + _error(
+                    "ARKE_ERR_SHAPE", "dim", buf.name, name, f"`{buf.name}` holds prepacked panels (layout {P}d), "
+                    f"which dispatch {x} cannot read (it reads layout {found[1]})", f"(int)a[{p}].layout")
+                    + "; goto done; }")
+            else:
+                lines.append(f"    if (a[{p}].layout != 0) {{ rc = " + _error(
+                    "ARKE_ERR_SHAPE", "dim", buf.name, name, f"`{buf.name}` holds prepacked panels (layout {P}d), "
+                    f"which dispatch {x} cannot read", f"(int)a[{p}].layout") + "; goto done; }")
+    return lines
 
 
 @dataclass(frozen=True)
