@@ -130,7 +130,7 @@ class CompiledLayer:
             if self.plan:
                 module = dataclasses.replace(module, strategies=sir.StrategySet((*self.plan,
                                                                                  *module.strategies.strategies)))
-        self.module = module
+        self.module: Any = module
         if self.backend is None:
             kernels = module.kernels
 
@@ -149,10 +149,29 @@ class CompiledLayer:
         self.nr = 0 if self.backend is None else self.backend.panel_width(weights_dtype)
         self.packed_weights = False  # whether some weights are held in a contraction's prepacked panels
         self.weights = self._pack(weights)
+        self._start(call)
+
+    def _start(self, call: Any) -> None:
         self._bind(call)
         self._shapes: dict[tuple[int, int], _Shape] = {}
         self._lock = threading.Lock()
         self._calling = threading.Lock()
+
+    @classmethod
+    def restore(cls, config: LayerConfig, weights: dict[str, torch.Tensor], call: Any, *, target: str, max_seq: int,
+                weights_dtype: str, name: str, nr: int, act_dtype: torch.dtype | None = None) -> CompiledLayer:
+        """A layer of a model bundle (:mod:`arke.models.bundle`): ``call(name, **dtypes)`` gives each kernel, and
+        ``weights`` are as :meth:`_pack` left them (panels registered). Nothing is compiled or packed."""
+        from arke.runtime.panels import panels_of
+
+        self = cls.__new__(cls)
+        if act_dtype is not None:
+            self.act_dtype = act_dtype
+        self.config, self.target, self.max_seq, self.kind, self.name = config, target, max_seq, weights_dtype, name
+        self.backend, self.device, self.threads, self.plan, self.module = None, torch.device("cpu"), None, (), None
+        self.nr, self.weights, self.packed_weights = nr, weights, any(panels_of(w) for w in weights.values())
+        self._start(call)
+        return self
 
     #: the dtype of the activations between kernels and of the KV cache
     act_dtype = torch.float32
@@ -481,6 +500,8 @@ class CompiledLayer:
 
     def dispatches(self, batch: int, tokens: int) -> list[str]:
         """The kernels a call of this shape runs, each with its fused dispatches (after fusion)."""
+        if self.module is None:
+            return ["every kernel from a bundle (its own plans: akc build --bundle)"]
         if self.backend is None:
             return ["every kernel on the reference interpreter"]
         lines = []

@@ -97,6 +97,24 @@ class CausalLM:
         self._lock = threading.Lock()
         self.stats: dict[str, float] = {}  # the last generation's throughput (arke.models.generate)
 
+    @classmethod
+    def restore(cls, name: str, layers: Sequence[CompiledLayer], kernels: Any, *, eps: float, vocab: int, hidden: int,
+                head: torch.Tensor, embed: torch.Tensor | None, panels: torch.Tensor | None, norm: torch.Tensor,
+                norm_bias: torch.Tensor | None, positions: torch.Tensor | None, tied: bool) -> CausalLM:
+        """A model of a bundle (:mod:`arke.models.bundle`): its layers, its kernels (``kernels[name](*args)``)
+        and its weights as a built model holds them (the head packed). Nothing is compiled or packed."""
+        self = cls.__new__(cls)
+        first = layers[0]
+        self.name, self.layers, self.eps, self.tied = name, list(layers), float(eps), tied
+        self.target, self.max_seq, self.device = first.target, first.max_seq, first.device
+        self.vocab, self.hidden, self._kernels = vocab, hidden, kernels
+        self.kind = first.kind if first.kind in ("bf16", "f16") else "f32"
+        self.head, self.embed, self.panels, self.norm = head, embed, panels, norm
+        self.norm_bias, self.positions = norm_bias, positions
+        self._lock = threading.Lock()
+        self.stats = {}
+        return self
+
     def _pack_head(self, w: torch.Tensor, nr: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The head's weight as the contraction reads it (packed once into f32 panels where the target does),
         and the panels as ``[P, D, R]`` for ``embed_panels`` (None: not packed)."""
@@ -212,6 +230,12 @@ class CausalLM:
         from arke.models.generate import stream
 
         return stream(self, input_ids, max_new_tokens, **options)
+
+    def save_bundle(self, path: Any) -> Any:
+        """Save this model to run without the compiler (:func:`arke.models.bundle.save_bundle`); the folder's path."""
+        from arke.models.bundle import save_bundle
+
+        return save_bundle(self, path)
 
     def call(self, name: str, *args: Any) -> Any:
         """Run one of the model's own kernels (std.lm, std.nn; a generic one picks its weights' dtype), its

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import platform
+import tempfile
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -125,6 +126,23 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     return manifest
 
 
+def _by_content(library: Path, digest: str) -> str:
+    """A path naming ``library`` by its sha256, to dlopen: the dynamic loader returns an already loaded
+    library for a path it has seen, so a bundle rebuilt in place would otherwise run its old code."""
+    folder = Path(tempfile.gettempdir()) / f"arke-bundles-{os.getuid()}"
+    link = folder / f"{digest}.so"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        if folder.stat().st_uid != os.getuid():
+            return str(library)  # someone else's folder: not trusted with the link
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(library.resolve())
+    except OSError:
+        return str(library)  # no link here: the path itself (right unless rebuilt in this process)
+    return str(link)
+
+
 def load_bundle(path: str | os.PathLike[str]) -> Bundle:
     """Load the bundle at ``path``: a library whose kernels are called like ``arke.build``'s
     (positional or keyword arguments, ``threads=``, ``out=``; the same guards and results)."""
@@ -137,7 +155,7 @@ class Bundle:
     def __init__(self, path: Path, manifest: dict[str, Any]):
         self.path, self.manifest = path, manifest
         try:
-            self._lib = ctypes.CDLL(str(path / manifest["library"]))
+            self._lib = ctypes.CDLL(_by_content(path / manifest["library"], manifest["files"][manifest["library"]]))
         except OSError as err:
             raise _fail(path, f"the library cannot be loaded ({err})") from None
         abi = self._lib.arke_bundle_abi_version

@@ -385,3 +385,13 @@ def test_prepacked_panels(bundles: dict[str, Path], tmp_path_factory: pytest.Tem
     assert same_bits(lib.linear(x, packed), want) or torch.allclose(lib.linear(x, packed), want, atol=1e-4)
     err = _error(lambda: lib.add(packed, packed[0]))
     assert err.rule == "dim" and "holds prepacked panels" in str(err)
+
+
+def test_a_bundle_rebuilt_in_place_loads_its_new_code(tmp_path: Path) -> None:
+    first = arke.loads("kernel f(x: f32[N]) -> f32[N] { return x[n] + 1.0 }", "<one>")
+    second = arke.loads("kernel f(x: f32[N]) -> f32[N] { return x[n] * 2.0 }", "<two>")
+    x = torch.arange(4.0)
+    build_bundle(first, tmp_path / "b")
+    assert torch.equal(load_bundle(tmp_path / "b").f(x), x + 1)
+    build_bundle(second, tmp_path / "b")
+    assert torch.equal(load_bundle(tmp_path / "b").f(x), x * 2)

@@ -1,0 +1,82 @@
+"""Model bundles (arke.models.save_bundle / load_bundle): a whole model saved with its kernels, plan and packed
+weights, loaded where the compiler cannot be imported, and generating token for token as the original."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_causal_lm import VOCAB, loaded, prompt
+
+import arke.models
+from arke.runtime.bundle import BundleError
+from arke.runtime.tolerance import same_bits
+
+_NO_COMPILER = """
+import importlib.abc, sys
+BLOCKED = ("llvmlite", "lark", "arke.lang", "arke.passes", "arke.plan", "arke.targets", "arke.tune", "arke.api",
+           "arke.library", "transformers")
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+            raise ImportError(f"{name} may not be imported to run a model bundle")
+sys.meta_path.insert(0, Block())
+import torch, arke.models
+model = arke.models.load_bundle(sys.argv[1])
+ids = torch.load(sys.argv[2])
+out = model.generate(ids, 32)
+batch = model.generate([ids[0, :3].tolist(), ids[0].tolist()], 8)
+torch.save({"tokens": out, "batch": batch}, sys.argv[3])
+print("ran without", [m for m in sys.modules if m.startswith(BLOCKED)])
+"""
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "mixtral"])
+def test_a_model_bundle_generates_token_for_token_without_the_compiler(arch: str, tmp_path: Path) -> None:
+    model = loaded(arch)
+    folder = model.save_bundle(tmp_path / "model")
+    ids = prompt(7, seed=3)
+    torch.save(ids, tmp_path / "ids.pt")
+    done = subprocess.run([sys.executable, "-c", _NO_COMPILER, str(folder), str(tmp_path / "ids.pt"),
+                           str(tmp_path / "out.pt")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ran without []" in done.stdout
+    got = torch.load(tmp_path / "out.pt")
+    assert torch.equal(got["tokens"], model.generate(ids, 32))
+    want_batch = model.generate([ids[0, :3].tolist(), ids[0].tolist()], 8)
+    assert all(torch.equal(g, w) for g, w in zip(got["batch"], want_batch, strict=True))
+    # in this process too: the same logits, bit for bit
+    again = arke.models.load_bundle(folder)
+    want = model(ids, model.new_cache(1), every_token=True)
+    assert same_bits(again(ids, again.new_cache(1), every_token=True), want)
+    record = json.loads((folder / "model.json").read_text())
+    assert record["kv_cache"]["kv_heads"] == model.layers[0].config.kv_heads
+    assert record["decode_step"]["dispatches"] and len(record["layers"]) == len(model.layers)
+
+
+def test_a_changed_or_foreign_model_bundle_is_refused(tmp_path: Path) -> None:
+    folder = loaded("llama").save_bundle(tmp_path / "model")
+    with pytest.raises(BundleError, match="not a model bundle"):
+        arke.models.load_bundle(tmp_path)
+    copy = Path(shutil.copytree(folder, tmp_path / "copy"))
+    weights = copy / "weights.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match=r"weights\.safetensors does not match its checksum"):
+        arke.models.load_bundle(copy)
+    shutil.rmtree(copy)
+    copy = Path(shutil.copytree(folder, tmp_path / "copy"))
+    record = json.loads((copy / "model.json").read_text())
+    record["version"] = 9
+    (copy / "model.json").write_text(json.dumps(record))
+    with pytest.raises(BundleError, match="format version 9 is unknown"):
+        arke.models.load_bundle(copy)
+    model = arke.models.load_bundle(folder)
+    with pytest.raises(arke.GuardError, match="vocabulary"):
+        model.generate([[VOCAB + 1]], 2)
