@@ -118,20 +118,22 @@ def save_bundle(model: CausalLM, path: str | os.PathLike[str]) -> Path:
     from safetensors.torch import save_file
 
     import arke
+    from arke.models.layer import REFERENCE
     from arke.models.lm import LM_SOURCE
-    from arke.targets.llvm.bundle.build import build_bundle
+    from arke.targets import base as targets
 
-    if model.target != "llvm":
-        raise ValueError(f"model bundles hold llvm kernels; this model was built for {model.target}")
+    target = targets.get(model.target) if model.target != REFERENCE else None
+    if target is None:
+        raise ValueError("a model on the reference interpreter has no kernels to bundle: build it for a target")
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         first = model.layers[0]
         calls = _layer_calls(first)
-        build_bundle(first.module, stage / "layer", sorted(set(calls.values())))
+        target.build_bundle(first.module, stage / "layer", sorted(set(calls.values())))
         lm_module = arke.loads(LM_SOURCE, "<causal lm>")
-        build_bundle(lm_module, stage / "lm", _lm_members(lm_module, model.kind))
+        target.build_bundle(lm_module, stage / "lm", _lm_members(lm_module, model.kind))
         tensors = _Storages()
         for i, layer in enumerate(model.layers):
             for name, w in layer.weights.items():
@@ -164,7 +166,7 @@ def _record(model: CausalLM, calls: dict[str, str], refs: dict[str, dict[str, An
     c = first.config
     decode = first.memory(1, 1)
     return {
-        "format": FORMAT, "version": VERSION, "arke": arke.__version__, "name": model.name,
+        "format": FORMAT, "version": VERSION, "arke": arke.__version__, "name": model.name, "target": model.target,
         "vocab": model.vocab, "hidden": model.hidden, "eps": model.eps, "tied": model.tied, "max_seq": model.max_seq,
         "panels": model.panels is not None,
         "layers": [{"class": type(layer).__name__, "name": layer.name, "config": dataclasses.asdict(layer.config),
@@ -293,8 +295,8 @@ def load_bundle(path: str | os.PathLike[str]) -> CausalLM:
         weights = {name: need(f"layers.{i}.{name}") for name in spec["weights"]}
         act = _DTYPES[spec["act_dtype"]] if spec["class"] == "HalfLayer" else None
         layers.append(classes[spec["class"]].restore(
-            config, weights, call, target="llvm", max_seq=record["max_seq"], weights_dtype=spec["weights_dtype"],
-            name=spec["name"], nr=spec["nr"], act_dtype=act))
+            config, weights, call, target=record["target"], max_seq=record["max_seq"],
+            weights_dtype=spec["weights_dtype"], name=spec["name"], nr=spec["nr"], act_dtype=act))
     head = need("head")
     panels = None
     if record["panels"]:

@@ -332,6 +332,10 @@ class Target:
         device, output); returns the exit status, raises :class:`UsageError` for a bad combination."""
         raise UsageError(f"the {self.name} target has no build command")
 
+    def build_bundle(self, module: Any, out: Any, kernels: list[str] | None = None) -> dict[str, Any]:
+        """An ahead-of-time bundle of ``module``'s kernels (all when None) in folder ``out``; its manifest."""
+        raise ValueError(f"bundles hold kernels of the llvm target; the {self.name} target builds none")
+
     def bundle_command(self, args: argparse.Namespace, kernels: list[str]) -> int:
         """``akc build --target <this> --bundle DIR``: an ahead-of-time bundle of ``kernels`` (all when empty)."""
         raise UsageError(f"bundles are built for the llvm target; the {self.name} target builds none")

@@ -283,6 +283,11 @@ class LLVMTarget(Target):
 
         return cmd_build_llvm(args)
 
+    def build_bundle(self, module: Any, out: Any, kernels: list[str] | None = None) -> dict[str, Any]:
+        from arke.targets.llvm.bundle.build import build_bundle
+
+        return build_bundle(module, out, kernels)
+
     def bundle_command(self, args: argparse.Namespace, kernels: list[str]) -> int:
         from arke.targets.llvm.bundle.cli import cmd_bundle
 
