@@ -395,3 +395,29 @@ def test_a_bundle_rebuilt_in_place_loads_its_new_code(tmp_path: Path) -> None:
     assert torch.equal(load_bundle(tmp_path / "b").f(x), x + 1)
     build_bundle(second, tmp_path / "b")
     assert torch.equal(load_bundle(tmp_path / "b").f(x), x * 2)
+
+
+def test_akc_build_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from arke.cli import app
+
+    def akc(*args: str) -> tuple[int, str, str]:
+        status = app.main(list(args))
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    rmsnorm = str(ROOT / "examples" / "rmsnorm.ak")
+    status, out, _ = akc("build", rmsnorm, "--bundle", str(tmp_path / "b"), "--kernel", "rmsnorm", "--kernel",
+                         "softmax", "--cpu", "x86-64-v3")
+    assert status == 0 and "arke_rmsnorm: 1 variant" in out and "CPU x86-64-v3" in out
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["vector_bits"] == 256 and "avx2" in manifest["features"]
+    x = torch.randn(3, 17)
+    assert torch.allclose(load_bundle(tmp_path / "b").softmax(x), torch.softmax(x, 1), atol=1e-6)
+    for args, message in [(("--bundle", str(tmp_path / "c"), "--target", "triton"), "llvm target"),
+                          (("--cpu", "znver4"), "--cpu and --triple are for bundles"),
+                          (("--bundle", str(tmp_path / "c"), "--cpu", "486"), "--cpu 486 is not one"),
+                          (("--kernel", "rmsnorm", "--kernel", "softmax"), "one kernel, except with --bundle"),
+                          (("--bundle", str(tmp_path / "c"), "--emit", "asm"), "leave out --emit")]:
+        status, _, err = akc("build", rmsnorm, *args)
+        assert status == 2 and message in err, err
+    assert not (tmp_path / "c").exists()
