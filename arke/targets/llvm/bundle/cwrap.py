@@ -111,7 +111,7 @@ def _check(k: str, name: str, fn: S.Function, dims: list[str]) -> list[str]:
     for i, p in enumerate(fn.params):
         rank = p.type.rank
         want = _signature_text(p)
-        L.append(f"    if (a[{i}].ndim != {rank}) "
+        L.append(f"    if (a[{i}].ndim != {rank}{f' || a[{i}].shape == NULL' if rank else ''}) "
                  + _fail("ARKE_ERR_SHAPE", "rank", p.name, name,
                          (f"parameter `{p.name}` is {want}" + f" (rank {rank})"
                               + f", but was given {P}s (rank {P}d)"),
@@ -353,7 +353,8 @@ def _public(k: str, name: str, fn: S.Function, dims: list[str], variants: list[V
                  + _fail("ARKE_ERR_DTYPE", "dtype", "out", name, (f"{what} is {P}s, but the result is {rtype.dtype}"),
                          f"ak_dtype_name(r[{r}].dtype)"))
         sizes = " || ".join(f"r[{r}].shape[{x}] != {c_dim(d)}" for x, d in enumerate(rtype.shape))
-        L.append(f"    if (r[{r}].ndim != {rtype.rank}{' || ' + sizes if sizes else ''} || !ak_dense(&r[{r}])) "
+        null = f" || r[{r}].shape == NULL" if rtype.rank else ""
+        L.append(f"    if (r[{r}].ndim != {rtype.rank}{null}{' || ' + sizes if sizes else ''} || !ak_dense(&r[{r}])) "
                  + _fail("ARKE_ERR_SHAPE", "dim", "out", name,
                          (f"{what} must be a dense row-major tensor of the result's shape "
                               f"[{', '.join(dim_str(d) for d in rtype.shape)}]")))

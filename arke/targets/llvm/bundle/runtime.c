@@ -34,6 +34,7 @@ void ak_clear(arke_error *err) {
 
 const char *ak_shape_text(const arke_tensor *t, char *buf, size_t size) {
     if (t->ndim == 0) { snprintf(buf, size, "a scalar"); return buf; }
+    if (t->shape == NULL || t->ndim < 0) { snprintf(buf, size, "no shape"); return buf; }
     size_t at = (size_t)snprintf(buf, size, "shape [");
     for (int32_t i = 0; i < t->ndim && at < size; i++)
         at += (size_t)snprintf(buf + at, size - at, i ? ", %lld" : "%lld", (long long)t->shape[i]);
