@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from arke.models.config import LayerConfig
 from arke.runtime.bundle import BundleError, BundleKernel
 from arke.runtime.bundle import load_bundle as load_kernels
 from arke.runtime.errors import GuardError
@@ -51,11 +50,13 @@ _DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, tor
 
 
 def _layer_classes() -> dict[str, type[CompiledLayer]]:
+    from arke.models.deepseek import DeepseekLayer
     from arke.models.gpt2 import Gpt2Layer
     from arke.models.layer import CompiledLayer
     from arke.models.layer_half import HalfLayer
 
-    return {"CompiledLayer": CompiledLayer, "Gpt2Layer": Gpt2Layer, "HalfLayer": HalfLayer}
+    return {"CompiledLayer": CompiledLayer, "Gpt2Layer": Gpt2Layer, "HalfLayer": HalfLayer,
+            "DeepseekLayer": DeepseekLayer}
 
 
 def _member(name: str, dtypes: dict[str, str]) -> str:
@@ -130,7 +131,9 @@ def save_bundle(model: CausalLM, path: str | os.PathLike[str]) -> Path:
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         first = model.layers[0]
-        calls = _layer_calls(first)
+        calls: dict[str, str] = {}
+        for layer in model.layers:  # a model's layers may differ (DeepSeek-V2's dense first layers)
+            calls |= _layer_calls(layer)
         target.build_bundle(first.module, stage / "layer", sorted(set(calls.values())))
         lm_module = arke.loads(LM_SOURCE, "<causal lm>")
         target.build_bundle(lm_module, stage / "lm", _lm_members(lm_module, model.kind))
@@ -291,7 +294,9 @@ def load_bundle(path: str | os.PathLike[str]) -> CausalLM:
     classes = _layer_classes()
     layers = []
     for i, spec in enumerate(record["layers"]):
-        config = LayerConfig(**{**spec["config"], "inv_freq": tuple(spec["config"]["inv_freq"])})
+        if spec["class"] not in classes:
+            raise _fail(folder, f"its layers are {spec['class']}, which this Arke does not know; save it again")
+        config = classes[spec["class"]].config_type(**{**spec["config"], "inv_freq": tuple(spec["config"]["inv_freq"])})
         weights = {name: need(f"layers.{i}.{name}") for name in spec["weights"]}
         act = _DTYPES[spec["act_dtype"]] if spec["class"] == "HalfLayer" else None
         layers.append(classes[spec["class"]].restore(

@@ -175,8 +175,8 @@ class CompiledLayer:
 
     #: the dtype of the activations between kernels and of the KV cache
     act_dtype = torch.float32
-    #: the module of the layer's kernels (a subclass for another architecture adds its own)
-    source = LAYER_SOURCE
+    #: the module of the layer's kernels (a subclass for another architecture adds its own), and its config's type
+    source, config_type = LAYER_SOURCE, LayerConfig
 
     def _bind(self, call: Any) -> None:
         """The layer's kernel calls (``call(name, **dtypes)``: a kernel of :data:`LAYER_SOURCE`)."""

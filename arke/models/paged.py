@@ -32,6 +32,9 @@ class PagedCache:
         for name, value in (("blocks", blocks), ("block_size", block_size)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if not all(getattr(layer, "pages", True) for layer in model.layers):
+            raise ValueError(f"{model.layers[0].name}'s latent KV cache is not paged yet: generate prompts of one "
+                             "length together, or each prompt on its own")
         half = [layer.name for layer in model.layers if layer.act_dtype != torch.float32]
         if half:
             raise ValueError("a paged cache runs layers with f32 activations; this model's are "

@@ -34,7 +34,8 @@ def _find(path: Path, names: tuple[str, ...], what: str) -> torch.Tensor:
 def from_pretrained(folder: str | os.PathLike[str], target: str = "llvm", dtype: torch.dtype = torch.float32,
                     max_seq: int = 4096, weights: str = "f32", threads: int | None = None, tuning: str = "on",
                     layers: int | None = None) -> CausalLM:
-    """The causal LM in a Hugging Face model folder (Llama, Qwen2, Mistral, Mixtral, GPT-2), compiled for ``target``.
+    """The causal LM in a Hugging Face model folder (Llama, Qwen2, Mistral, Mixtral, GPT-2, DeepSeek-V2), compiled
+    for ``target``.
 
     ``dtype``: the activations (f32, or bf16/f16 with weights of that dtype); ``weights``: the layers'
     weight kind with f32 activations (``f32``, ``bf16``, ``f16``, ``int8``); ``max_seq``: the tokens each
@@ -50,8 +51,15 @@ def from_pretrained(folder: str | os.PathLike[str], target: str = "llvm", dtype:
         gpt2 = gpt2_from_pretrained(path, config, target, dtype, max_seq, weights, threads, tuning, layers)
         release_freed_memory()
         return gpt2
+    if kind == "deepseek_v2":
+        from arke.models.deepseek_model import deepseek_from_pretrained
+
+        deepseek = deepseek_from_pretrained(path, config, target, dtype, max_seq, weights, threads, tuning, layers)
+        release_freed_memory()
+        return deepseek
     if kind not in SUPPORTED:
-        raise ValueError(f"unsupported model type {kind!r}; arke.models knows {', '.join([*SUPPORTED, 'gpt2'])}")
+        raise ValueError(f"unsupported model type {kind!r}; arke.models knows "
+                         f"{', '.join([*SUPPORTED, 'gpt2', 'deepseek_v2'])}")
     kind = _model_type(config)
     total = int(config.num_hidden_layers)
     count = total if layers is None else layers

@@ -44,6 +44,12 @@ DIMS["attn_paged"] = DIMS["attn_paged_window"] = PAGED
 for _w in ("f32", "bf16", "f16"):
     DIMS[f"ln_qkv__W_{_w}"] = [dict(N=1, D=1, H=1, E=1, C=3), dict(N=3, D=17, H=2, E=3, C=18)]
 DIMS["candidates"] = [dict(B=1, V=64), dict(B=3, V=70)]
+# std.deepseek: R = 2 R2 rope dims
+DIMS["rope_pairs"] = [dict(N=1, H=1, R=2, R2=1), dict(N=3, H=2, R=8, R2=4)]
+for _w in ("f32", "bf16", "f16"):
+    for _k in ("mla_heads", "mla_in", "mla_in_lora"):
+        DIMS[f"{_k}__W_{_w}"] = [dict(N=1, D=1, H=1, P=1, R=2, R2=1, C=1, L=1),
+                                 dict(N=3, D=17, H=2, P=5, R=4, R2=2, C=9, L=7)]
 DIMS["candidates_k"] = [dict(B=1, V=1, K=1), dict(B=3, V=17, K=5)]
 #: integer parameters' bounds where the defaults (passes_support) do not fit the kernel
 RANGES: dict[str, dict[str, object]] = {
@@ -87,6 +93,11 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
         ("embed_pos", (1, 1)), ("ln_qkv", (9, 8 if w == "f32" else 7)), ("out_bias", (2, 2)),
         ("ln_gelu_mlp", (10, 8 if w == "f32" else 6)))},
     "embed_pos_panels": (1, 1),
+    # std.deepseek: the latent attention's projections (f32 weights stay contractions), MoE scores, shared experts
+    "rope_pairs": (3, 1), "moe_scores": (8, 7),
+    **{f"{k}__W_{w}": (v[0], v[1] - (w != "f32") * v[2]) for w in ("f32", "bf16", "f16") for k, v in (
+        ("mla_heads", (14, 8, 1)), ("mla_in", (19, 12, 1)), ("mla_in_lora", (23, 15, 1)), ("mla_attn", (10, 9, 0)),
+        ("shared_add", (5, 5, 1)))},
 }
 #: Where an example kernel differs from the std one of the same name (examples/attention.ak is causal).
 EXAMPLE_OP_COUNTS: dict[str, tuple[int, int]] = {"attention": (8, 6), "mm": (1, 1)}

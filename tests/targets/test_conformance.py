@@ -68,6 +68,10 @@ def generic_cases(module: str, kernels: str, var: str, dtypes: str, shapes: list
 
 
 NN, ATTN, MOE, DEC, LM, GPT2 = "std.nn", "std.attention", "std.moe", "std.decoder", "std.lm", "std.gpt2"
+DS = "std.deepseek"
+#: DeepSeek-V2's latent attention: H heads of P no-rope and R rope dims (R = 2 R2), a latent of C, a query rank L
+MLA = [{"N": 1, "D": 1, "H": 1, "P": 1, "R": 2, "R2": 1, "C": 1, "L": 1},
+       {"N": 3, "D": 17, "H": 2, "P": 5, "R": 4, "R2": 2, "C": 9, "L": 7}]
 #: paged attention: rows of S sequences over NB blocks of P slots, MB blocks per sequence (N, H, G, E)
 PAGED = [{"N": 1, "H": 1, "G": 1, "E": 1, "NB": 1, "P": 1, "S": 1, "MB": 1},
          {"N": 7, "H": 8, "G": 2, "E": 16, "NB": 12, "P": 4, "S": 3, "MB": 4},  # prefill and decode rows
@@ -168,6 +172,15 @@ CASES: list[Case] = [
                                                       {"N": 3, "D": 17, "H": 4, "E": 8, "C": 96}]),
     *generic_cases(GPT2, "out_bias", "W", "f32", [{"N": 1, "C": 1, "D": 1}, {"N": 3, "C": 33, "D": 17}]),
     *generic_cases(GPT2, "ln_gelu_mlp", "W", "f32 bf16", [{"N": 1, "D": 1, "F": 1}, {"N": 3, "D": 17, "F": 33}]),
+    # DeepSeek-V2's layer: latent attention (up-projections absorbed), shared experts
+    *cases(DS, "rope_pairs", [{"N": 1, "H": 1, "R": 2, "R2": 1}, {"N": 3, "H": 2, "R": 8, "R2": 4}], ids={"pos": 300}),
+    *generic_cases(DS, "mla_heads mla_in mla_in_lora", "W", "f32", MLA, ids={"pos": 300}),
+    *generic_cases(DS, "mla_attn", "W", "f32", [{"B": 1, "T": 1, "H": 1, "C": 1, "R": 1, "M": 1, "V": 1}],
+                   scalars={"n": 1, "sm": 0.5}),
+    *generic_cases(DS, "mla_attn", "W", "f32", [{"B": 2, "T": 3, "H": 2, "C": 9, "R": 4, "M": 17, "V": 5}],
+                   scalars={"n": 10, "sm": 0.3}),
+    *cases(DS, "moe_scores", [{"N": 1, "D": 1, "E": 1}, {"N": 5, "D": 17, "E": 8}]),
+    *generic_cases(DS, "shared_add", "W", "f32", [{"N": 1, "D": 1, "F": 1}, {"N": 3, "D": 17, "F": 33}]),
     # half-precision activations (bf16 throughout, f16 where the kernel rounds differently per dtype);
     # N = 37 rows of 70: a prefill whose projections run on a bf16 matrix unit where the host has one
     *generic_cases(DEC, "norm_h", "A", "bf16 f16", [{"N": 1, "D": 1}, {"N": 3, "D": 4097}]),

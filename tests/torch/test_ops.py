@@ -15,13 +15,15 @@ from arke.cli.build import random_inputs
 from arke.runtime.errors import GuardError
 from arke.runtime.guards import check_guards
 
-STD = ("std.nn", "std.attention", "std.decoder", "std.moe", "std.lm", "std.gpt2")
+STD = ("std.nn", "std.attention", "std.decoder", "std.moe", "std.lm", "std.gpt2", "std.deepseek")
 #: dims where the `where` clauses of a kernel need more than "every dim is 4"
 DIMS: dict[str, dict[str, int]] = {
     "heads": {"H": 4, "G": 2, "E": 4, "R": 2, "C": 32},
     "rope": {"D": 4}, "rope_interleaved": {"D": 4},
     "candidates": {"V": 70},
     **{f"ln_qkv{w}": {"H": 4, "E": 4, "C": 48} for w in ("", "__W_f32", "__W_bf16", "__W_f16")},
+    **{f"{k}{w}": {"R": 4, "R2": 2} for w in ("", "__W_f32", "__W_bf16", "__W_f16")
+       for k in ("rope_pairs", "mla_heads", "mla_in", "mla_in_lora")},
 }
 _EQUAL = {"H": 4, "G": 2, "E": 4, "R": 2, "C": 32, "K": 2}
 
