@@ -79,7 +79,6 @@ class DeepseekLayer(CompiledLayer):
 
     source = LAYER_SOURCE + "import std.deepseek\n"
     config_type = MlaConfig  # type: ignore[assignment]
-    pages = False  # a running batch's paged cache holds per-head keys: latent caches are not paged yet
 
     def __init__(self, config: MlaConfig, weights: dict[str, torch.Tensor], **options: Any):
         if options.get("weights_dtype", "f32") == "int8":
@@ -92,6 +91,7 @@ class DeepseekLayer(CompiledLayer):
         c: Any = self.config
         self._attn_in = call("mla_in_lora" if c.q_lora else "mla_in", **dtypes)
         self._attn = call("mla_attn", **dtypes)
+        self._paged = call("mla_paged", **dtypes)
         self._attn_out = call("attn_out", **dtypes)
         if c.experts:
             self._route = call("moe_scores")
@@ -105,6 +105,23 @@ class DeepseekLayer(CompiledLayer):
         if not isinstance(batch, int) or batch < 1:
             raise ValueError(f"batch must be a positive integer, not {batch!r}")
         return LatentCache(self, batch)
+
+    def page_shapes(self, blocks: int, block_size: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """A paged cache's pools for this layer: latent rows ``[NB, 1, P, C]`` and rope keys ``[NB, 1, P, R]``."""
+        c: Any = self.config
+        return (blocks, 1, block_size, c.kv_lora), (blocks, 1, block_size, c.rope)
+
+    def attend_rows(self, rows: Any, v: dict[str, torch.Tensor]) -> int:
+        """A running batch's rows (:class:`arke.models.paged.Rows`): each row's latent row and rope key into its
+        slot of this layer's pools, then its attention over its sequence into ``v["o"]``."""
+        c: Any = self.config
+        cc, kr = rows.cache.k[rows.layer_index], rows.cache.v[rows.layer_index]
+        n = rows.seq.numel()
+        cc[rows.block, 0, rows.offset] = v["c"]
+        kr[rows.block, 0, rows.offset] = v["k_r"]
+        self._paged([v["q_lat"], v["q_r"], cc, kr, self.weights["uv"], rows.blk, rows.seq, rows.pos],
+                    {"sm": c.softmax_scale}, v["o"].view(n, c.heads, c.v_dim), None)
+        return 0
 
     def _pack(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The query split into its no-rope and rope rows per head, the KV down-projection into its latent and
@@ -178,11 +195,14 @@ class DeepseekLayer(CompiledLayer):
         pos = positions.detach().reshape(n).to(torch.int64).contiguous()
         self._attn_in(self._attn_args(xf, pos), {"eps": c.eps, "scale": c.rope_scale},
                       (v["q_lat"], v["q_r"], v["c"], v["k_r"]), temps.get("attn_in"))
-        start = cache.length
-        cache.c[:, start:start + t].copy_(v["c"].view(b, t, c.kv_lora))
-        cache.kr[:, start:start + t].copy_(v["k_r"].view(b, t, c.rope))
-        self._attn([v["q_lat"].view(b, t, c.heads, c.kv_lora), v["q_r"].view(b, t, c.heads, c.rope), cache.c,
-                    cache.kr, w["uv"]], {"n": start + t, "sm": c.softmax_scale}, v["o"], temps.get("attn"))
+        if isinstance(cache, LatentCache):
+            start = cache.length
+            cache.c[:, start:start + t].copy_(v["c"].view(b, t, c.kv_lora))
+            cache.kr[:, start:start + t].copy_(v["k_r"].view(b, t, c.rope))
+            self._attn([v["q_lat"].view(b, t, c.heads, c.kv_lora), v["q_r"].view(b, t, c.heads, c.rope), cache.c,
+                        cache.kr, w["uv"]], {"n": start + t, "sm": c.softmax_scale}, v["o"], temps.get("attn"))
+        else:  # the rows of a running batch over a paged cache (arke.models.paged)
+            start = int(cache.attend(self, v))
         self._attn_out([v["o"].view(n, c.heads * c.v_dim), w["o"], xf], {}, v["h"], temps.get("attn_out"))
         y = torch.empty(n, c.hidden, dtype=torch.float32, device=self.device)
         if c.experts:

@@ -32,25 +32,25 @@ class PagedCache:
         for name, value in (("blocks", blocks), ("block_size", block_size)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
-        if not all(getattr(layer, "pages", True) for layer in model.layers):
-            raise ValueError(f"{model.layers[0].name}'s latent KV cache is not paged yet: generate prompts of one "
-                             "length together, or each prompt on its own")
         half = [layer.name for layer in model.layers if layer.act_dtype != torch.float32]
         if half:
             raise ValueError("a paged cache runs layers with f32 activations; this model's are "
                              f"{model.layers[0].act_dtype} (load it with dtype=torch.float32)")
         self.model, self.blocks, self.block_size = model, blocks, block_size
-        c = model.layers[0].config
-        shape = (blocks, c.kv_heads, block_size, c.head_dim)
-        self.k = [torch.zeros(shape, dtype=torch.float32, device=model.device) for _ in model.layers]
-        self.v = [torch.zeros(shape, dtype=torch.float32, device=model.device) for _ in model.layers]
+        self.k, self.v = [], []
+        for layer in model.layers:  # a layer may page its own rows (DeepSeek-V2: latent rows and rope keys)
+            c = layer.config
+            shapes = getattr(layer, "page_shapes", None)
+            k, v = shapes(blocks, block_size) if shapes else ((blocks, c.kv_heads, block_size, c.head_dim),) * 2
+            self.k.append(torch.zeros(k, dtype=torch.float32, device=model.device))
+            self.v.append(torch.zeros(v, dtype=torch.float32, device=model.device))
         self.free = list(range(blocks - 1, -1, -1))  # popped from the end: block 0 first
         self.tables: dict[int, list[int]] = {}  # sequence id -> its blocks, in order
         self.lengths: dict[int, int] = {}  # sequence id -> the tokens its blocks hold
 
     @property
     def nbytes(self) -> int:
-        return sum(2 * k.numel() * k.element_size() for k in self.k)
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
 
     def __repr__(self) -> str:
         return (f"<paged KV cache: {self.blocks} blocks of {self.block_size} slots, {len(self.free)} free, "
@@ -107,6 +107,9 @@ class Rows:
     def attend(self, layer: CompiledLayer, v: dict[str, torch.Tensor]) -> int:
         """Write the rows' keys and values into their slots of this layer's pools, then each row's attention
         over its sequence into ``v["o"]``."""
+        own = getattr(layer, "attend_rows", None)
+        if own is not None:  # a layer that pages its own rows
+            return int(own(self, v))
         c, i = layer.config, self.layer_index
         kc, vc = self.cache.k[i], self.cache.v[i]
         n = self.seq.numel()

@@ -74,14 +74,17 @@ def test_the_cache_holds_latent_rows_and_decode_continues_a_prefill() -> None:
     assert relative_error(step, whole[:, -1]) < RTOL
 
 
-def test_prompts_of_different_lengths_are_refused_clearly_and_bundles_work(tmp_path: Path) -> None:
+def test_batches_of_different_lengths_over_a_paged_latent_cache_and_bundles(tmp_path: Path) -> None:
     lm = loaded(24)
-    with pytest.raises(ValueError, match="latent KV cache is not paged"):
-        lm.generate([[1, 2, 3], [4, 5]], 4)
+    prompts = [[5, 9, 13], [1, 2, 3, 4, 5, 6, 7, 8, 9], [42], [7, 7, 7, 7, 7]]
+    together = lm.generate(prompts, 8)
+    for p, got in zip(prompts, together, strict=True):
+        assert torch.equal(got, lm.generate(torch.tensor([p]), 8)[0])
     folder = lm.save_bundle(tmp_path / "ds")
     again = arke.models.load_bundle(folder)
     ids = prompt(5, seed=4)
     assert torch.equal(again.generate(ids, 16), lm.generate(ids, 16))
+    assert all(torch.equal(a, b) for a, b in zip(again.generate(prompts, 4), lm.generate(prompts, 4), strict=True))
 
 
 def test_unsupported_configs_are_refused(tmp_path: Path) -> None:

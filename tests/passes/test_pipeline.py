@@ -50,6 +50,8 @@ for _w in ("f32", "bf16", "f16"):
     for _k in ("mla_heads", "mla_in", "mla_in_lora"):
         DIMS[f"{_k}__W_{_w}"] = [dict(N=1, D=1, H=1, P=1, R=2, R2=1, C=1, L=1),
                                  dict(N=3, D=17, H=2, P=5, R=4, R2=2, C=9, L=7)]
+    DIMS[f"mla_paged__W_{_w}"] = [dict(N=1, H=1, C=1, R=1, NB=1, G=1, P=1, V=1, S=1, MB=1),
+                                  dict(N=5, H=2, C=9, R=4, NB=9, G=1, P=3, V=5, S=2, MB=4)]
 DIMS["candidates_k"] = [dict(B=1, V=1, K=1), dict(B=3, V=17, K=5)]
 #: integer parameters' bounds where the defaults (passes_support) do not fit the kernel
 RANGES: dict[str, dict[str, object]] = {
@@ -60,6 +62,8 @@ RANGES: dict[str, dict[str, object]] = {
 }
 RANGES["attn_paged_window"] = RANGES["attn_paged"]
 RANGES["pick"] = {"ids": 1000}  # token ids: any integers
+for _w in ("f32", "bf16", "f16"):
+    RANGES[f"mla_paged__W_{_w}"] = RANGES["attn_paged"]
 
 #: (ops after inlining, ops after the whole pipeline) of each kernel of std.* and examples/.
 OP_COUNTS: dict[str, tuple[int, int]] = {
@@ -97,6 +101,7 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
     "rope_pairs": (3, 1), "moe_scores": (8, 7),
     **{f"{k}__W_{w}": (v[0], v[1] - (w != "f32") * v[2]) for w in ("f32", "bf16", "f16") for k, v in (
         ("mla_heads", (14, 8, 1)), ("mla_in", (19, 12, 1)), ("mla_in_lora", (23, 15, 1)), ("mla_attn", (10, 9, 0)),
+        ("mla_paged", (9, 8, 1)),
         ("shared_add", (5, 5, 1)))},
 }
 #: Where an example kernel differs from the std one of the same name (examples/attention.ak is causal).

@@ -179,6 +179,10 @@ CASES: list[Case] = [
                    scalars={"n": 1, "sm": 0.5}),
     *generic_cases(DS, "mla_attn", "W", "f32", [{"B": 2, "T": 3, "H": 2, "C": 9, "R": 4, "M": 17, "V": 5}],
                    scalars={"n": 10, "sm": 0.3}),
+    *[Case(DS, "mla_paged", d, ids={"blk": "NB", "seq": "S", "pos": d["MB"] * d["P"]}, scalars={"sm": 0.4},
+           dtypes={"W": "f32"})
+      for d in ({"N": 1, "H": 1, "C": 1, "R": 1, "NB": 1, "G": 1, "P": 1, "V": 1, "S": 1, "MB": 1},
+                {"N": 7, "H": 2, "C": 9, "R": 4, "NB": 12, "G": 1, "P": 4, "V": 5, "S": 3, "MB": 4})],
     *cases(DS, "moe_scores", [{"N": 1, "D": 1, "E": 1}, {"N": 5, "D": 17, "E": 8}]),
     *generic_cases(DS, "shared_add", "W", "f32", [{"N": 1, "D": 1, "F": 1}, {"N": 3, "D": 17, "F": 33}]),
     # half-precision activations (bf16 throughout, f16 where the kernel rounds differently per dtype);
