@@ -75,14 +75,14 @@ class LatentCache(KVCache):
 
 
 class DeepseekLayer(CompiledLayer):
-    """A DeepSeek-V2 decoder layer compiled for one target (f32 activations; f32, bf16 or f16 weights)."""
+    """A DeepSeek-V2 decoder layer compiled for one target (f32 activations; f32 or bf16 weights)."""
 
     source = LAYER_SOURCE + "import std.deepseek\n"
     config_type = MlaConfig  # type: ignore[assignment]
 
     def __init__(self, config: MlaConfig, weights: dict[str, torch.Tensor], **options: Any):
-        if options.get("weights_dtype", "f32") == "int8":
-            raise ValueError("DeepSeek-V2 layers take f32, bf16 or f16 weights")
+        if options.get("weights_dtype", "f32") not in ("f32", "bf16"):
+            raise ValueError("DeepSeek-V2 layers take f32 or bf16 weights (its checkpoints are bf16)")
         options.setdefault("name", "DeepseekV2DecoderLayer")
         super().__init__(config, weights, **options)  # type: ignore[arg-type]
 

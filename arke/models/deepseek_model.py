@@ -90,7 +90,7 @@ def deepseek_from_pretrained(path: Path, config: Any, target: str, dtype: torch.
     from arke.models.pretrained import _MODEL_PREFIXES, _find
 
     if dtype != torch.float32:
-        raise ValueError("DeepSeek-V2 runs with f32 activations (weights may be bf16 or f16: weights='bf16')")
+        raise ValueError("DeepSeek-V2 runs with f32 activations (weights may be bf16: weights='bf16')")
     total = int(config.num_hidden_layers)
     count = total if layers is None else layers
     if not isinstance(count, int) or not 1 <= count <= total:

@@ -36,7 +36,7 @@ print("ran without", [m for m in sys.modules if m.startswith(BLOCKED)])
 """
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2", "mixtral"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])  # Mixtral's experts: tests/models/test_deepseek.py's bundle
 def test_a_model_bundle_generates_token_for_token_without_the_compiler(arch: str, tmp_path: Path) -> None:
     model = loaded(arch)
     folder = model.save_bundle(tmp_path / "model")

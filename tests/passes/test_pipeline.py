@@ -46,7 +46,7 @@ for _w in ("f32", "bf16", "f16"):
 DIMS["candidates"] = [dict(B=1, V=64), dict(B=3, V=70)]
 # std.deepseek: R = 2 R2 rope dims
 DIMS["rope_pairs"] = [dict(N=1, H=1, R=2, R2=1), dict(N=3, H=2, R=8, R2=4)]
-for _w in ("f32", "bf16", "f16"):
+for _w in ("f32", "bf16"):
     for _k in ("mla_heads", "mla_in", "mla_in_lora"):
         DIMS[f"{_k}__W_{_w}"] = [dict(N=1, D=1, H=1, P=1, R=2, R2=1, C=1, L=1),
                                  dict(N=3, D=17, H=2, P=5, R=4, R2=2, C=9, L=7)]
@@ -62,7 +62,7 @@ RANGES: dict[str, dict[str, object]] = {
 }
 RANGES["attn_paged_window"] = RANGES["attn_paged"]
 RANGES["pick"] = {"ids": 1000}  # token ids: any integers
-for _w in ("f32", "bf16", "f16"):
+for _w in ("f32", "bf16"):
     RANGES[f"mla_paged__W_{_w}"] = RANGES["attn_paged"]
 
 #: (ops after inlining, ops after the whole pipeline) of each kernel of std.* and examples/.
@@ -99,7 +99,7 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
     "embed_pos_panels": (1, 1),
     # std.deepseek: the latent attention's projections (f32 weights stay contractions), MoE scores, shared experts
     "rope_pairs": (3, 1), "moe_scores": (8, 7),
-    **{f"{k}__W_{w}": (v[0], v[1] - (w != "f32") * v[2]) for w in ("f32", "bf16", "f16") for k, v in (
+    **{f"{k}__W_{w}": (v[0], v[1] - (w != "f32") * v[2]) for w in ("f32", "bf16") for k, v in (
         ("mla_heads", (14, 8, 1)), ("mla_in", (19, 12, 1)), ("mla_in_lora", (23, 15, 1)), ("mla_attn", (10, 9, 0)),
         ("mla_paged", (9, 8, 1)),
         ("shared_add", (5, 5, 1)))},

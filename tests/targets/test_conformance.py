@@ -236,6 +236,8 @@ def check_case(case: Case, run: Callable[..., Any], what: str, reassociates: boo
 NOT_HERE = {
     ("attn_paged", "mlir"): "iree-compile spends ~90 s on each paged kernel; attn_paged_window (the same kernel with "
                             "a window) is the mlir case",
+    ("mla_paged", "mlir"): "iree-compile spends ~90 s on each paged kernel (attn_paged_window is the mlir case of "
+                           "reading through a block table)",
 }
 #: (kernel, target) -> the error the target reports for it instead of running it
 REFUSED = {

@@ -22,9 +22,9 @@ DIMS: dict[str, dict[str, int]] = {
     "rope": {"D": 4}, "rope_interleaved": {"D": 4},
     "candidates": {"V": 70},
     **{f"ln_qkv{w}": {"H": 4, "E": 4, "C": 48} for w in ("", "__W_f32", "__W_bf16", "__W_f16")},
-    **{f"{k}{w}": {"R": 4, "R2": 2} for w in ("", "__W_f32", "__W_bf16", "__W_f16")
+    **{f"{k}{w}": {"R": 4, "R2": 2} for w in ("", "__W_f32", "__W_bf16")
        for k in ("rope_pairs", "mla_heads", "mla_in", "mla_in_lora")},
-    **{f"mla_paged{w}": {"G": 1} for w in ("", "__W_f32", "__W_bf16", "__W_f16")},
+    **{f"mla_paged{w}": {"G": 1} for w in ("", "__W_f32", "__W_bf16")},
 }
 _EQUAL = {"H": 4, "G": 2, "E": 4, "R": 2, "C": 32, "K": 2}
 
