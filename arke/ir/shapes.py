@@ -93,8 +93,8 @@ class _Printer(sympy.StrPrinter):
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z_0-9]*)|(//|\*\*|[-+*/%()]))")
 
 
-def parse_dim(text: str) -> Dim:
-    """Read a dim printed by :func:`dim_str` (``+ - * // % **``, parentheses, names, integers)."""
+def dim_tokens(text: str) -> list[str]:
+    """The tokens of a dim's text (``+ - * // % / **``, parentheses, names, integers)."""
     tokens: list[str] = []
     pos = 0
     text = text.strip()
@@ -104,16 +104,60 @@ def parse_dim(text: str) -> Dim:
             raise ValueError(f"bad dim expression {text!r} at {pos}")
         tokens.append(m.group(m.lastindex or 0))
         pos = m.end()
-    reader = _DimReader(tokens)
+    return tokens
+
+
+class DimAlgebra:
+    """What a dim's text is read into: SymPy expressions here; :mod:`arke.targets.llvm.bundle.cexpr` reads
+    the same text into C. ``mul`` takes every factor of a product at once."""
+
+    def const(self, value: int) -> object:
+        return sympy.Integer(value)
+
+    def sym(self, name: str) -> object:
+        return sym(name)
+
+    def add(self, a: object, b: object) -> object:
+        return a + b  # type: ignore[operator]
+
+    def sub(self, a: object, b: object) -> object:
+        return a - b  # type: ignore[operator]
+
+    def neg(self, a: object) -> object:
+        return -a  # type: ignore[operator]
+
+    def mul(self, factors: list[object]) -> object:
+        return sympy.Mul(*factors)
+
+    def floordiv(self, a: object, b: object) -> object:
+        return floordiv(a, b)
+
+    def mod(self, a: object, b: object) -> object:
+        return mod(a, b)
+
+    def pow(self, a: object, b: object) -> object:
+        return sympy.Pow(a, b)
+
+
+def read_dim(text: str, algebra: DimAlgebra) -> object:
+    """A dim's text (as :func:`dim_str` prints it) read into ``algebra``."""
+    tokens = dim_tokens(text)
+    reader = _DimReader(tokens, algebra)
     value = reader.sum()
     if reader.i != len(tokens):
         raise ValueError(f"bad dim expression {text!r}")
     return value
 
 
+def parse_dim(text: str) -> Dim:
+    """Read a dim printed by :func:`dim_str` (``+ - * // % **``, parentheses, names, integers)."""
+    value: Dim = read_dim(text, DimAlgebra())
+    return value
+
+
 class _DimReader:
-    def __init__(self, tokens: list[str]):
-        self.t = tokens
+    def __init__(self, tokens: list[str], algebra: DimAlgebra):
+        self.t, self.a = tokens, algebra
         self.i = 0
 
     def peek(self) -> str | None:
@@ -126,22 +170,22 @@ class _DimReader:
         self.i += 1
         return tok
 
-    def sum(self) -> Dim:
+    def sum(self) -> object:
         value = self.term()
         while self.peek() in ("+", "-"):
             op = self.take()
             rhs = self.term()
-            value = value + rhs if op == "+" else value - rhs
+            value = self.a.add(value, rhs) if op == "+" else self.a.sub(value, rhs)
         return value
 
-    def term(self) -> Dim:
+    def term(self) -> object:
         # The factors of a product are multiplied at once, as SymPy holds them: two at a time,
         # 2*(H + 7)*(H % 2) would distribute the 2 over the sum first. A leading minus is a
         # factor -1 for the same reason (-(H + 7)*x is not (-H - 7)*x).
-        factors: list[Dim] = []
+        factors: list[object] = []
         while self.peek() == "-":
             self.take()
-            factors.append(sympy.Integer(-1))
+            factors.append(self.a.const(-1))
         factors.append(self.power())
         while self.peek() in ("*", "//", "%", "/"):
             op = self.take()
@@ -149,25 +193,25 @@ class _DimReader:
             if op == "*":
                 factors.append(rhs)
             else:
-                lhs = sympy.Mul(*factors)
-                factors = [mod(lhs, rhs) if op == "%" else floordiv(lhs, rhs)]
-        return sympy.Mul(*factors)
+                lhs = self.a.mul(factors)
+                factors = [self.a.mod(lhs, rhs) if op == "%" else self.a.floordiv(lhs, rhs)]
+        return self.a.mul(factors)
 
-    def unary(self) -> Dim:
+    def unary(self) -> object:
         if self.peek() == "-":
             self.take()
-            return -self.unary()
+            return self.a.neg(self.unary())
         return self.power()
 
-    def power(self) -> Dim:
+    def power(self) -> object:
         # `**` binds tighter than a leading minus and groups to the right, as in Python.
         base = self.atom()
         if self.peek() == "**":
             self.take()
-            return sympy.Pow(base, self.unary())
+            return self.a.pow(base, self.unary())
         return base
 
-    def atom(self) -> Dim:
+    def atom(self) -> object:
         tok = self.take()
         if tok == "(":
             value = self.sum()
@@ -175,9 +219,9 @@ class _DimReader:
                 raise ValueError("expected ')'")
             return value
         if tok.isdigit():
-            return const(int(tok))
+            return self.a.const(int(tok))
         if re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", tok):
-            return sym(tok)
+            return self.a.sym(tok)
         raise ValueError(f"unexpected {tok!r} in dim expression")
 
 

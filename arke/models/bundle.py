@@ -21,17 +21,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from arke.runtime.bundle import BundleError, BundleKernel
+from arke.runtime.bundle import BundleError, BundleKernel, read_json, sha256, staged
 from arke.runtime.bundle import load_bundle as load_kernels
 from arke.runtime.errors import GuardError
 from arke.runtime.panels import VNNI_KEY, panels_of, register_panels
@@ -89,10 +86,6 @@ def _lm_members(module: Any, kind: str) -> list[str]:
     return out
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 class _Storages:
     """The model's tensors, each recorded as a view of a storage saved once."""
 
@@ -127,9 +120,7 @@ def save_bundle(model: CausalLM, path: str | os.PathLike[str]) -> Path:
     if target is None:
         raise ValueError("a model on the reference interpreter has no kernels to bundle: build it for a target")
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged(out) as stage:
         first = model.layers[0]
         calls: dict[str, str] = {}
         for layer in model.layers:  # a model's layers may differ (DeepSeek-V2's dense first layers)
@@ -145,20 +136,9 @@ def save_bundle(model: CausalLM, path: str | os.PathLike[str]) -> Path:
             tensors.add(name, getattr(model, name))
         save_file({key: raw for key, raw in tensors.storages.values()}, str(stage / WEIGHTS))
         record = _record(model, calls, tensors.refs)
-        record["files"] = {WEIGHTS: _sha256(stage / WEIGHTS), **{
-            f"{part}/manifest.json": _sha256(stage / part / "manifest.json") for part in ("layer", "lm")}}
+        record["files"] = {WEIGHTS: sha256(stage / WEIGHTS), **{
+            f"{part}/manifest.json": sha256(stage / part / "manifest.json") for part in ("layer", "lm")}}
         (stage / MODEL).write_text(json.dumps(record, indent=1) + "\n")
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            stage.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            stage.rename(out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     return out
 
 
@@ -234,12 +214,8 @@ def _fail(path: Path, what: str) -> BundleError:
 def read_model(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The checked ``model.json`` of the model bundle at ``path`` (format, version, checksums)."""
     folder = Path(path)
-    try:
-        record = json.loads((folder / MODEL).read_text())
-    except FileNotFoundError:
-        raise _fail(folder, f"no {MODEL}: this is not a model bundle (save one with arke.models.save_bundle)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise _fail(folder, f"{MODEL} cannot be read ({err}); save the bundle again") from None
+    record = read_json(folder, MODEL, "this is not a model bundle (save one with arke.models.save_bundle)",
+                       "model bundle")
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise _fail(folder, f"{MODEL} is not an Arke model bundle's (format {FORMAT!r})")
     if record.get("version") != VERSION:
@@ -249,7 +225,7 @@ def read_model(path: str | os.PathLike[str]) -> dict[str, Any]:
         file = folder / name
         if not file.is_file():
             raise _fail(folder, f"{name} is missing; save the bundle again")
-        if _sha256(file) != digest:
+        if sha256(file) != digest:
             raise _fail(folder, f"{name} does not match its checksum in {MODEL}: the file was changed or damaged; "
                                 "save the bundle again")
     return record

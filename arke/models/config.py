@@ -53,6 +53,30 @@ class KVCache:
         return f"<KV cache: batch {self.batch}, {self.length} of {self.owner.max_seq} slots>"
 
 
+def check_weights(name: str, raw: dict[str, torch.Tensor], want: dict[str, tuple[int, ...]], sizes: str = "") -> None:
+    """Every weight ``want`` names is in ``raw``, of its shape (a ValueError naming the missing or wrong ones;
+    ``sizes`` says what the shapes follow from)."""
+    missing = [k for k in want if k not in raw]
+    if missing:
+        raise ValueError(f"{name}: weights lack {', '.join(missing)}")
+    wrong = [f"{k} is {list(raw[k].shape)}, not {list(s)}" for k, s in want.items() if tuple(raw[k].shape) != s]
+    if wrong:
+        raise ValueError(f"{name}: {'; '.join(wrong)}" + (f" ({sizes})" if sizes else ""))
+
+
+def by_expert(expert: torch.Tensor, experts: int) -> tuple[torch.Tensor, list[int], torch.Tensor]:
+    """Each token's chosen experts ``expert [N, k]`` grouped by expert: the token of each grouped (token, s)
+    pair, each expert's count (in expert order), and where each pair landed (``slot [N, k]``, for the
+    weighted combine)."""
+    flat = expert.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=experts).tolist()
+    rows = torch.div(order, expert.shape[1], rounding_mode="floor")
+    slot = torch.empty_like(order)
+    slot[order] = torch.arange(order.numel(), device=order.device)
+    return rows, counts, slot.view(expert.shape)
+
+
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``w ≈ scale[:, None] * q``: symmetric int8 per output channel (row), round to nearest."""
     w = w.float()

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from arke.models.config import KVCache
+from arke.models.config import KVCache, by_expert, check_weights
 from arke.models.layer import KERNELS, LAYER_SOURCE, CompiledLayer, Step, _Shape
 from arke.runtime.memory import MemoryPlan
 
@@ -138,12 +138,7 @@ class DeepseekLayer(CompiledLayer):
                      "shared_up": (c.shared, d), "shared_down": (d, c.shared)}
         else:
             want |= {"gate": (c.intermediate, d), "up": (c.intermediate, d), "down": (d, c.intermediate)}
-        missing = [k for k in want if k not in raw]
-        if missing:
-            raise ValueError(f"{self.name}: missing weights {', '.join(missing)}")
-        wrong = [f"{k} is {list(raw[k].shape)}, not {list(s)}" for k, s in want.items() if tuple(raw[k].shape) != s]
-        if wrong:
-            raise ValueError(f"{self.name}: {'; '.join(wrong)}")
+        check_weights(self.name, raw, want)
         f32, out = torch.float32, {}
         for k in ("input_norm", "post_norm", "kv_norm", *(("q_norm",) if c.q_lora else ())):
             out[k] = raw[k].detach().to(f32).contiguous()
@@ -161,20 +156,10 @@ class DeepseekLayer(CompiledLayer):
         self._plain(kv_b[:, :p], out, "uk")  # [H, P, C]
         self._plain(kv_b[:, p:].transpose(1, 2), out, "uv")  # [H, C, V]
         self._weight(raw["o"], out, "o")
+        self._pack_mlp(raw, out)
         if c.experts:
-            out["router"] = raw["router"].detach().to(f32).contiguous()
-            for x in range(c.experts):
-                dense = raw["experts_gate_up"][x].detach().float()
-                self._weight(dense, out, f"gu{x}")
-                self._split(out, f"gu{x}", dense)
-                self._weight(raw["experts_down"][x], out, f"down{x}")
             for k in ("gate", "up", "down"):
                 self._weight(raw[f"shared_{k}"], out, f"shared_{k}")
-        else:
-            dense = torch.cat([raw["gate"], raw["up"]]).detach().float()
-            self._weight(dense, out, "gu")
-            self._split(out, "gu", dense)
-            self._weight(raw["down"], out, "down")
         return out
 
     def _plain(self, w: torch.Tensor, into: dict[str, torch.Tensor], name: str) -> None:
@@ -228,18 +213,14 @@ class DeepseekLayer(CompiledLayer):
             scores = scores * keep.repeat_interleave(c.experts // c.groups, dim=1)
         weight, expert = torch.topk(scores, c.top_k, dim=1)
         weight = weight * c.routed_scale
-        order = torch.argsort(expert.reshape(-1), stable=True)
-        counts = torch.bincount(expert.reshape(-1), minlength=c.experts).tolist()
-        rows = torch.div(order, c.top_k, rounding_mode="floor")
-        slot = torch.empty_like(order)
-        slot[order] = torch.arange(order.numel(), device=order.device)
+        rows, counts, slot = by_expert(expert, c.experts)
         at = 0
         for x, count in enumerate(counts):
             if count:
                 self._expert([v["hn"], rows[at:at + count].contiguous(), *self._gate_up(f"gu{x}"), w[f"down{x}"]], {},
                              v["ys"][at:at + count])
             at += count
-        self._combine([v["h"], v["ys"], slot.view(-1, c.top_k), weight.contiguous()], {}, v["routed"],
+        self._combine([v["h"], v["ys"], slot, weight.contiguous()], {}, v["routed"],
                       temps.get("moe_combine"))
         self._shared([v["hn"], w["shared_gate"], w["shared_up"], w["shared_down"], v["routed"]], {}, y,
                      temps.get("shared"))

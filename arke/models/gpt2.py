@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from arke.models.config import LayerConfig
+from arke.models.config import LayerConfig, check_weights
 from arke.models.layer import KERNELS, LAYER_SOURCE, CompiledLayer, Step
 
 #: a checkpoint's names of a block's tensors (after ``h.<i>.``) -> this layer's
@@ -70,12 +70,7 @@ class Gpt2Layer(CompiledLayer):
         d, f, h, e = c.hidden, c.intermediate, c.heads, c.head_dim
         want = {"wn1": (d,), "bn1": (d,), "qkv": (d, 3 * d), "bqkv": (3 * d,), "o": (d, d), "bo": (d,),
                 "wn2": (d,), "bn2": (d,), "fc": (d, f), "bfc": (f,), "proj": (f, d), "bproj": (d,)}
-        missing = [k for k in want if k not in raw]
-        if missing:
-            raise ValueError(f"{self.name}: weights lack {', '.join(missing)}")
-        wrong = [f"{k} is {list(raw[k].shape)}, not {list(s)}" for k, s in want.items() if tuple(raw[k].shape) != s]
-        if wrong:
-            raise ValueError(f"{self.name}: {'; '.join(wrong)} (hidden {d}, MLP {f}, {h} heads of {e})")
+        check_weights(self.name, raw, want, f"hidden {d}, MLP {f}, {h} heads of {e}")
         dev, f32 = self.device, torch.float32
         out: dict[str, torch.Tensor] = {k: raw[k].detach().to(dev, f32).contiguous()
                                         for k in ("wn1", "bn1", "wn2", "bn2", "bo", "bfc", "bproj")}

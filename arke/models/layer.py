@@ -33,7 +33,7 @@ import torch
 
 from arke.ir import strategy as sir
 from arke.models.calls import KernelCall, ReferenceCall
-from arke.models.config import KVCache, LayerConfig, quantize_int8
+from arke.models.config import KVCache, LayerConfig, by_expert, quantize_int8
 from arke.runtime.errors import GuardError
 from arke.runtime.memory import MemoryPlan
 from arke.runtime.pool import evict_oldest
@@ -270,19 +270,23 @@ class CompiledLayer:
             out["b" + part] = (bias.detach().to(dev, f32).reshape(heads, e).contiguous() if bias is not None
                                else torch.zeros(heads, e, dtype=f32, device=dev))
         self._weight(raw["o"], out, "o")
-        if c.experts:
-            out["router"] = raw["router"].detach().to(dev, f32).contiguous()
-            for x in range(c.experts):
+        self._pack_mlp(raw, out)
+        return out
+
+    def _pack_mlp(self, raw: dict[str, torch.Tensor], out: dict[str, torch.Tensor]) -> None:
+        """The MLP's weights: ``gu``/``down`` (dense), or the router and each expert's ``gu{x}``/``down{x}``."""
+        if self.config.experts:
+            out["router"] = raw["router"].detach().to(self.device, torch.float32).contiguous()
+            for x in range(self.config.experts):
                 dense = raw["experts_gate_up"][x].detach().float()
                 self._weight(dense, out, f"gu{x}")
                 self._split(out, f"gu{x}", dense)
                 self._weight(raw["experts_down"][x], out, f"down{x}")
-        else:
-            dense = torch.cat([raw["gate"], raw["up"]]).detach().float()
-            self._weight(dense, out, "gu")
-            self._split(out, "gu", dense)
-            self._weight(raw["down"], out, "down")
-        return out
+            return
+        dense = torch.cat([raw["gate"], raw["up"]]).detach().float()
+        self._weight(dense, out, "gu")
+        self._split(out, "gu", dense)
+        self._weight(raw["down"], out, "down")
 
     def _gate_up(self, tag: str) -> list[torch.Tensor]:
         """The gate and up weights (views of the fused matrix; int8: each followed by its scales)."""
@@ -401,18 +405,14 @@ class CompiledLayer:
         self._route([v["h"], w["wn2"], w["router"]], {"eps": c.eps, "k": c.top_k}, (v["hn"], v["route"]),
                     temps.get("moe_route"))
         weight, expert = torch.topk(v["route"], c.top_k, dim=1)  # each token's k experts (weights renormalised)
-        order = torch.argsort(expert.reshape(-1), stable=True)  # the (token, s) pairs grouped by expert
-        counts = torch.bincount(expert.reshape(-1), minlength=c.experts).tolist()
-        rows = torch.div(order, c.top_k, rounding_mode="floor")  # the token of each grouped pair
-        slot = torch.empty_like(order)
-        slot[order] = torch.arange(order.numel(), device=order.device)
+        rows, counts, slot = by_expert(expert, c.experts)  # the (token, s) pairs grouped by expert
         at = 0
         for x, count in enumerate(counts):
             if count:  # an expert no token chose is not run at all
                 args = [v["hn"], rows[at:at + count].contiguous(), *self._gate_up(f"gu{x}"), *self._scaled(f"down{x}")]
                 self._expert(args, {}, v["ys"][at:at + count])
             at += count
-        self._combine([v["h"], v["ys"], slot.view(-1, c.top_k), weight.contiguous()], {}, y,
+        self._combine([v["h"], v["ys"], slot, weight.contiguous()], {}, y,
                       temps.get("moe_combine"))
 
     # -- memory

@@ -20,8 +20,10 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -88,16 +90,47 @@ def _fail(path: Path, what: str) -> BundleError:
     return BundleError(f"bundle {path}: {what}")
 
 
+def sha256(path: Path) -> str:
+    """The sha256 of a file's bytes (a manifest's checksums)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_json(folder: Path, name: str, absent: str, what: str = "bundle") -> Any:
+    """``folder/name`` parsed, or a :class:`BundleError` saying it is ``absent`` or cannot be read."""
+    try:
+        return json.loads((folder / name).read_text())
+    except FileNotFoundError:
+        raise BundleError(f"{what} {folder}: no {name}: {absent}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BundleError(f"{what} {folder}: {name} cannot be read ({err}); write it again") from None
+
+
+@contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """A new folder beside ``out`` to write a bundle into; once the block succeeds it replaces ``out`` (an
+    existing one is kept until then, and a failed write leaves it as it was)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield stage
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            out.rename(old)
+            stage.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            stage.rename(out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The checked manifest of the bundle at ``path`` (format, version, checksums, architecture, ISA flags)."""
     folder = Path(path)
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise _fail(folder, f"no {MANIFEST}: this is not a bundle folder (build one with "
-                            "`akc build FILE --target llvm --bundle DIR`)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise _fail(folder, f"{MANIFEST} cannot be read ({err}); rebuild the bundle") from None
+    manifest = read_json(folder, MANIFEST, "this is not a bundle folder (build one with "
+                                           "`akc build FILE --target llvm --bundle DIR`)")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise _fail(folder, f"{MANIFEST} is not an Arke bundle's (format {FORMAT!r})")
     version = manifest.get("version")
@@ -111,7 +144,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         file = folder / str(name)
         if Path(str(name)).name != name or not file.is_file():
             raise _fail(folder, f"{name} is missing; rebuild the bundle")
-        found = hashlib.sha256(file.read_bytes()).hexdigest()
+        found = sha256(file)
         if found != digest:
             raise _fail(folder, f"{name} does not match its checksum in {MANIFEST} (sha256 {found[:16]}…, recorded "
                                 f"{str(digest)[:16]}…): the file was changed or damaged; rebuild the bundle")

@@ -284,19 +284,20 @@ def _clipped(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit - 60]} … {text[-50:]}"
 
 
-def _cond_dims(cond: S.Cond) -> set[str]:
+def cond_dims(cond: S.Cond) -> set[str]:
+    """The dim symbols a condition reads."""
     if isinstance(cond, S.Rel):
         return free_dims(cond.lhs) | free_dims(cond.rhs)
     if isinstance(cond, S.InSet):
         return free_dims(cond.x).union(*(free_dims(v) for v in cond.values))
-    return set().union(*(_cond_dims(c) for c in cond.parts))
+    return set().union(*(cond_dims(c) for c in cond.parts))
 
 
 def check_guards(fn: S.Function, dims: Mapping[str, int]) -> None:
     """Raise :class:`GuardError` for the first ``where`` clause of ``fn`` that does not hold."""
     for g in fn.guards:
         if not eval_cond(g.cond, dims):
-            values = ", ".join(f"{s} = {dims[s]}" for s in sorted(_cond_dims(g.cond)) if s in dims)
+            values = ", ".join(f"{s} = {dims[s]}" for s in sorted(cond_dims(g.cond)) if s in dims)
             raise GuardError(fn.name, f"where clause `{_clipped(g.text)}` does not hold: {values}", rule="where")
 
 

@@ -32,11 +32,18 @@ from arke.targets.llvm.bundle.build import BundleError as BuildError
 from arke.targets.llvm.bundle.build import build_bundle
 
 ROOT = Path(__file__).resolve().parents[3]
-_SPEC = importlib.util.spec_from_file_location("conformance_cases", ROOT / "tests" / "targets" / "test_conformance.py")
-assert _SPEC is not None and _SPEC.loader is not None
-_CONFORMANCE = sys.modules.setdefault("conformance_cases", importlib.util.module_from_spec(_SPEC))
-_SPEC.loader.exec_module(_CONFORMANCE)
-CASES = _CONFORMANCE.CASES
+
+
+def _tests_of(name: str) -> Any:
+    """A test module of tests/targets, by file name, for its tables (the conformance cases, dim parameters)."""
+    spec = importlib.util.spec_from_file_location(f"bundle_{name}", ROOT / "tests" / "targets" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.setdefault(f"bundle_{name}", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module
+
+
+CASES = _tests_of("test_conformance").CASES
 MODULES = sorted({c.module for c in CASES})
 
 VARIANTS = """
@@ -331,25 +338,7 @@ def test_aarch64_bundle_runs_under_qemu(cpu: str, tmp_path: Path) -> None:
     _run_c(QEMU_CASES, tmp_path, cpu, "aarch64-linux-gnu-gcc", ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])
 
 
-DIM_PARAMS = """
-kernel group_norm(x: f32[B, C, L], w: f32[C], b: f32[C], G: dim = 32, eps: f32 = 1e-5)
-  -> f32[B, C, L] where C % G == 0
-{
-  let cg = C / G
-  xg[n, g, c, l]: f32[B, G, cg, L] = x[n, g * cg + c, l]
-  mu[n, g] = mean(xg[n, g, c, l] for c, l)
-  var[n, g] = mean((xg[n, g, c, l] - mu[n, g]) ** 2 for c, l)
-  return (x[n, ch, l] - mu[n, ch / cg]) * rsqrt(var[n, ch / cg] + eps) * w[ch] + b[ch]
-}
-
-kernel last_k(x: f32[T, N], K: dim) -> f32[T, K] where K <= N {
-  return x[t, N - K + k] * f32(K)
-}
-
-kernel grid(S: dim, K: dim = 3) -> y: i64[S, K] {
-  y[s, k] = s * K + k
-}
-"""
+DIM_PARAMS = _tests_of("test_dim_params_targets").DIMS  # group_norm, last_k and grid: dim parameters
 
 
 def test_dim_parameters_and_scalars(tmp_path: Path) -> None:

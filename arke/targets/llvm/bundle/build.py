@@ -13,7 +13,6 @@ compiler.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -29,7 +28,7 @@ from arke.ir import semantic as S
 from arke.ir.serialize import to_json
 from arke.ir.shapes import dim_str
 from arke.ir.text import cond_text
-from arke.runtime.bundle import FORMAT, LIBRARY, MANIFEST, VERSION, isa_flags
+from arke.runtime.bundle import FORMAT, LIBRARY, MANIFEST, VERSION, isa_flags, sha256, staged
 from arke.runtime.outputs import can_fail
 from arke.targets.llvm.bundle.cpus import CPUS, LINKERS, TRIPLES, arch_of
 from arke.targets.llvm.bundle.cwrap import DTYPE_CODES, Variant, c_name, render_kernel
@@ -237,33 +236,26 @@ def _header(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _write(out: Path, m: Machine, objects: dict[str, bytes], c_parts: list[str], records: list[dict[str, Any]],
            functions: tuple[S.Function, ...]) -> dict[str, Any]:
     import llvmlite
 
     import arke
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        with tempfile.TemporaryDirectory(prefix="arke-bundle-") as work_dir:
-            work = Path(work_dir)
-            for f in ("runtime.c", "runtime.h", HEADER):
-                shutil.copy(HERE / f, work / f)
-            (work / "kernels.c").write_text('#include <stdlib.h>\n#include <string.h>\n#include "runtime.h"\n\n'
-                                            + "\n".join(c_parts))
-            for f, data in objects.items():
-                (work / f).write_bytes(data)
-            command = [*_linker(m), "-O2", "-std=gnu11", "-fPIC", "-shared", "-pthread", "-o", str(stage / LIBRARY),
-                       "runtime.c", "kernels.c", *objects, "-lm"]
-            done = subprocess.run(command, cwd=work, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise BundleError(f"linking the bundle failed ({' '.join(command[:1])} exited {done.returncode}):\n"
-                                  f"{done.stderr[-4000:]}")
+    with staged(out) as stage, tempfile.TemporaryDirectory(prefix="arke-bundle-") as work_dir:
+        work = Path(work_dir)
+        for f in ("runtime.c", "runtime.h", HEADER):
+            shutil.copy(HERE / f, work / f)
+        (work / "kernels.c").write_text('#include <stdlib.h>\n#include <string.h>\n#include "runtime.h"\n\n'
+                                        + "\n".join(c_parts))
+        for f, data in objects.items():
+            (work / f).write_bytes(data)
+        command = [*_linker(m), "-O2", "-std=gnu11", "-fPIC", "-shared", "-pthread", "-o", str(stage / LIBRARY),
+                   "runtime.c", "kernels.c", *objects, "-lm"]
+        done = subprocess.run(command, cwd=work, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise BundleError(f"linking the bundle failed ({' '.join(command[:1])} exited {done.returncode}):\n"
+                              f"{done.stderr[-4000:]}")
         (stage / HEADER).write_text(_header(records))
         manifest = {
             "format": FORMAT, "version": VERSION, "abi": 1, "arke": arke.__version__,
@@ -271,18 +263,7 @@ def _write(out: Path, m: Machine, objects: dict[str, bytes], c_parts: list[str],
             "features": sorted(m.flags), "vector_bits": m.vector_bits, "units": sorted(m.units),
             "library": LIBRARY, "header": HEADER, "kernels": records,
             "semantic": json.loads(to_json(S.Module(functions))),
-            "files": {f: _sha256(stage / f) for f in (LIBRARY, HEADER)},
+            "files": {f: sha256(stage / f) for f in (LIBRARY, HEADER)},
         }
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            stage.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            stage.rename(out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     return manifest

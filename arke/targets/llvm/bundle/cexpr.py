@@ -1,84 +1,57 @@
 """Dims and `where` conditions as C expressions for a bundle's generated guards.
 
-A dim prints (:func:`~arke.ir.shapes.dim_str`) with ``+ - * // % **``, names and integers; here
-it becomes C over the ``int64_t`` dim variables (``d_<name>``), every operation checked through
-the run time's ``ak_*`` helpers, which set ``bad`` on a 64-bit overflow or a zero divisor (Python's
-floor division and modulo, as the guards compute them). The renderers make text only.
+A dim's text (:func:`~arke.ir.shapes.dim_str`: ``+ - * // % **``, names, integers) is read with the
+IR's own reader (:func:`~arke.ir.shapes.read_dim`) into C over the ``int64_t`` dim variables
+(``d_<name>``), every operation checked through the run time's ``ak_*`` helpers, which set ``bad``
+on a 64-bit overflow or a zero divisor (Python's floor division and modulo, as the guards compute
+them). The renderers make text only.
 """
 
 from __future__ import annotations
 
-import re
-
 from arke.ir import semantic as S
-from arke.ir.shapes import Dim, dim_str
+from arke.ir.shapes import Dim, DimAlgebra, dim_str, read_dim
 
-_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z_0-9]*)|(//|\*\*|[-+*%()]))")
-_BINARY = {"+": "ak_add", "-": "ak_sub", "*": "ak_mul", "//": "ak_floordiv", "%": "ak_mod", "**": "ak_pow"}
+
+class _C(DimAlgebra):
+    """A dim's operations as checked C (each uses ``int bad`` in the enclosing scope)."""
+
+    def const(self, value: int) -> object:
+        if value < 0:
+            return f"ak_sub(0, {self.const(-value)}, &bad)"
+        return f"INT64_C({value})" if value < 2**63 else "(bad = 1, INT64_C(0))"
+
+    def sym(self, name: str) -> object:
+        return f"d_{name}"
+
+    def add(self, a: object, b: object) -> object:
+        return f"ak_add({a}, {b}, &bad)"
+
+    def sub(self, a: object, b: object) -> object:
+        return f"ak_sub({a}, {b}, &bad)"
+
+    def neg(self, a: object) -> object:
+        return f"ak_sub(0, {a}, &bad)"
+
+    def mul(self, factors: list[object]) -> object:
+        out = factors[0]
+        for f in factors[1:]:
+            out = f"ak_mul({out}, {f}, &bad)"
+        return out
+
+    def floordiv(self, a: object, b: object) -> object:
+        return f"ak_floordiv({a}, {b}, &bad)"
+
+    def mod(self, a: object, b: object) -> object:
+        return f"ak_mod({a}, {b}, &bad)"
+
+    def pow(self, a: object, b: object) -> object:
+        return f"ak_pow({a}, {b}, &bad)"
 
 
 def c_dim(d: Dim | int) -> str:
     """``d`` as a checked C expression over ``d_<name>`` (it uses ``int bad`` in the enclosing scope)."""
-    text = dim_str(d) if not isinstance(d, int) else str(d)
-    tokens = [m.group(m.lastindex or 0) for m in _TOKEN.finditer(text)]
-    reader = _Reader(tokens)
-    out = reader.sum()
-    if reader.i != len(tokens):
-        raise ValueError(f"cannot render dim {text!r} as C")
-    return out
-
-
-class _Reader:
-    """Python's precedence for ``+ -``, ``* // %``, unary minus and ``**`` (right-associative)."""
-
-    def __init__(self, tokens: list[str]):
-        self.t, self.i = tokens, 0
-
-    def peek(self) -> str | None:
-        return self.t[self.i] if self.i < len(self.t) else None
-
-    def take(self) -> str:
-        tok = self.t[self.i]
-        self.i += 1
-        return tok
-
-    def sum(self) -> str:
-        value = self.term()
-        while self.peek() in ("+", "-"):
-            op = self.take()
-            value = f"{_BINARY[op]}({value}, {self.term()}, &bad)"
-        return value
-
-    def term(self) -> str:
-        value = self.unary()
-        while self.peek() in ("*", "//", "%"):
-            op = self.take()
-            value = f"{_BINARY[op]}({value}, {self.unary()}, &bad)"
-        return value
-
-    def unary(self) -> str:
-        if self.peek() == "-":
-            self.take()
-            return f"ak_sub(0, {self.unary()}, &bad)"
-        return self.power()
-
-    def power(self) -> str:
-        base = self.atom()
-        if self.peek() == "**":
-            self.take()
-            return f"ak_pow({base}, {self.unary()}, &bad)"
-        return base
-
-    def atom(self) -> str:
-        tok = self.take()
-        if tok == "(":
-            value = self.sum()
-            if self.take() != ")":
-                raise ValueError("expected ')'")
-            return value
-        if tok.isdigit():
-            return f"INT64_C({tok})" if int(tok) < 2**63 else "(bad = 1, INT64_C(0))"
-        return f"d_{tok}"
+    return str(read_dim(dim_str(d) if not isinstance(d, int) else str(d), _C()))
 
 
 def c_cond(cond: S.Cond) -> str:

@@ -17,7 +17,7 @@ from arke.ir import semantic as S
 from arke.ir.dtypes import DType
 from arke.ir.shapes import dim_str, free_dims
 from arke.plan.dispatch import KernelPlan
-from arke.runtime.guards import dim_params
+from arke.runtime.guards import cond_dims, dim_params
 from arke.targets.artifact import Artifact, LaunchSpec
 from arke.targets.llvm.bundle.cexpr import c_cond, c_dim, c_string
 
@@ -171,7 +171,7 @@ def _check(k: str, name: str, fn: S.Function, dims: list[str]) -> list[str]:
                      + _fail("ARKE_ERR_SHAPE", "dim", p.name, name, msg, *args)
                      + " }")
     for g in fn.guards:
-        shown = [s for s in sorted(_cond_dims(g.cond)) if s in dims]
+        shown = [s for s in sorted(cond_dims(g.cond)) if s in dims]
         values = ", ".join(f"{s} = {P}lld" for s in shown)
         text = g.text if len(g.text) <= 200 else f"{g.text[:140]} … {g.text[-50:]}"
         L.append(f"    if (!{c_cond(g.cond)} && !bad) "
@@ -187,14 +187,6 @@ def _check(k: str, name: str, fn: S.Function, dims: list[str]) -> list[str]:
     L += [f"    D->d_{d} = d_{d};" for d in dims]
     L += ["    return ARKE_OK;", "}", ""]
     return L
-
-
-def _cond_dims(cond: S.Cond) -> set[str]:
-    if isinstance(cond, S.Rel):
-        return free_dims(cond.lhs) | free_dims(cond.rhs)
-    if isinstance(cond, S.InSet):
-        return free_dims(cond.x).union(*(free_dims(v) for v in cond.values))
-    return set().union(*(_cond_dims(c) for c in cond.parts))
 
 
 def _unpack(k: str, dims: list[str]) -> list[str]:
