@@ -10,11 +10,12 @@ the exit status 1. One run on one machine:
   with its own KV cache), and arke's step time against its bandwidth bound (weights + KV bytes a step reads
   / the measured bandwidth);
 * **batched decode** — 8 sequences of lengths 64 .. 512 over the paged KV cache: tokens/s against batch 1;
-* **prefill** — 512 tokens: arke's forward pass against transformers' in eager;
+* **prefill** — 512 tokens: arke's forward pass against transformers' in eager (both giving the last
+  token's logits), and for Llama in bf16 against transformers in bf16;
 * **memory** — the process's resident bytes for arke's model against its weights + KV cache + arenas.
 
 ``--arch gpt2`` runs GPT-2 (124M: hidden 768, 12 blocks of 12 heads, vocabulary 50257) the same way.
-DeepSeek-V2 is not in arke.models yet.
+DeepSeek-V2 has its own: benchmarks/deepseek.py.
 
     .venv/bin/python benchmarks/models.py                 # Llama-shaped, then GPT-2: ~6 min on 2 cores
     .venv/bin/python benchmarks/models.py --arch llama --layers 2 --no-compile --quick
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             shape = ModelShape(layers=2 if args.quick else 12, vocab=4096 if args.quick else 50257, hidden=128 if
                                args.quick else 768, prompt=shape.prompt, new=shape.new)
         status = max(status, run(console, arch, shape, bandwidth, args))
-    console.print("DeepSeek-V2: not in arke.models yet (no rows)")
+    console.print("DeepSeek-V2: benchmarks/deepseek.py")
     return status
 
 
@@ -152,13 +153,24 @@ def run(console: Console, arch: str, shape: ModelShape, bandwidth: float, args: 
     batched = 8 * shape.new / (time.perf_counter() - start)
     console.print(f"batched decode, 8 sequences of {lengths[0]}..{lengths[-1]} tokens (paged cache): "
                   f"{batched:.2f} tokens/s = {batched / arke_rate:.2f}× batch 1")
-    # prefill
+    # prefill: both give the last token's logits (transformers' logits_to_keep=1), as generation needs
     prefill_ids = ids
     arke_prefill = _median_time(lambda: lm(prefill_ids, lm.new_cache(1)), 3)
     with torch.no_grad():
-        hf_prefill = _median_time(lambda: hf(prefill_ids), 3)
+        hf_prefill = _median_time(lambda: hf(prefill_ids, logits_to_keep=1), 3)
     console.print(f"prefill {shape.prompt} tokens: arke {arke_prefill * 1e3:.0f} ms, transformers eager "
                   f"{hf_prefill * 1e3:.0f} ms: {hf_prefill / arke_prefill:.2f}×")
+    if arch == "llama":  # bf16 activations end to end (the matrix units where the CPU has them)
+        with tempfile.TemporaryDirectory(prefix="arke-bench-") as tmp:
+            hf.save_pretrained(tmp)
+            half = arke.models.from_pretrained(tmp, max_seq=max_seq, dtype=torch.bfloat16)
+            hf_half = type(hf).from_pretrained(tmp, dtype=torch.bfloat16).eval()
+        half_ms = _median_time(lambda: half(prefill_ids, half.new_cache(1)), 3)
+        with torch.no_grad():
+            hf_half_ms = _median_time(lambda: hf_half(prefill_ids, logits_to_keep=1), 3)
+        console.print(f"prefill {shape.prompt} tokens in bf16: arke {half_ms * 1e3:.0f} ms, transformers bf16 "
+                      f"{hf_half_ms * 1e3:.0f} ms: {hf_half_ms / half_ms:.2f}×")
+        del half, hf_half
     arenas = sum(layer.memory(1, shape.prompt).arena_bytes + layer.memory(1, 1).arena_bytes for layer in lm.layers)
     planned = lm.weight_bytes + lm.new_cache(1).nbytes + arenas
     console.print(f"memory: {resident / 2**20:.0f} MiB resident for a model loaded and run (kernels compiled), against "
