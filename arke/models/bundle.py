@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from arke.runtime.bundle import BundleError, BundleKernel, read_json, sha256, staged
+from arke.runtime.bundle import TORCH_BY_NAME, BundleError, BundleKernel, read_json, sha256, staged
 from arke.runtime.bundle import load_bundle as load_kernels
 from arke.runtime.errors import GuardError
 from arke.runtime.panels import VNNI_KEY, panels_of, register_panels
@@ -174,15 +174,10 @@ class _Generic:
         for k in self.members:
             tensors = [p for p in k.params if p["shape"]]
             dtypes = [getattr(a, "dtype", None) for a in args[:len(tensors)]]
-            if all(d is None or str(d).removeprefix("torch.") == _TORCH_NAMES.get(p["dtype"], p["dtype"])
-                   for d, p in zip(dtypes, tensors)):
+            if all(d is None or d == TORCH_BY_NAME.get(p["dtype"]) for d, p in zip(dtypes, tensors)):
                 return k(*args, **scalars)
         raise GuardError(self.name, f"no specialisation in this bundle takes arguments of dtypes {dtypes}",
                          rule="dtype")
-
-
-_TORCH_NAMES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "i8": "int8", "i32": "int32", "i64": "int64",
-                "u8": "uint8", "bool": "bool"}
 
 
 def _lm_kernels(lib: Any) -> dict[str, Any]:

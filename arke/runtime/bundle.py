@@ -39,11 +39,12 @@ from arke.runtime.pool import BufferPool, evict_oldest
 #: The manifest's ``format`` and the newest ``version`` this Arke reads.
 FORMAT, VERSION = "arke.bundle", 1
 MANIFEST, LIBRARY = "manifest.json", "libarke_bundle.so"
-#: The ABI's dtype codes (arke_bundle.h) by dtype name, and the torch dtype of each.
+#: The ABI's dtype codes (arke_bundle.h) by dtype name, and the torch dtype of each (``TORCH_BY_NAME``).
 _CODES = {"bool": 0, "i8": 1, "i32": 2, "i64": 3, "u8": 4, "u16": 5, "u32": 6, "f16": 7, "bf16": 8, "f32": 9}
 _TORCH = {"bool": torch.bool, "i8": torch.int8, "i32": torch.int32, "i64": torch.int64, "u8": torch.uint8,
           "u16": torch.uint16, "u32": torch.uint32, "f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 _BY_TORCH = {_TORCH[d]: c for d, c in _CODES.items()}
+TORCH_BY_NAME = _TORCH
 _NUMPY = {"bool": "np.bool_", "i8": "np.int8", "i32": "np.int32", "i64": "np.int64", "u8": "np.uint8",
           "u16": "np.uint16", "u32": "np.uint32", "f16": "np.float16", "f32": "np.float32"}
 _INT_RANGE = {"i8": (-2**7, 2**7 - 1), "i32": (-2**31, 2**31 - 1), "i64": (-2**63, 2**63 - 1), "u8": (0, 2**8 - 1),

@@ -49,9 +49,11 @@ class _C(DimAlgebra):
         return f"ak_pow({a}, {b}, &bad)"
 
 
-def c_dim(d: Dim | int) -> str:
-    """``d`` as a checked C expression over ``d_<name>`` (it uses ``int bad`` in the enclosing scope)."""
-    return str(read_dim(dim_str(d) if not isinstance(d, int) else str(d), _C()))
+def c_dim(d: Dim | int | str) -> str:
+    """``d`` (a dim, or its text as plans and artifacts hold it) as a checked C expression over ``d_<name>``
+    (it uses ``int bad`` in the enclosing scope)."""
+    text = d if isinstance(d, str) else str(d) if isinstance(d, int) else dim_str(d)
+    return str(read_dim(text, _C()))
 
 
 def c_cond(cond: S.Cond) -> str:

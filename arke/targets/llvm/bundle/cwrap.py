@@ -18,7 +18,7 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import dim_str, free_dims
 from arke.plan.dispatch import KernelPlan
 from arke.runtime.guards import cond_dims, dim_params
-from arke.targets.artifact import Artifact, LaunchSpec
+from arke.targets.artifact import Artifact
 from arke.targets.llvm.bundle.cexpr import c_cond, c_dim, c_string
 
 #: The ABI's dtype codes (arke_bundle.h).
@@ -228,11 +228,10 @@ def _runner(k: str, name: str, fn: S.Function, dims: list[str], j: int, v: Varia
             L.append(f"      if (bad || !b[{i}]) {{ rc = "
                      + _error("ARKE_ERR_RUNTIME", "memory", None, name, f"cannot allocate buffer `{buf.name}`")
                      + "; goto done; } }")
-    extents = [c_dim(x.extent_dim) if x.extent_dim is not None else "INT64_C(1)" for x in _launch_dims(launches)]
+    extents = [c_dim(x.parallel_extent) if x.parallel_extent else "INT64_C(1)" for x in launches]
     L += _panel_words(name, fn, v, params)
     L.append(f"    int64_t n[{max(1, nl)}] = {{{', '.join(extents) or '1'}}};")
-    scratch = [f"ak_mul(8, {c_dim(x.scratch_dim)}, &bad)" if x.scratch_dim is not None else "INT64_C(0)"
-               for x in _launch_dims(launches)]
+    scratch = [f"ak_mul(8, {c_dim(x.scratch)}, &bad)" if x.scratch else "INT64_C(0)" for x in launches]
     L.append(f"    int64_t scratch[{max(1, nl)}] = {{{', '.join(scratch) or '0'}}};")
     L += ["    if (bad) { rc = " + _error("ARKE_ERR_SHAPE", "size", None, name,
                                    "a buffer's size is beyond the 64-bit sizes kernels compute with; call it with "
@@ -298,19 +297,6 @@ def _panel_words(name: str, fn: S.Function, v: Variant, params: dict[str, int]) 
                     "ARKE_ERR_SHAPE", "dim", buf.name, name, f"`{buf.name}` holds prepacked panels (layout {P}d), "
                     f"which dispatch {x} cannot read", f"(int)a[{p}].layout") + "; goto done; }")
     return lines
-
-
-@dataclass(frozen=True)
-class _LaunchDims:
-    extent_dim: object | None
-    scratch_dim: object | None
-
-
-def _launch_dims(launches: tuple[LaunchSpec, ...]) -> list[_LaunchDims]:
-    from arke.ir.shapes import parse_dim
-
-    return [_LaunchDims(parse_dim(x.parallel_extent) if x.parallel_extent else None,
-                        parse_dim(x.scratch) if x.scratch else None) for x in launches]
 
 
 def _public(k: str, name: str, fn: S.Function, dims: list[str], variants: list[Variant]) -> list[str]:
