@@ -21,6 +21,10 @@ Per key tile of ``BK`` keys:
 * **values**: a block of ``MRP`` rows x ``NE`` vectors of ``dv`` keeps ``o`` in registers
   while it accumulates ``P[row, j]`` (broadcast) times the row ``v[j]`` (lanes along dv).
 
+A task of one row (multi-head decode: a KV head serves one query row) skips the pack: each
+key row is read in place and dotted with the query along D, and a shuffle tree sums W keys'
+partials into one vector of scores (``direct_scores``); its values run in blocks of one row.
+
 Algorithms (the strategy's ``algorithm``; by default split_kv when the group has at most
 ``DECODE_ROWS`` rows, i.e. decode, else flash, chosen per call from the dims):
 ``flash`` runs the above over the task's key range, skipping tiles the mask excludes for
@@ -48,7 +52,7 @@ from arke.ir.shapes import Dim, ceil_div, dim_str
 from arke.plan.attention import F32, FEATURE, KEY, QUERY, VALUE
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import LaunchSpec
-from arke.targets.llvm.attention_tiles import AttentionEmitter
+from arke.targets.llvm.attention_tiles import MR, AttentionEmitter
 from arke.targets.llvm.scalar import STORAGE
 from arke.targets.llvm.vec import NEG_INF
 
@@ -134,6 +138,7 @@ class _Attention(AttentionEmitter):
         t = self.current["task"]
         nrb = self.dim(self.n_rb)
         pos, rest = self.i64("urem", t, nrb), self.i64("udiv", t, nrb)
+        g = "0"
         if p.group is not None:
             ng = self.dim(self.n_groups)
             g, rest = self.i64("urem", rest, ng), self.i64("udiv", rest, ng)
@@ -147,6 +152,18 @@ class _Attention(AttentionEmitter):
         rb = self.let(f"select i1 {odd}, i64 {back}, i64 {half}")  # zig-zag: 0, n-1, 1, n-2 ...
         self.rho0 = self.i64("mul", rb, str(self.rows))
         self.nrows = self.imin(str(self.rows), self.i64("sub", self.dim(self.R * p.extent(QUERY)), self.rho0))
+        if self.direct_usable():  # one row (MHA decode): its scores straight from the key rows
+            one = self.let(f"icmp eq i64 {self.nrows}, 1")
+            self.branch(one, lambda: self.task_rows(g, True), lambda: self.task_rows(g, False))
+        else:
+            self.task_rows(g, False)
+
+    def task_rows(self, g: str, single: bool) -> None:
+        """The task's rows over its keys: one row by :meth:`direct_scores` (``single``), else in blocks of
+        ``MR`` rows over packed key tiles."""
+        p = self.pat
+        self.single = single
+        self.mr, self.mrp = (1, 1) if single else (MR, self.block_rows)
         mr = str(self.mr)
         self.npad = self.i64("mul", self.i64("udiv", self.i64("add", self.nrows, str(self.mr - 1)), mr), mr)
         r = self.dim(self.R)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from arke.ir import semantic as ir
+from arke.ir.dtypes import DType
 from arke.ir.shapes import ceil_div
 from arke.plan.attention import FEATURE, KEY, QUERY, VALUE, Attention
 from arke.plan.dispatch import Dispatch, KernelPlan
@@ -22,6 +23,7 @@ ROWS = 64  # query rows per task: a packed key tile serves all of them
 MAT_ROWS = 16  # rows per task of `materialized` (each keeps a whole row of scores)
 PREFETCH_TILES = 4  # keys and values are prefetched this many tiles ahead ...
 PREFETCH_ROWS = 16  # ... by tasks of at most this many rows (decode: memory-bound)
+MR = 4  # rows per score block over a packed key tile
 
 
 class AttentionEmitter(AmxScores):
@@ -41,7 +43,9 @@ class AttentionEmitter(AmxScores):
         self.w = max(4, vector_bits // 32)
         self.nv = 4 if self.w >= 16 else 2  # key vectors per tile
         self.bk = self.nv * self.w
-        self.mr, self.mrp, self.ne = 4, (4 if self.w >= 16 else 2), 4
+        self.block_rows = 4 if self.w >= 16 else 2  # rows per block of the values
+        self.mr, self.mrp, self.ne = MR, self.block_rows, 4
+        self.single = False  # a task of one row: direct_scores (set per task by attention.task_rows)
         self.vec = Vec(self.w, self.let, declare)
         self.bound: dict[ir.SExpr, str] = {}
         self.lane_index = KEY
@@ -96,11 +100,17 @@ class AttentionEmitter(AmxScores):
                 self.row_table(j0, kn, self.pat.k, FEATURE, "KR", "float")
             if self.pat.v_rows and mode == "flash":
                 self.row_table(j0, kn, self.pat.v, VALUE, "VR", self.vty)
-            self.pack(j0, kn)
+            if self.single:
+                sums = self.direct_scores(j0, kn)
+            else:
+                self.pack(j0, kn)
             if self.amx:
                 self.tile_scores()
 
             def rows(inner: bool) -> None:
+                if self.single:
+                    self.score_rows(["0"], [sums], j0, kn, mode, inner)
+                    return
                 self.loop("sb", "0", self.i64("udiv", self.npad, str(self.mr)), lambda: self.scores(
                     self.i64("mul", self.current["sb"], str(self.mr)), j0, kn, mode, inner))
 
@@ -138,10 +148,69 @@ class AttentionEmitter(AmxScores):
             j = self.i64("add", j0, self.current["pf"])
             if self.pat.k_direct:
                 lines_of(self.gep(self.kbase, self.i64("mul", j, self.kstride)), lines["k"])
-            if not self.pat.v_rows:  # rows through a table: the lookup is not made ahead
+            elif self.pat.k_rows:  # looked up through the table now: the task reads this key later anyway
+                lines_of(self.table_row(j, self.pat.k, FEATURE, "float"), lines["k"])
+            if not self.pat.v_rows:
                 lines_of(self.gep(self.vbase, self.i64("mul", j, self.vstride), self.vty), lines["v"])
+            elif self.algorithm != "materialized":
+                lines_of(self.table_row(j, self.pat.v, VALUE, self.vty), lines["v"])
 
         self.loop("pf", "0", n, key)
+
+    def key_rows(self, j0: str, kn: str) -> tuple[str | None, str, DType | None]:
+        """Where the tile's key rows are: the first row and the stride between rows (None: each row's
+        address is in the ``KR`` table), and the 16-bit type of a key widened as it is read."""
+        p = self.pat
+        half = p.k_half.dtype if p.k_half is not None and not p.k_direct else None
+        if p.k_direct:
+            return self.gep(self.kbase, self.i64("mul", j0, self.kstride)), self.kstride, half
+        if half is not None:
+            return self.gep(self.kbase, self.i64("mul", j0, self.kstride), "i16"), self.kstride, half
+        if not p.k_rows:
+            return self.stage_keys(j0, kn), self.dim(self.dp), half
+        return None, "0", half
+
+    def direct_usable(self) -> bool:
+        """Whether a task of one row may take :meth:`direct_scores`: f32 scores (no matrix unit) over a
+        query row whose features are contiguous."""
+        p, q = self.pat, self.pat.q
+        if self.unit is not None:
+            return False
+        return not (p.q_direct and isinstance(q, ir.Load)) or \
+            self.stride(self.buffer(q.src).shape, list(q.indices).index(ir.Idx(FEATURE))) == 1
+
+    def direct_scores(self, j0: str, kn: str) -> list[str]:
+        """The one row's dot products with the tile's keys, read in place: per key, FMAs along D into
+        a vector of partial sums; W keys' partials are then summed by a shuffle tree into one vector
+        of W scores (lanes along keys, as :meth:`scores` gives). No packed tile: a row reads each key
+        once, so transposing it would cost more than the dot products. Keys past a short tile repeat
+        its last key, as in :meth:`pack`."""
+        w, vec, f = self.w, self.vec, self.vec.f
+        dd = self.dim(self.pat.extent(FEATURE))
+        first, stride, half = self.key_rows(j0, kn)
+        last = self.i64("sub", kn, "1")
+        qrow = self.get("ptr", self.at["QP"])
+        sums = []
+        for v in range(self.nv):
+            rows = []
+            for k in range(w):
+                key = self.imin(str(v * w + k), last)
+                rows.append(self.get("ptr", self.gep(self.at["KR"], key, "ptr")) if first is None
+                            else self.gep(first, self.i64("mul", key, stride), "i16" if half else "float"))
+            accs = [self.var(f, "zeroinitializer") for _ in range(w)]
+
+            def step(rows: list[str] = rows, accs: list[str] = accs) -> None:
+                d0 = self.i64("mul", self.current["dd"], str(w))
+                dmask = vec.lanes_below(d0, dd)
+                q = vec.masked_load(self.gep(qrow, d0), dmask)
+                for row, acc in zip(rows, accs):
+                    at = self.gep(row, d0, "i16" if half else "float")
+                    kv = vec.masked_load(at, dmask) if half is None else vec.load_as_float(at, half, dmask)
+                    self.put(f, vec.fma(q, kv, self.get(f, acc)), acc)
+
+            self.loop("dd", "0", self.dim(self.dp / w), step)
+            sums.append(vec.sum_rows([self.get(f, acc) for acc in accs]))
+        return sums
 
     def pack(self, j0: str, kn: str) -> None:
         """``KT[d][k] = key[j0 + k][d]``: W x W blocks loaded (masked past D) and transposed in registers.
@@ -154,19 +223,13 @@ class AttentionEmitter(AmxScores):
         w, vec, p = self.w, self.vec, self.pat
         dd = self.dim(p.extent(FEATURE))
         last = self.i64("sub", kn, "1")
-        half = p.k_half.dtype if p.k_half is not None and not p.k_direct else None
-        if p.k_direct:
-            first, stride = self.gep(self.kbase, self.i64("mul", j0, self.kstride)), self.kstride
-        elif half is not None:
-            first, stride = self.gep(self.kbase, self.i64("mul", j0, self.kstride), "i16"), self.kstride
-        elif not p.k_rows:
-            first, stride = self.stage_keys(j0, kn), self.dim(self.dp)
+        first, stride, half = self.key_rows(j0, kn)
 
         def block(full: bool) -> None:
             d0 = self.i64("mul", self.current["db"], str(w))
             dmask = vec.lanes_below(d0, dd)
             ty = "i16" if half is not None else "float"
-            base = None if p.k_rows else self.gep(first, d0, ty)
+            base = None if first is None else self.gep(first, d0, ty)
             for v in range(self.nv):
                 rows = []
                 for k in range(w):
@@ -187,17 +250,20 @@ class AttentionEmitter(AmxScores):
         """The addresses of the tile's rows of ``load`` (k or v read through a block table,
         :mod:`arke.plan.paged`): each key's subscripts computed and checked once, into ``table``;
         the keys past the tile repeat its last one."""
-        assert isinstance(load, ir.Load)
-        if self.pat.group is not None:
-            self.current[self.pat.group] = self.h0  # any head of the group: they read the same rows
-
         def key() -> None:
             at = self.current["kr"]
-            self.current[KEY] = self.i64("add", j0, self.imin(at, self.i64("sub", kn, "1")))
-            row = self.gep(self.ptr[load.src], self.offset(load, {feature: "0"}), ty)
+            row = self.table_row(self.i64("add", j0, self.imin(at, self.i64("sub", kn, "1"))), load, feature, ty)
             self.put("ptr", row, self.gep(self.at[table], at, "ptr"))
 
         self.loop("kr", "0", str(self.bk), key)
+
+    def table_row(self, j: str, load: ir.SExpr, feature: str, ty: str) -> str:
+        """The address of key ``j``'s row of ``load`` (read through a block table; its subscripts checked)."""
+        assert isinstance(load, ir.Load)
+        if self.pat.group is not None:
+            self.current[self.pat.group] = self.h0  # any head of the group: they read the same rows
+        self.current[KEY] = j
+        return self.gep(self.ptr[load.src], self.offset(load, {feature: "0"}), ty)
 
     def stage_keys(self, j0: str, kn: str) -> str:
         """k as an expression (a fused norm, a rotation, another layout): the tile's key rows computed

@@ -200,6 +200,22 @@ class Vec:
             by_column[column] = value
         return [by_column[c] for c in range(w)]
 
+    def sum_rows(self, rows: list[str]) -> str:
+        """One vector whose lane ``k`` is the sum of ``rows[k]``'s lanes (``w`` rows): pairs of vectors
+        halve their partial sums per row by two shuffles and an add, a fixed tree of log2(w) levels."""
+        w, g = self.w, self.w  # g: partial sums per row in each vector
+        assert len(rows) == w and w & (w - 1) == 0
+        while len(rows) > 1:
+            half, per = g // 2, w // g  # per: rows held by each vector
+            lo = [r * g + t for r in range(per) for t in range(half)]
+            lo += [w + x for x in lo]
+            hi = [x + half for x in lo]
+            rows = [self.let(f"fadd {self.f} {self.let(f'shufflevector {self.f} {a}, {self.f} {b}, {_mask(lo)}')}, "
+                             f"{self.let(f'shufflevector {self.f} {a}, {self.f} {b}, {_mask(hi)}')}")
+                    for a, b in zip(rows[::2], rows[1::2])]
+            g = half
+        return rows[0]
+
     def tanh(self, x: str) -> str:
         """tanh as Cephes' tanhf: an odd polynomial below |x| = 0.625, else 1 - 2 / (exp(2|x|) + 1)
         with x's sign (a few ulp; +-1 past |x| = 44, NaN stays NaN)."""

@@ -287,6 +287,30 @@ def test_long_key_range(algorithm: str) -> None:
     check(f"causal_{algorithm}", LONG)  # sums of 4097 terms
 
 
+ONE_ROW = [
+    (1, 4, 4, 1, 600, 16),  # MHA decode: every task is one row (its scores read the keys in place)
+    (2, 3, 3, 1, 4097, 5),  # ... over a long ragged key range
+    (1, 1, 1, 65, 70, 17),  # a last row block of one row beside a full one
+]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_one_row_tasks(algorithm: str) -> None:
+    mod = module()
+    name = f"causal_{algorithm}"
+    compiled = build(mod, "llvm").kernels[name]
+    for shape in ONE_ROW:
+        args = random_inputs(mod.kernels[name], dims(shape), seeded(name, shape, "one row"))
+        one = compiled(*args, threads=1)
+        assert_conforms(one, mod.kernels[name], *args, what=f"{name} {shape}")
+        assert same_bits(compiled(*args, threads=3), one), f"{name} {shape}: 3 threads differ from 1"
+    check("qknorm", (1, 4, 4, 1, 33, 16))  # a computed query row, keys from the hoisted map
+    check("full_flash", (1, 2, 2, 1, 9, 40))  # short tiles
+    size = {"H": 3, "S": 1, "T": 70, "D": 21}  # 16-bit keys widened as they are read
+    args = random_inputs(mod.kernels["narrow"], size, seeded("narrow", size))
+    assert_conforms(build(mod, "llvm").kernels["narrow"](*args), mod.kernels["narrow"], *args, what=str(size))
+
+
 def test_split_decision_sets_the_chunks() -> None:
     plan = plan_of("chunked")
     assert plan.decision("split", "j") is not None and attention_patterns(plan)[0].key_index == "j"
@@ -387,7 +411,7 @@ def test_narrower_vectors(bits: int) -> None:
         artifact = LLVMRenderer(vector_bits=bits).render(plan)
         assert f"<{bits // 32} x float>" in artifact.source
         kernel = CPUKernel(plan, artifact, compile_object(artifact.source), mod.semantic, 2)
-        for shape in [(1, 4, 2, 9, 40, 5), (1, 8, 2, 1, 70, 8)]:
+        for shape in [(1, 4, 2, 9, 40, 5), (1, 8, 2, 1, 70, 8), (1, 3, 3, 1, 70, 19)]:
             args = random_inputs(mod.kernels[name], dims(shape), seeded(name, shape, bits))
             assert_conforms(kernel(*args), mod.kernels[name], *args, what=f"{name} {shape} at {bits} bits")
 
