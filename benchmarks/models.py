@@ -142,11 +142,12 @@ def run(console: Console, arch: str, shape: ModelShape, bandwidth: float, args: 
                   f"{(1 / arke_rate) / bound:.2f}× the bound")
     # batched decode over the paged cache: 8 sequences of different lengths
     lengths = [max(1, shape.prompt * (k + 1) // 8) for k in range(8)]
-    batch = lm.batch(blocks=sum(-(-(n + shape.new + 2) // 16) for n in lengths), block_size=16)
+    batch = lm.batch(blocks=sum(-(-(n + shape.new + 3) // 16) for n in lengths), block_size=16)
     g = torch.Generator().manual_seed(2)
     for n in lengths:
-        batch.add(torch.randint(0, shape.vocab, (n,), generator=g).tolist(), shape.new + 1)
+        batch.add(torch.randint(0, shape.vocab, (n,), generator=g).tolist(), shape.new + 2)
     batch.step()  # every prompt, as one pass
+    batch.step()  # one untimed decode step (its call shapes are checked and planned once), as batch 1 has
     start = time.perf_counter()
     for _ in range(shape.new):
         batch.step()

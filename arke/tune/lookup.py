@@ -5,6 +5,7 @@ is missing is no record, one that cannot be read is a warning (once) and no reco
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -12,6 +13,45 @@ from arke.ir import semantic as S
 from arke.ir import strategy as sir
 
 _WARNED: set[str] = set()
+#: answers already read from a SQLite database, with the files' state they were read at: a model's
+#: layers ask for the same kernels at the same dims, and each query costs milliseconds
+_ANSWERS: dict[tuple[object, ...], tuple[object, sir.Strategy | None]] = {}
+_MAX_ANSWERS = 512
+_HASHES: dict[int, dict[str, str]] = {}  # id(module) -> kernel -> its IR hash (dropped with the module)
+
+
+def _kernel_hash(module: S.Module, ir_name: str) -> str:
+    from arke.tune import db as tdb
+
+    hashes = _HASHES.get(id(module))
+    if hashes is None:
+        hashes = _HASHES[id(module)] = {}
+        weakref.finalize(module, _HASHES.pop, id(module), None)
+    if ir_name not in hashes:
+        hashes[ir_name] = tdb.kernel_hash(module, ir_name)
+    return hashes[ir_name]
+
+
+def _stamp(url: str) -> object:
+    """The state of a SQLite database: its header's change counter (bumped by every committed write) and
+    its files' sizes and times (the write-ahead log's too); None for a server, whose answers are not kept
+    (another process may write there at any time)."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = Path(url[len("sqlite:///"):])
+    stamp: list[object] = []
+    try:
+        with open(path, "rb") as f:
+            stamp.append(f.read(100)[24:28])
+    except OSError:
+        stamp.append(None)
+    for file in (path, path.with_name(path.name + "-wal")):
+        try:
+            st = file.stat()
+            stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            stamp.append(None)
+    return tuple(stamp)
 
 
 def _readable(url: str) -> bool:
@@ -35,18 +75,29 @@ def tuned_strategy(module: S.Module, ir_name: str, target: str, dims: Mapping[st
     url = url or tdb.default_url()
     if not _readable(url):
         return None
+    stamp = _stamp(url)
+    kernel = _kernel_hash(module, ir_name)
+    memo = (url, kernel, ir_name, target, repr(sorted(tdb.bucket(dims).items())), arch, device)
+    if stamp is not None:
+        kept = _ANSWERS.get(memo)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
     try:
         database = tdb.Database(url)
         try:
-            found = database.chosen(tdb.Key.make(module, ir_name, target, dims, arch, device))
+            found = database.chosen(tdb.Key.of(kernel, target, dims, arch, device))
         finally:
             database.close()
     except Exception as err:  # a broken or unreachable database never fails a build
         _unreadable(url, err)
         return None
-    if found is None or found.strategy is None:
-        return None
-    return sir.Strategy(ir_name, target, None, found.strategy.decisions)
+    answer = None if found is None or found.strategy is None else \
+        sir.Strategy(ir_name, target, None, found.strategy.decisions)
+    if stamp is not None:
+        if len(_ANSWERS) >= _MAX_ANSWERS:
+            _ANSWERS.pop(next(iter(_ANSWERS)))
+        _ANSWERS[memo] = (stamp, answer)
+    return answer
 
 
 def tuned_plan(layer: str, target: str, device: str = "cpu", url: str | None = None) -> tuple[sir.Strategy, ...]:

@@ -82,6 +82,31 @@ def test_build_uses_the_chosen_record_only_here(tmp_path: Path, monkeypatch: pyt
         arke.build(module, tuning="maybe")
 
 
+def test_lookups_are_kept_until_the_database_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's layers ask for the same kernels at the same dims: the answer is read once, and read again
+    once the file changes (a record written by akc tune, here or in another process)."""
+    url = f"sqlite:///{tmp_path / 'tuning.db'}"
+    dims = {"M": 40, "N": 48, "K": 24}
+    database = tdb.Database(url)
+    database.add(_record(_key({"M": 1, "N": 1, "K": 1}), tdb.CHOSEN))  # another bucket
+    opened = []
+    real = tdb.Database
+
+    def counted(*args: object, **kwargs: object) -> tdb.Database:
+        opened.append(args)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tdb, "Database", counted)
+    modules = [arke.loads(SOURCE) for _ in range(3)]  # one per layer: distinct objects, the same kernel
+    assert all(tuned_strategy(m.semantic, m.kernel_map["mm"], "llvm", dims, url=url) is None for m in modules)
+    assert len(opened) == 1
+    database.add(_record(_key(dims), tdb.CHOSEN))
+    found = tuned_strategy(modules[0].semantic, modules[0].kernel_map["mm"], "llvm", dims, url=url)
+    assert found is not None and found.decisions == TILE.decisions and len(opened) == 2
+    assert tuned_strategy(modules[1].semantic, modules[1].kernel_map["mm"], "llvm", dims, url=url) == found
+    assert len(opened) == 2
+
+
 def test_concurrent_writers(tmp_path: Path) -> None:
     url = str(tmp_path / "shared.db")
     key = _key({"M": 64, "N": 64, "K": 64})
