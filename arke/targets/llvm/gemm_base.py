@@ -25,6 +25,7 @@ from arke.targets.llvm.scalar import STORAGE
 
 #: Below this many rows a contraction contiguous along k runs as dot products (no packing).
 GEMV_ROWS = 4
+PREFETCH_STEPS = 64  # the micro-kernel prefetches its panel this many k steps (8 KB at nr = 32) ahead
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,14 @@ class GemmBase(LLVMFunction):
             lines.append(f"  %bo{v} = add i64 %bo, {v * blk.lanes}")
             lines.append(f"  %bq{v} = getelementptr inbounds float, ptr %bp, i64 %bo{v}")
             lines.append(f"  %b{v} = load {vec}, ptr %bq{v}, align 4")
+        # the panel PREFETCH_STEPS steps ahead: with a few rows (batched decode) each panel row is used
+        # once, and the hardware's prefetchers alone leave the micro-kernel waiting on memory
+        self.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
+        lines.append(f"  %pfo = add i64 %bo, {PREFETCH_STEPS * blk.nr}")
+        for v in range(nv):  # past the panel's end it names the next panel, or nothing (a prefetch never faults)
+            lines.append(f"  %pfo{v} = add i64 %pfo, {v * blk.lanes}")
+            lines.append(f"  %pfq{v} = getelementptr float, ptr %bp, i64 %pfo{v}")
+            lines.append(f"  call void @llvm.prefetch.p0(ptr %pfq{v}, i32 0, i32 3, i32 1)")
         lines.append("  %ao = mul i64 %kk, %sak")
         for r in range(mr):
             lines.append(f"  %aq{r} = getelementptr inbounds {a_ty}, ptr %a{r}, i64 %ao")
@@ -341,6 +350,13 @@ class _PanelRun:
 
         def step(k: str) -> None:
             off = g.let(f"mul i64 {k}, {nr}")
+            if rows > 1:  # two or three rows: prefetched as the micro-kernel does (one row is as fast without)
+                g.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
+                for base in bases:
+                    for v in range(nv):
+                        q = g.let(f"add i64 {off}, {PREFETCH_STEPS * nr + v * lanes}")
+                        q = g.let(f"getelementptr float, ptr {base}, i64 {q}")
+                        g.emit(f"call void @llvm.prefetch.p0(ptr {q}, i32 0, i32 3, i32 1)")
             ws = []
             for base in bases:
                 for v in range(nv):
