@@ -41,8 +41,7 @@ class KVCache:
         c = owner.config
         shape = (batch, c.kv_heads, owner.max_seq, c.head_dim)
         self.owner, self.batch = owner, batch
-        self.k = torch.zeros(shape, dtype=owner.act_dtype, device=owner.device)
-        self.v = torch.zeros(shape, dtype=owner.act_dtype, device=owner.device)
+        self.k, self.v = (cache_zeros(shape, owner.act_dtype, owner.device) for _ in range(2))
         self.length = 0  # slots filled (the same for every sequence of the batch)
 
     @property
@@ -51,6 +50,26 @@ class KVCache:
 
     def __repr__(self) -> str:
         return f"<KV cache: batch {self.batch}, {self.length} of {self.owner.max_seq} slots>"
+
+
+def cache_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A zeroed KV-cache tensor: on the CPU, on huge pages where they pay (:mod:`arke.runtime.hugepages`)."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    from arke.runtime import hugepages
+
+    return hugepages.zeros(shape, dtype)
+
+
+def resident(t: torch.Tensor, device: torch.device | str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A model's own contiguous copy of weight ``t`` (in ``dtype``) on ``device``: on the CPU, in the long-lived
+    weight storage of :mod:`arke.runtime.hugepages` (decode streams it)."""
+    t = t.detach().to(dtype or t.dtype)
+    if torch.device(device).type != "cpu":
+        return t.to(device).contiguous()
+    from arke.runtime import hugepages
+
+    return hugepages.weight_copy(t)
 
 
 def check_weights(name: str, raw: dict[str, torch.Tensor], want: dict[str, tuple[int, ...]], sizes: str = "") -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from arke.models.config import KVCache, by_expert, check_weights
+from arke.models.config import KVCache, by_expert, cache_zeros, check_weights, resident
 from arke.models.layer import KERNELS, LAYER_SOURCE, CompiledLayer, Step, _Shape
 from arke.runtime.memory import MemoryPlan
 
@@ -62,8 +62,8 @@ class LatentCache(KVCache):
     def __init__(self, owner: CompiledLayer, batch: int):
         c: Any = owner.config
         self.owner, self.batch, self.length = owner, batch, 0
-        self.c = torch.zeros(batch, owner.max_seq, c.kv_lora, dtype=torch.float32)
-        self.kr = torch.zeros(batch, owner.max_seq, c.rope, dtype=torch.float32)
+        self.c = cache_zeros((batch, owner.max_seq, c.kv_lora), torch.float32, "cpu")
+        self.kr = cache_zeros((batch, owner.max_seq, c.rope), torch.float32, "cpu")
         self.k, self.v = self.c, self.kr
 
     @property
@@ -165,7 +165,7 @@ class DeepseekLayer(CompiledLayer):
     def _plain(self, w: torch.Tensor, into: dict[str, torch.Tensor], name: str) -> None:
         """A weight of more than two axes (or read by no packed contraction): converted, never packed."""
         dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(self.kind, torch.float32)
-        into[name] = w.detach().to(self.device, dtype).contiguous()
+        into[name] = resident(w, self.device, dtype)
 
     def _attn_args(self, xf: torch.Tensor, pos: torch.Tensor) -> list[torch.Tensor]:
         c: Any = self.config

@@ -33,7 +33,7 @@ import torch
 
 from arke.ir import strategy as sir
 from arke.models.calls import KernelCall, ReferenceCall
-from arke.models.config import KVCache, LayerConfig, by_expert, quantize_int8
+from arke.models.config import KVCache, LayerConfig, by_expert, quantize_int8, resident
 from arke.runtime.errors import GuardError
 from arke.runtime.memory import MemoryPlan
 from arke.runtime.pool import evict_oldest
@@ -203,17 +203,17 @@ class CompiledLayer:
         """``into[name]`` (and ``name + "_s"``, the int8 scales) in this layer's weight kind."""
         w = w.detach().float().contiguous()
         if self.kind in ("bf16", "f16"):
-            into[name] = w.to(torch.bfloat16 if self.kind == "bf16" else torch.float16).to(self.device)
+            into[name] = resident(w, self.device, torch.bfloat16 if self.kind == "bf16" else torch.float16)
         elif self.kind == "int8":
             q, scale = quantize_int8(w)
-            into[name], into[name + "_s"] = q.to(self.device), scale.to(self.device)
+            into[name], into[name + "_s"] = resident(q, self.device), resident(scale, self.device)
         elif self.nr:  # f32 on the CPU: packed into the contraction kernels' panels, once
             from arke.runtime.panels import pack_panels
 
             into[name] = pack_panels(w, self.nr)
             self.packed_weights = True
         else:
-            into[name] = w.to(self.device)
+            into[name] = resident(w, self.device)
 
     def _split(self, into: dict[str, torch.Tensor], tag: str, dense: torch.Tensor) -> None:
         """The gate and up halves of a fused ``[2F, D]`` matrix, as ``tag.g`` and ``tag.u`` (int8: their

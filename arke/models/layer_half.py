@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from arke.models.calls import KernelCall, ReferenceCall
-from arke.models.config import KVCache, LayerConfig
+from arke.models.config import KVCache, LayerConfig, resident
 from arke.models.layer import CompiledLayer, Step, _Shape
 from arke.runtime.memory import MemoryPlan
 
@@ -67,7 +67,7 @@ class HalfLayer(CompiledLayer):
         out: dict[str, torch.Tensor] = {}
 
         def put(name: str, w: torch.Tensor, pack: bool = False) -> None:
-            out[name] = w.detach().to(dev, a).contiguous()
+            out[name] = resident(w, dev, a)
             if pack and self.backend is not None:  # a projection's matrix: in the kernels' panels, once
                 packed = self.backend.pack_weight(out[name])
                 out[name] = out[name] if packed is None else packed

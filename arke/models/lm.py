@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from arke.models.config import resident
 from arke.models.layer import CompiledLayer
 from arke.runtime.errors import GuardError
 
@@ -93,7 +94,7 @@ class CausalLM:
         elif head is None:
             self.embed = None  # tied and packed: the embeddings read the head's panels
         else:
-            self.embed = embed.detach().to(self.device, wdtype).contiguous()
+            self.embed = resident(embed, self.device, wdtype)
         self._lock = threading.Lock()
         self.stats: dict[str, float] = {}  # the last generation's throughput (arke.models.generate)
 
@@ -119,7 +120,7 @@ class CausalLM:
         """The head's weight as the contraction reads it (packed once into f32 panels where the target does),
         and the panels as ``[P, D, R]`` for ``embed_panels`` (None: not packed)."""
         if not nr or w.dtype != torch.float32:
-            return w.to(self.device).contiguous(), None
+            return resident(w, self.device), None
         from arke.runtime.panels import pack_panels
 
         packed = pack_panels(w.contiguous(), nr)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from arke.models.config import cache_zeros
 from arke.runtime.errors import GuardError
 
 if TYPE_CHECKING:
@@ -42,8 +43,8 @@ class PagedCache:
             c = layer.config
             shapes = getattr(layer, "page_shapes", None)
             k, v = shapes(blocks, block_size) if shapes else ((blocks, c.kv_heads, block_size, c.head_dim),) * 2
-            self.k.append(torch.zeros(k, dtype=torch.float32, device=model.device))
-            self.v.append(torch.zeros(v, dtype=torch.float32, device=model.device))
+            self.k.append(cache_zeros(k, torch.float32, model.device))
+            self.v.append(cache_zeros(v, torch.float32, model.device))
         self.free = list(range(blocks - 1, -1, -1))  # popped from the end: block 0 first
         self.tables: dict[int, list[int]] = {}  # sequence id -> its blocks, in order
         self.lengths: dict[int, int] = {}  # sequence id -> the tokens its blocks hold

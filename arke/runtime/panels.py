@@ -20,6 +20,8 @@ import weakref
 
 import torch
 
+from arke.runtime import hugepages
+
 #: The key of VNNI panels (see the module docstring).
 VNNI_KEY = "vnni"
 #: Columns of a VNNI panel, and the depth granule of its k (bf16; int8 holds twice as many).
@@ -43,7 +45,8 @@ def pack_panels(w: torch.Tensor, nr: int) -> torch.Tensor:
     p = -(-n // nr)
     full = torch.zeros(p * nr, k, dtype=torch.float32)
     full[:n] = w.detach().to(torch.float32)
-    panels = full.view(p, nr, k).transpose(1, 2).contiguous()
+    panels = hugepages.weight((p, k, nr), torch.float32)  # streamed by decode: on huge pages where it can be
+    panels.copy_(full.view(p, nr, k).transpose(1, 2))
     view = panels.view(-1)[: n * k].view(n, k)
     register_panels(view, nr)
     return view
@@ -60,7 +63,8 @@ def pack_vnni_panels(w: torch.Tensor) -> torch.Tensor:
     p, kp = -(-n // VNNI_COLUMNS), -(-k // depth) * depth
     full = torch.zeros(p * VNNI_COLUMNS, kp, dtype=w.dtype)
     full[:n, :k] = w.detach().cpu()
-    panels = full.view(p, VNNI_COLUMNS, kp // per, per).permute(0, 2, 1, 3).contiguous()
+    panels = hugepages.weight((p, kp // per, VNNI_COLUMNS, per), w.dtype)
+    panels.copy_(full.view(p, VNNI_COLUMNS, kp // per, per).permute(0, 2, 1, 3))
     view = panels.view(-1)[: n * k].view(n, k)
     register_panels(view, VNNI_KEY)
     return view
