@@ -24,6 +24,7 @@ KNOBS: dict[str, str] = {
     "ARKE_THREADS": "the CPU worker team's size (default: every core this process may use)",
     "ARKE_NO_REUSE": "1 = allocate every result, temporary and scratch buffer afresh on every call",
     "ARKE_NO_TEAM": "1 = run parallel launches on a Python thread pool instead of the native worker team",
+    "ARKE_NO_HUGEPAGES": "1 = keep models' weights and KV caches on torch's memory, not on transparent huge pages",
     "ARKE_TUNING_DB": "the tuning database akc tune writes and arke.build reads: a SQLAlchemy URL or a SQLite file "
                       "(default $XDG_CACHE_HOME/arke/tuning.db or ~/.cache/arke/tuning.db)",
     "ARKE_IREE_FLAGS": "extra iree-compile flags for the mlir target, space-separated (part of the cache key)",
@@ -73,6 +74,11 @@ def no_omp() -> bool:
     """``ARKE_NO_OMP``: run parallel launches on Arke's native team, not on the OpenMP runtime torch loaded
     (``arke.targets.llvm.omp``)."""
     return _flag("ARKE_NO_OMP")
+
+
+def no_hugepages() -> bool:
+    """``ARKE_NO_HUGEPAGES``: weights and KV caches on torch's memory (``arke.runtime.hugepages``)."""
+    return _flag("ARKE_NO_HUGEPAGES")
 
 
 def cache_dir() -> Path:

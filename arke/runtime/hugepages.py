@@ -21,7 +21,6 @@ Only pages that are touched take memory.
 from __future__ import annotations
 
 import mmap
-import os
 import threading
 
 import torch
@@ -40,7 +39,9 @@ _chunk: tuple[mmap.mmap, int, int] | None = None  # the open chunk: mapping, fir
 
 def enabled() -> bool:
     """Whether huge pages are asked for here (Linux's ``MADV_HUGEPAGE``, not turned off)."""
-    return hasattr(mmap, "MADV_HUGEPAGE") and os.environ.get("ARKE_NO_HUGEPAGES", "") not in ("1", "true", "yes")
+    from arke import knobs
+
+    return hasattr(mmap, "MADV_HUGEPAGE") and not knobs.no_hugepages()
 
 
 def _nbytes(shape: tuple[int, ...] | list[int] | torch.Size, dtype: torch.dtype) -> int:
