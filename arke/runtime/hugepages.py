@@ -48,7 +48,7 @@ def _nbytes(shape: tuple[int, ...] | list[int] | torch.Size, dtype: torch.dtype)
     count = 1
     for s in shape:
         count *= int(s)
-    return count * torch.empty((), dtype=dtype).element_size()
+    return count * dtype.itemsize
 
 
 def _mapping(nbytes: int) -> tuple[mmap.mmap, int] | None:

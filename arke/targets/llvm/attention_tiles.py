@@ -15,6 +15,7 @@ from arke.ir.shapes import ceil_div
 from arke.plan.attention import FEATURE, KEY, QUERY, VALUE, Attention
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.llvm.attention_amx import STEP, AmxScores
+from arke.targets.llvm.declarations import prefetch
 from arke.targets.llvm.isa import AMX, DPBF16
 from arke.targets.llvm.scalar import STORAGE
 from arke.targets.llvm.vec import NEG_INF, Vec
@@ -131,7 +132,6 @@ class AttentionEmitter(AmxScores):
 
     def prefetch(self, j0: str, hi: str) -> None:
         """Ask for a later tile's keys and values now: the work on this tile hides the memory latency."""
-        self.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
         n = self.imin(str(self.bk), self.imax(self.i64("sub", hi, j0), "0"))
         lines = {}
         for name, width in (("k", self.dim(self.pat.extent(FEATURE))), ("v", self.dim(self.pat.extent(VALUE)))):
@@ -140,7 +140,9 @@ class AttentionEmitter(AmxScores):
         def lines_of(row: str, count: str) -> None:
             def line() -> None:
                 at = self.gep(row, self.i64("mul", self.current["pl"], "16"))
-                self.emit(f"call void @llvm.prefetch.p0(ptr {at}, i32 0, i32 3, i32 1)")
+                call, declaration = prefetch(at)
+                self.declare(declaration)
+                self.emit(call)
 
             self.loop("pl", "0", count, line)
 
@@ -152,7 +154,7 @@ class AttentionEmitter(AmxScores):
                 lines_of(self.table_row(j, self.pat.k, FEATURE, "float"), lines["k"])
             if not self.pat.v_rows:
                 lines_of(self.gep(self.vbase, self.i64("mul", j, self.vstride), self.vty), lines["v"])
-            elif self.algorithm != "materialized":
+            elif self.algorithm != "materialized":  # materialized reads the values in a later pass
                 lines_of(self.table_row(j, self.pat.v, VALUE, self.vty), lines["v"])
 
         self.loop("pf", "0", n, key)

@@ -94,5 +94,11 @@ def vector_fma(lanes: int) -> tuple[str, str]:
     return name, f"declare {vt} {name}({vt}, {vt}, {vt})"
 
 
+def prefetch(ptr: str) -> tuple[str, str]:
+    """``llvm.prefetch`` of the line at ``ptr`` for reading, into every cache level: (the call, its declaration)."""
+    return (f"call void @llvm.prefetch.p0(ptr {ptr}, i32 0, i32 3, i32 1)",
+            "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
+
+
 def _suffix(elem: str) -> str:
     return {"float": "f32", "double": "f64", "half": "f16", "bfloat": "bf16"}.get(elem, elem)

@@ -19,7 +19,7 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, row_major_stride
 from arke.plan.contraction import Contraction
 from arke.targets.llvm.convert import FLOAT16, widen
-from arke.targets.llvm.declarations import masked_load, masked_load_call, vector_fma
+from arke.targets.llvm.declarations import masked_load, masked_load_call, prefetch, vector_fma
 from arke.targets.llvm.function import LLVMFunction
 from arke.targets.llvm.scalar import STORAGE
 
@@ -134,12 +134,13 @@ class GemmBase(LLVMFunction):
             lines.append(f"  %b{v} = load {vec}, ptr %bq{v}, align 4")
         # the panel PREFETCH_STEPS steps ahead: with a few rows (batched decode) each panel row is used
         # once, and the hardware's prefetchers alone leave the micro-kernel waiting on memory
-        self.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
         lines.append(f"  %pfo = add i64 %bo, {PREFETCH_STEPS * blk.nr}")
         for v in range(nv):  # past the panel's end it names the next panel, or nothing (a prefetch never faults)
             lines.append(f"  %pfo{v} = add i64 %pfo, {v * blk.lanes}")
             lines.append(f"  %pfq{v} = getelementptr float, ptr %bp, i64 %pfo{v}")
-            lines.append(f"  call void @llvm.prefetch.p0(ptr %pfq{v}, i32 0, i32 3, i32 1)")
+            call, declaration = prefetch(f"%pfq{v}")
+            self.declare(declaration)
+            lines.append(f"  {call}")
         lines.append("  %ao = mul i64 %kk, %sak")
         for r in range(mr):
             lines.append(f"  %aq{r} = getelementptr inbounds {a_ty}, ptr %a{r}, i64 %ao")
@@ -351,12 +352,12 @@ class _PanelRun:
         def step(k: str) -> None:
             off = g.let(f"mul i64 {k}, {nr}")
             if rows > 1:  # two or three rows: prefetched as the micro-kernel does (one row is as fast without)
-                g.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
                 for base in bases:
                     for v in range(nv):
                         q = g.let(f"add i64 {off}, {PREFETCH_STEPS * nr + v * lanes}")
-                        q = g.let(f"getelementptr float, ptr {base}, i64 {q}")
-                        g.emit(f"call void @llvm.prefetch.p0(ptr {q}, i32 0, i32 3, i32 1)")
+                        call, declaration = prefetch(g.let(f"getelementptr float, ptr {base}, i64 {q}"))
+                        g.declare(declaration)
+                        g.emit(call)
             ws = []
             for base in bases:
                 for v in range(nv):
