@@ -25,6 +25,7 @@ KNOBS: dict[str, str] = {
     "ARKE_NO_REUSE": "1 = allocate every result, temporary and scratch buffer afresh on every call",
     "ARKE_NO_TEAM": "1 = run parallel launches on a Python thread pool instead of the native worker team",
     "ARKE_NO_HUGEPAGES": "1 = keep models' weights and KV caches on torch's memory, not on transparent huge pages",
+    "ARKE_NO_REPLAY": "1 = run every decode step of a model through Python, never its recorded launches",
     "ARKE_TUNING_DB": "the tuning database akc tune writes and arke.build reads: a SQLAlchemy URL or a SQLite file "
                       "(default $XDG_CACHE_HOME/arke/tuning.db or ~/.cache/arke/tuning.db)",
     "ARKE_IREE_FLAGS": "extra iree-compile flags for the mlir target, space-separated (part of the cache key)",
@@ -74,6 +75,11 @@ def no_omp() -> bool:
     """``ARKE_NO_OMP``: run parallel launches on Arke's native team, not on the OpenMP runtime torch loaded
     (``arke.targets.llvm.omp``)."""
     return _flag("ARKE_NO_OMP")
+
+
+def no_replay() -> bool:
+    """``ARKE_NO_REPLAY``: never replay a model's recorded decode step (``arke.models.replay``)."""
+    return _flag("ARKE_NO_REPLAY")
 
 
 def no_hugepages() -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from arke.runtime.pool import evict_oldest
+from arke.runtime.record import Recording, counted, recording
 
 
 class KernelCall:
@@ -56,11 +57,31 @@ class KernelCall:
                  temps: dict[int, torch.Tensor] | None = None) -> Any:
         dims, variant = self.resolve(tensors, scalars)
         args = dict(zip(self._tensors, tensors))
+        rec = recording()
+        varying = rec.take_varying() if rec is not None else {}
+        if varying.keys() - self._scalars.keys():
+            rec.fail(f"kernel `{self.fn.name}` has no scalar {sorted(varying.keys() - self._scalars.keys())}")  # type: ignore[union-attr]
         for name, p in self._scalars.items():
-            args[name] = self.scalar(name, scalars.get(name, p.default))
+            if name in varying:  # a decode step being recorded: its own tensor, rewritten as each step starts
+                args[name] = self._varying(rec, name, scalars[name], varying[name])  # type: ignore[arg-type]
+            else:
+                args[name] = self.scalar(name, scalars.get(name, p.default))
         if self._cpu:  # the outputs are the memory plan's: no overlap or shape checks per call
-            return variant.run_prepared(args, dims, False, None, out, temps=temps, planned=True)
+            return counted(rec, self.fn.name, lambda: variant.run_prepared(args, dims, False, None, out, temps=temps,
+                                                                           planned=True))
+        if rec is not None:
+            rec.fail(f"kernel `{self.fn.name}` runs on a device")
         return variant.run_prepared(args, dims, False, None, out)
+
+    def _varying(self, rec: Recording, name: str, value: Any, offset: int) -> torch.Tensor:
+        """A fresh 0-d tensor for scalar ``name`` whose value the recording sets to each step's start + ``offset``."""
+        found = self._scalar(self.fn, self._scalars[name], value)
+        view = found.numpy()
+
+        def write(start: int) -> None:
+            view[()] = start + offset
+        rec.action(write, found)
+        return found
 
 
 class ReferenceCall:
@@ -75,6 +96,8 @@ class ReferenceCall:
 
     def __call__(self, tensors: list[torch.Tensor], scalars: dict[str, Any], out: Any,
                  temps: dict[int, torch.Tensor] | None = None) -> Any:
+        if (rec := recording()) is not None:
+            rec.fail(f"kernel `{self.kernel.function.name}` runs on the reference interpreter")
         got = self.kernel(*tensors, **scalars)
         for o, g in zip(out if isinstance(out, tuple) else (out,), got if isinstance(got, tuple) else (got,)):
             o.copy_(g)

@@ -106,7 +106,7 @@ def _steps(model: CausalLM, ids: torch.Tensor, new: int, how: Sampling) -> Itera
         yield token
         if k == new - 1 or bool(done.all()):
             break
-        logits = model(token[:, None], cache)
+        logits = model.decode_step(token[:, None], cache)
         token = choose(logits)
         steps += 1
     if steps:

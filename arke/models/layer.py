@@ -32,11 +32,13 @@ from typing import Any
 import torch
 
 from arke.ir import strategy as sir
+from arke.models.attend import attend
 from arke.models.calls import KernelCall, ReferenceCall
 from arke.models.config import KVCache, LayerConfig, by_expert, quantize_int8, resident
 from arke.runtime.errors import GuardError
 from arke.runtime.memory import MemoryPlan
 from arke.runtime.pool import evict_oldest
+from arke.runtime.record import recording
 
 WEIGHT_KINDS = ("f32", "bf16", "f16", "int8")
 #: std.decoder's weight-reading kernels are generic (language spec §5.6): per weight kind, the suffix of
@@ -359,14 +361,17 @@ class CompiledLayer:
                                                                    dict[str, dict[int, torch.Tensor]], torch.Tensor]:
         """A call's row count, its shape's activations and temporaries (views of the arena), and ``x`` as f32
         rows ``[B * T, hidden]``."""
-        shape = self._shape(b, t)
-        return b * t, shape.views, shape.temps, x.detach().reshape(b * t, self.config.hidden).to(torch.float32
-                                                                                                   ).contiguous()
+        shape, xf = self._shape(b, t), x.detach().reshape(b * t, self.config.hidden).to(torch.float32).contiguous()
+        if (rec := recording()) is not None:  # a recorded decode step may copy nothing outside its kernels
+            rec.check(xf.data_ptr() == x.data_ptr() and x.dtype == torch.float32, f"{self.name}: x is copied")
+        return b * t, shape.views, shape.temps, xf
 
     def _run(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, b: int, t: int) -> torch.Tensor:
         c, w = self.config, self.weights
         n, v, temps, xf = self._inputs(x, b, t)
         pos = positions.detach().reshape(n).to(torch.int64).contiguous()
+        if (rec := recording()) is not None:
+            rec.check(pos.data_ptr() == positions.data_ptr(), f"{self.name}: the positions are copied")
         qkv_args = [xf, w["wn1"], *self._scaled("qkv"), w["bq"], w["bk"], w["bv"], w["inv_freq"], pos]
         self._attn_in(qkv_args, {"eps": c.eps, "scale": c.rope_scale}, (v["q"], v["k"], v["v"]),
                       temps.get("attn_in"))
@@ -386,18 +391,7 @@ class CompiledLayer:
                 b: int, t: int) -> int:
         """Append the call's keys and values (``v["k"]``, ``v["v"]``) to the cache at its length, then the
         attention of ``v["q"]`` over it into ``v["o"]``; the length before the call (the cache is not advanced)."""
-        if not isinstance(cache, KVCache):  # the rows of a running batch over a paged cache (arke.models.paged)
-            return int(cache.attend(self, v))
-        c = self.config
-        start = cache.length
-        cache.k[:, :, start:start + t].copy_(v["k"].view(b, t, c.kv_heads, c.head_dim).transpose(1, 2))
-        cache.v[:, :, start:start + t].copy_(v["v"].view(b, t, c.kv_heads, c.head_dim).transpose(1, 2))
-        scalars: dict[str, Any] = {"n": start + t}
-        if c.window:
-            scalars["window"] = c.window
-        q4 = v["q"].view(b, t, c.heads, c.head_dim)
-        self._attn([q4, cache.k, cache.v], scalars, v["o"], temps.get("attn"))
-        return start
+        return attend(self, v, temps, cache, b, t)
 
     def _moe(self, v: dict[str, torch.Tensor], y: torch.Tensor, temps: dict[str, dict[int, torch.Tensor]]) -> None:
         """Route, run each expert on the rows routed to it (nothing else), combine with the residual."""

@@ -22,6 +22,7 @@ import torch
 from arke.models.config import resident
 from arke.models.layer import CompiledLayer
 from arke.runtime.errors import GuardError
+from arke.runtime.record import counted, recording
 
 #: The model's own kernels: std.lm, and std.nn's argmax for greedy decoding.
 LM_SOURCE = "import std.lm\nimport std.nn\nimport std.gpt2\n"
@@ -96,6 +97,7 @@ class CausalLM:
         else:
             self.embed = resident(embed, self.device, wdtype)
         self._lock = threading.Lock()
+        self._graph: Any = None  # the recorded decode step (arke.models.replay)
         self.stats: dict[str, float] = {}  # the last generation's throughput (arke.models.generate)
 
     @classmethod
@@ -113,6 +115,7 @@ class CausalLM:
         self.head, self.embed, self.panels, self.norm = head, embed, panels, norm
         self.norm_bias, self.positions = norm_bias, positions
         self._lock = threading.Lock()
+        self._graph = None
         self.stats = {}
         return self
 
@@ -184,15 +187,28 @@ class CausalLM:
             ids = self._check(ids, cache)
             return self._run(ids, cache, every_token)
 
-    def _run(self, ids: torch.Tensor, cache: ModelCache, every_token: bool) -> torch.Tensor:
+    def decode_step(self, ids: Any, cache: ModelCache) -> torch.Tensor:
+        """The logits ``[B, V]`` of one step of generation (``ids``: ``[B, 1]``, appended to ``cache``), as
+        ``model(ids, cache)`` gives them, but in a buffer the next step on this cache overwrites: one-token
+        steps are recorded once and replayed (:mod:`arke.models.replay`)."""
+        from arke.models.replay import decode
+
+        with self._lock:
+            return decode(self, self._check(ids, cache), cache)
+
+    def _run(self, ids: torch.Tensor, cache: ModelCache, every_token: bool,
+             positions: torch.Tensor | None = None) -> torch.Tensor:
         b, t = ids.shape
         start = cache.length
-        positions = torch.arange(start, start + t, dtype=torch.int64, device=self.device).expand(b, t)
+        if positions is None:
+            positions = torch.arange(start, start + t, dtype=torch.int64, device=self.device).expand(b, t)
         x = self.embed_rows(ids.reshape(-1).to(self.device), positions.reshape(-1))
         x = x.view(b, t, self.hidden).to(self.layers[0].act_dtype)
         for layer, c in zip(self.layers, cache.layers):
             x = layer(x, positions, c)
         h = (x if every_token else x[:, -1:]).reshape(-1, self.hidden).to(torch.float32).contiguous()
+        if (rec := recording()) is not None:  # a recorded decode step may copy nothing outside its kernels
+            rec.check(h.data_ptr() == x.data_ptr(), "the last hidden rows are copied")
         logits = self.head_rows(h)
         return logits.view(b, t, self.vocab) if every_token else logits
 
@@ -241,7 +257,7 @@ class CausalLM:
     def call(self, name: str, *args: Any) -> Any:
         """Run one of the model's own kernels (std.lm, std.nn; a generic one picks its weights' dtype), its
         results as torch tensors on the model's device."""
-        got = self._kernels[name](*args)
+        got = counted(recording(), name, lambda: self._kernels[name](*args))
         if isinstance(got, tuple):
             return tuple(torch.as_tensor(g, device=self.device) for g in got)
         return torch.as_tensor(got, device=self.device)

@@ -29,6 +29,16 @@ VNNI_COLUMNS, VNNI_DEPTH = 32, 32
 
 #: Weights packed into panels (see :func:`register_panels`): data pointer -> (the tensor, layout key).
 _PANELS: dict[int, tuple[weakref.ref[torch.Tensor], str]] = {}
+_GENERATION = [0]  # bumped when a view is registered or dies: what a replayed launch assumed may have changed
+
+
+def generation() -> int:
+    """A number that changes whenever a tensor becomes, or stops being, a registered panel view."""
+    return _GENERATION[0]
+
+
+def _changed(_: object = None) -> None:
+    _GENERATION[0] += 1
 
 
 def register_panels(view: torch.Tensor, nr: int | str) -> None:
@@ -36,7 +46,8 @@ def register_panels(view: torch.Tensor, nr: int | str) -> None:
     panel width, or :data:`VNNI_KEY`) as a prepacked contraction operand: a dispatch that can read
     that layout (a contraction whose ``B`` is the parameter ``w[n, k]``, see ``llvm_gemm``) reads
     them in place; any other dispatch given it is refused, since its elements are not in ``[N, K]`` order."""
-    _PANELS[view.data_ptr()] = (weakref.ref(view), str(nr))
+    _PANELS[view.data_ptr()] = (weakref.ref(view, _changed), str(nr))
+    _changed()
 
 
 def pack_panels(w: torch.Tensor, nr: int) -> torch.Tensor:

@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -24,15 +24,18 @@ from arke import knobs
 from arke.ir import semantic as ir
 from arke.ir.shapes import evaluate, parse_dim
 from arke.plan.dispatch import KernelPlan
+from arke.runtime import panels
 from arke.runtime.guards import TORCH_DTYPES, GuardError, prepare_args
 from arke.runtime.host import worker_limit
 from arke.runtime.limits import check_threads, refuse_huge_broadcast
 from arke.runtime.outputs import can_fail, check_out
 from arke.runtime.pool import BufferPool, evict_oldest
+from arke.runtime.record import recording
 from arke.targets.artifact import Artifact
 from arke.targets.llvm.jit import Loaded, compile_object, host_renderer
 from arke.targets.llvm.omp import launcher
 from arke.targets.llvm.panels import _PANELS, _panels_of
+from arke.targets.llvm.replay import KEEP, Program, Scratch
 from arke.targets.llvm.team import MAX_BUFFERS, team
 
 _EXECUTOR: ThreadPoolExecutor | None = None  # the launches' thread pool without the native team (one per process)
@@ -73,6 +76,7 @@ class _Sizes:
     shapes: list[tuple[int, ...]]  # per plan buffer
     launches: list[tuple[int, int]]  # per launch: parallel extent, scratch bytes per worker
     dim_array: Any  # the dims as the C array the entry points read (never written)
+    programs: dict[tuple[Any, ...], Program | None] = field(default_factory=dict)  # replays (see .replay)
 
 
 class CPUKernel:
@@ -99,6 +103,7 @@ class CPUKernel:
         ]
         self._sized: dict[tuple[int, ...], _Sizes] = {}
         self._pool = BufferPool()
+        self._own, self._scratch = threading.Lock(), Scratch()  # the replays' scratch, one call at a time
         # contractions that can read B prepacked: launch -> (B's buffer, nr); dims word len(dims) + launch
         self._panel_at = {int(key.split(".")[1]): (int(value.split(",")[0]), value.split(",")[1])
                           for key, value in artifact.meta.items() if key.startswith("panels.")}
@@ -233,10 +238,61 @@ class CPUKernel:
     def _run(self, buffers: list[torch.Tensor], sizes: _Sizes, threads: int) -> None:
         # no more workers than the widest launch has chunks, nor than a few per core: the same results
         threads = max(1, min(threads, worker_limit(), max((n for n, _ in sizes.launches), default=1)))
-        errors = (ctypes.c_int64 * max(1, threads))()
-        pool = _pool() if threads > 1 else None
         omp = launcher() if threads > 1 and not knobs.no_team() and not knobs.no_omp() else None
         crew = team(threads) if threads > 1 and omp is None and not knobs.no_team() else None
+        if (threads == 1 or omp is not None or crew is not None) and self._own.acquire(blocking=False):
+            try:  # replay this call's launches, prepared once for these buffers (see .replay)
+                key = (tuple(b.data_ptr() for b in buffers), threads, id(omp or crew), panels.generation(),
+                       self._scratch.generation)
+                program = sizes.programs.get(key)
+                if program is None and key not in sizes.programs:
+                    program = self._program(buffers, sizes, threads, omp, crew)
+                    key = (*key[:-1], self._scratch.generation)
+                    if len(sizes.programs) >= KEEP:
+                        evict_oldest(sizes.programs)
+                    sizes.programs[key] = program
+                ran = program.run() if program is not None else None
+            finally:
+                self._own.release()
+            if ran is not None and (rec := recording()) is not None:  # a decode step being recorded
+                rec.program(program, self._own, buffers, lambda: self._explain(buffers))
+            if ran:
+                return
+            if ran is False:
+                self._explain(buffers)  # raises the precise error
+        if (rec := recording()) is not None:
+            rec.fail(f"kernel `{self.name}` ran its launches one by one (a concurrent call, or too many buffers)")
+        self._launch_each(buffers, sizes, threads, omp, crew)
+
+    def _program(self, buffers: list[torch.Tensor], sizes: _Sizes, threads: int, omp: Any,
+                 crew: Any) -> Program | None:
+        """This call's launches prepared for replay (None: a launch too wide for the launchers' trampolines)."""
+        plan = [(launch, n, width, min(threads, n)) for launch, (n, width) in zip(self._launches, sizes.launches)]
+        if any(chunks > 1 and len(launch.buffers) > MAX_BUFFERS for launch, _, _, chunks in plan):
+            return None
+        self._scratch.fit(max((max(1, chunks) * width for _, _, width, chunks in plan), default=0), threads)
+        scratch, program = self._scratch, Program(self._scratch.errors)
+        dim_array = self._with_panels(buffers, sizes.dim_array) if _PANELS else sizes.dim_array
+        program.keep.append(dim_array)
+        base, at = ctypes.addressof(scratch.errors), scratch.address
+        for launch, n, width, chunks in plan:
+            ptrs = [buffers[i].data_ptr() for i in launch.buffers]
+            if chunks <= 1:
+                program.single(launch.fn, [*ptrs, dim_array, 0, n, base, at if width else 0])
+                continue
+            parts = [(k * n // chunks, (k + 1) * n // chunks, base + 8 * k, at + k * width if width else 0)
+                     for k in range(chunks)]
+            fixed = [*ptrs, ctypes.addressof(dim_array)]
+            if omp is not None:
+                program.omp(omp, launch.address, fixed, parts, threads)
+            else:
+                program.crew(crew, launch.fn, launch.address, fixed, parts)
+        return program
+
+    def _launch_each(self, buffers: list[torch.Tensor], sizes: _Sizes, threads: int, omp: Any, crew: Any) -> None:
+        """Every launch prepared as it runs (a concurrent call of this kernel, or a launch too wide to replay)."""
+        errors = (ctypes.c_int64 * max(1, threads))()
+        pool = _pool() if threads > 1 else None
         dim_array = self._with_panels(buffers, sizes.dim_array) if _PANELS else sizes.dim_array
         for launch, (n, width) in zip(self._launches, sizes.launches):
             ptrs = [buffers[i].data_ptr() for i in launch.buffers]

@@ -23,7 +23,7 @@ import ctypes
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from arke.targets.llvm.team import MAX_BUFFERS, trampolines_ir
 
@@ -102,10 +102,12 @@ class OmpLauncher:
             self.engine.get_function_address("arke_omp_launch"))
         self.pid = os.getpid()
 
-    def run(self, address: int, fixed: Sequence[int], chunks: Sequence[tuple[int, int, int, int]],
-            threads: int) -> None:
-        """Run entry point ``address`` on each chunk ``(lo, hi, err, scratch)`` with ``fixed`` (the buffer
-        pointers and the dims pointer) on up to ``threads`` threads of the runtime, the caller among them."""
+    def describe(self, address: int, fixed: Sequence[int],
+                 chunks: Sequence[tuple[int, int, int, int]]) -> tuple[ctypes.Array[ctypes.c_int64],
+                                                                       ctypes.Array[ctypes.c_int64]]:
+        """The native launch of entry point ``address`` on each chunk ``(lo, hi, err, scratch)`` with
+        ``fixed`` (the buffer pointers and the dims pointer): the descriptor :meth:`start` takes (its
+        first word, the claim counter, must be 0 at the start) and the argument blocks it points into."""
         n = len(fixed) - 1
         width = n + 6
         blocks = (ctypes.c_int64 * (width * len(chunks)))()
@@ -115,7 +117,20 @@ class OmpLauncher:
             blocks[at + 1:at + 1 + len(fixed)] = list(fixed)
             blocks[at + n + 2], blocks[at + n + 3], blocks[at + n + 4], blocks[at + n + 5] = lo, hi, err, scratch
         desc = (ctypes.c_int64 * 5)(0, len(chunks), self.trampolines[n], ctypes.addressof(blocks), 8 * width)
-        self._launch(ctypes.addressof(desc), max(1, min(threads, len(chunks))))
+        return desc, blocks
+
+    def run(self, address: int, fixed: Sequence[int], chunks: Sequence[tuple[int, int, int, int]],
+            threads: int) -> None:
+        """Run entry point ``address`` on each chunk ``(lo, hi, err, scratch)`` with ``fixed`` (the buffer
+        pointers and the dims pointer) on up to ``threads`` threads of the runtime, the caller among them."""
+        desc, blocks = self.describe(address, fixed, chunks)
+        self.start(ctypes.addressof(desc), max(1, min(threads, len(chunks))))
+        del blocks  # alive until the region has ended
+
+    @property
+    def start(self) -> Callable[[int, int], None]:
+        """``start(descriptor address, threads)``: one parallel region over a :meth:`describe`'d launch."""
+        return self._launch
 
 
 _LAUNCHER: OmpLauncher | None = None

@@ -41,13 +41,13 @@ def test_launches_run_on_the_runtime_torch_loaded_with_the_same_bits(monkeypatch
 def test_default_thread_count_follows_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ARKE_THREADS", raising=False)
     seen: list[int] = []
-    real = omp.OmpLauncher.run
+    real = omp.OmpLauncher.describe
 
-    def spy(self: omp.OmpLauncher, address: int, fixed: Any, chunks: Any, threads: int) -> None:
-        seen.append(len(chunks))
-        real(self, address, fixed, chunks, threads)
+    def spy(self: omp.OmpLauncher, address: int, fixed: Any, chunks: Any) -> Any:
+        seen.append(len(chunks))  # each parallel launch is described once (then replayed) or per run
+        return real(self, address, fixed, chunks)
 
-    monkeypatch.setattr(omp.OmpLauncher, "run", spy)
+    monkeypatch.setattr(omp.OmpLauncher, "describe", spy)
     lib = _lib()
     x = torch.randn(64, 64)
     before = torch.get_num_threads()

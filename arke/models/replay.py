@@ -1,0 +1,120 @@
+"""Decode steps replayed: a causal LM's one-token step recorded once as its native launches, then run as one
+loop over them (:mod:`arke.runtime.record` says why: the Python between the kernels ran cache-cold).
+
+The first decode step on a cache runs as usual with a recording on, reading the token and its position
+from buffers of its own. Every later step on the same cache, batch and settings writes the new token and
+position there and replays the recording: the launches, the KV cache appends and the attention's length,
+nothing else. The results are those of the usual path, bit for bit (the same launches on the same
+buffers, tested).
+
+A step is replayed only where every part of it recorded: the llvm target on the CPU, f32 activations,
+decoder layers whose step is kernels and views (Llama-family and GPT-2 layers; not mixture-of-experts,
+16-bit or DeepSeek layers), with no copy between kernels (each checked as it is recorded). Anything else
+runs the usual path, as does any step whose settings changed since the recording: torch's thread count,
+the prepacked weights, the launcher knobs, the process. ``ARKE_NO_REPLAY=1`` turns replay off.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+import torch
+
+from arke import knobs
+from arke.models.calls import KernelCall
+from arke.models.gpt2 import Gpt2Layer
+from arke.models.layer import CompiledLayer
+from arke.runtime import panels
+from arke.runtime.record import Recording, record
+
+
+def unreplayable(lm: Any) -> str | None:
+    """Why ``lm``'s decode steps cannot be replayed (None: they can)."""
+    if knobs.no_replay():
+        return "ARKE_NO_REPLAY is set"
+    if lm.device.type != "cpu":  # a target whose kernels record no launches fails its recording instead
+        return f"the model runs on {lm.device.type}"
+    for layer in lm.layers:
+        if type(layer) not in (CompiledLayer, Gpt2Layer):
+            return f"{type(layer).__name__} layers"
+        if layer.config.experts:
+            return "mixture-of-experts layers"
+        if layer.act_dtype != torch.float32:
+            return f"{layer.act_dtype} activations"
+        if not isinstance(layer._attn, KernelCall):
+            return "layers whose kernels are not compiled here (the reference interpreter, or a bundle)"
+    return None
+
+
+def _settings() -> tuple[Any, ...]:
+    """What a recording's launches assumed: a step under other settings runs the usual path."""
+    return (torch.get_num_threads(), panels.generation(), knobs.no_team(), knobs.no_omp(), knobs.no_replay(),
+            os.getpid())
+
+
+class DecodeGraph:
+    """One cache's recorded decode step (batch ``B``, one token each)."""
+
+    def __init__(self, lm: Any, cache: Any):
+        b = cache.batch
+        self.lm, self.cache, self.batch = lm, weakref.ref(cache), b
+        self.settings = _settings()
+        self.ids = torch.zeros(b, 1, dtype=torch.int64)
+        self.positions = torch.zeros(b, 1, dtype=torch.int64)
+        self._ids, self._positions = self.ids.numpy(), self.positions.numpy()
+        self.recording: Recording | None = None
+        self.failed: str | None = None
+        self.logits: torch.Tensor | None = None
+
+    def serves(self, cache: Any) -> bool:
+        """Whether this graph belongs to ``cache`` under the current settings."""
+        return self.cache() is cache and cache is not None and cache.batch == self.batch and \
+            _settings() == self.settings
+
+    def capture(self, ids: torch.Tensor, cache: Any) -> torch.Tensor:
+        """The usual step on ``ids`` ``[B, 1]``, recorded: its logits."""
+        self._ids[:] = ids.numpy()
+        self._positions[:] = cache.length
+        rec = Recording()
+        with record(rec):
+            logits = self.lm._run(self.ids, cache, False, positions=self.positions)
+        if rec.failed is None:
+            self.recording, self.logits = rec, logits
+        else:
+            self.failed = rec.failed
+        return logits
+
+    def run(self, ids: torch.Tensor, cache: Any) -> torch.Tensor:
+        """The recorded step on ``ids`` ``[B, 1]``: its logits (``[B, V]``, overwritten by the next step)."""
+        assert self.recording is not None and self.logits is not None
+        start = cache.length
+        self._ids[:] = ids.numpy()
+        self._positions[:] = start
+        locks = [layer._calling for layer in self.lm.layers]  # the layers' arenas, as their own calls hold them
+        for lock in locks:
+            lock.acquire()
+        try:
+            for step in self.recording.steps:
+                step(start)
+        finally:
+            for lock in locks:
+                lock.release()
+        for c in cache.layers:
+            c.length = start + 1
+        return self.logits
+
+
+def decode(lm: Any, ids: torch.Tensor, cache: Any) -> torch.Tensor:
+    """A checked decode step of ``lm`` (``ids`` ``[B, 1]`` int64): replayed where it can be, recorded the first
+    time; the logits ``[B, V]`` may be a buffer the next step overwrites."""
+    graph = lm._graph
+    if graph is not None and graph.serves(cache):
+        if graph.recording is not None:
+            return graph.run(ids, cache)
+        return lm._run(ids, cache, False)  # recorded once and could not be: the usual path
+    if ids.shape[1] != 1 or unreplayable(lm) is not None:
+        return lm._run(ids, cache, False)
+    lm._graph = graph = DecodeGraph(lm, cache)
+    return graph.capture(ids, cache)

@@ -1,0 +1,104 @@
+"""Decode steps recorded and replayed (arke.models.replay): bit-identical to the usual path step after step,
+for every replayable architecture and batches of several sequences; recorded again when the settings or the
+cache change; the usual path wherever a step cannot be replayed."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from test_causal_lm import VOCAB, loaded, prompt
+
+from arke.models.replay import unreplayable
+
+REPLAYED = ("llama", "mistral", "gpt2")  # a Llama-family layer (Mistral: its sliding window), GPT-2's layer
+
+
+def _twins(lm, batch: int = 2, length: int = 9):  # type: ignore[no-untyped-def]
+    """Two caches holding the same prompt, and the first token after it."""
+    ids = torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(3))
+    usual, replayed = lm.new_cache(batch), lm.new_cache(batch)
+    logits = lm(ids, usual)
+    assert torch.equal(logits, lm(ids, replayed))
+    return usual, replayed, logits.argmax(-1)
+
+
+@pytest.mark.parametrize("arch", REPLAYED)
+def test_replayed_steps_are_the_usual_steps_bit_for_bit(arch: str) -> None:
+    lm = loaded(arch)
+    assert unreplayable(lm) is None
+    usual, replayed, token = _twins(lm)
+    for _ in range(8):  # past Mistral's window of 5
+        want = lm(token[:, None], usual)
+        got = lm.decode_step(token[:, None], replayed)
+        assert torch.equal(got, want)
+        assert lm._graph.recording is not None, lm._graph.failed
+        token = want.argmax(-1)
+    assert replayed.length == usual.length
+    for a, b in zip(usual.layers, replayed.layers):
+        assert torch.equal(a.k[:, :, :usual.length], b.k[:, :, :usual.length])
+        assert torch.equal(a.v[:, :, :usual.length], b.v[:, :, :usual.length])
+
+
+def test_a_step_is_recorded_again_for_another_cache_or_thread_count() -> None:
+    lm = loaded("llama")
+    usual, replayed, token = _twins(lm)
+    _, other, other_token = _twins(lm, batch=1)
+    threads = torch.get_num_threads()
+    try:
+        for k in range(6):
+            if k == 3:
+                torch.set_num_threads(1)  # the recorded launches assumed the old count
+            want = lm(token[:, None], usual)
+            got = lm.decode_step(token[:, None], replayed)
+            assert torch.equal(got, want)
+            lm.decode_step(other_token[:, None], other)  # alternating caches: each step recorded anew
+            token = want.argmax(-1)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_steps_that_cannot_be_replayed_run_the_usual_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    mixtral = loaded("mixtral")
+    assert unreplayable(mixtral) == "mixture-of-experts layers"
+    monkeypatch.setenv("ARKE_NO_REPLAY", "1")
+    assert unreplayable(loaded("gpt2")) == "ARKE_NO_REPLAY is set"
+    monkeypatch.delenv("ARKE_NO_REPLAY")
+    monkeypatch.setenv("ARKE_NO_TEAM", "1")  # launches on a thread pool: prepared as they run, not recorded
+    for lm in (mixtral, loaded("gpt2")):
+        usual, replayed, token = _twins(lm)
+        for _ in range(3):
+            want = lm(token[:, None], usual)
+            assert torch.equal(lm.decode_step(token[:, None], replayed), want)
+            token = want.argmax(-1)
+    assert lm._graph.recording is None and "one by one" in lm._graph.failed
+
+
+def test_generation_from_several_threads_matches_one_at_a_time() -> None:
+    lm = loaded("gpt2")
+    prompts = [prompt(5 + k, seed=k) for k in range(3)]
+    want = [lm.generate(p, 12) for p in prompts]
+    got: list[torch.Tensor | None] = [None] * 3
+
+    def run(k: int) -> None:
+        got[k] = lm.generate(prompts[k], 12)
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for g, w in zip(got, want):
+        assert g is not None and torch.equal(g, w)
+
+
+def test_a_step_that_does_not_fit_is_refused_before_anything_runs() -> None:
+    lm = loaded("gpt2")
+    cache = lm.new_cache(1)
+    lm(prompt(lm.max_seq - 1), cache)
+    token = torch.tensor([[1]])
+    lm.decode_step(token, cache)  # the last slot: recorded
+    k = cache.layers[0].k.clone()
+    with pytest.raises(Exception, match="do not fit"):
+        lm.decode_step(token, cache)
+    assert cache.length == lm.max_seq and torch.equal(cache.layers[0].k, k)
