@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from arke.models.generate import Sampling, _Chooser, _ids
-from arke.models.paged import PagedCache, Rows, run_rows
+from arke.models.paged import PagedCache, Rows
+from arke.models.replay import paged_step
 
 if TYPE_CHECKING:
     from arke.models.lm import CausalLM
@@ -45,6 +46,7 @@ class Batch:
         self._sequences: dict[int, _Sequence] = {}
         self.finished: dict[int, list[int]] = {}  # sequence id -> its generated tokens, once it is done
         self._next = 0
+        self._graph: Any = None  # the recorded decode step (arke.models.replay)
 
     def __repr__(self) -> str:
         return f"<running batch of {len(self._sequences)} sequences over {self.cache!r}>"
@@ -95,7 +97,7 @@ class Batch:
         rows = Rows(self.cache, order, counts, starts)
         ids = torch.tensor([t for s in order for t in self._sequences[s].pending], dtype=torch.int64)
         last = torch.tensor(counts).cumsum(0) - 1
-        logits = run_rows(self.model, ids, rows, last)
+        logits = paged_step(self, ids, rows, last)  # a decode step replayed (arke.models.replay)
         out: dict[int, int] = {}
         for i, s in enumerate(order):
             seq = self._sequences[s]

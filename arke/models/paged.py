@@ -20,6 +20,7 @@ import torch
 
 from arke.models.config import cache_zeros
 from arke.runtime.errors import GuardError
+from arke.runtime.record import recording
 
 if TYPE_CHECKING:
     from arke.models.layer import CompiledLayer
@@ -116,6 +117,15 @@ class Rows:
         n = self.seq.numel()
         kc[self.block, :, self.offset] = v["k"].view(n, c.kv_heads, c.head_dim)
         vc[self.block, :, self.offset] = v["v"].view(n, c.kv_heads, c.head_dim)
+        if (rec := recording()) is not None:  # a recorded step: the same append from its (rewritten) rows
+            rows = (kc.numpy(), vc.numpy(), self.block.numpy(), self.offset.numpy(),
+                    v["k"].view(n, c.kv_heads, c.head_dim).numpy(), v["v"].view(n, c.kv_heads, c.head_dim).numpy())
+
+            def write(start: int, kn: Any = rows[0], vn: Any = rows[1], at: Any = rows[2], off: Any = rows[3],
+                      k: Any = rows[4], vv: Any = rows[5]) -> None:
+                kn[at, :, off] = k
+                vn[at, :, off] = vv
+            rec.action(write, kc, vc, self.block, self.offset, v["k"], v["v"])
         scalars: dict[str, Any] = {"window": c.window} if c.window else {}
         out = v["o"].view(n, c.heads, c.head_dim)
         layer._paged([v["q"].view(n, c.heads, c.head_dim), kc, vc, self.blk, self.seq, self.pos], scalars, out, None)
@@ -134,5 +144,6 @@ def run_rows(model: CausalLM, ids: torch.Tensor, rows: Rows, last: torch.Tensor)
         rows.layer_index = i
         with layer._calling:
             x = layer._run(x, positions, rows, 1, n)  # type: ignore[arg-type]
-    h = x.view(n, model.hidden)[last.to(model.device)].contiguous()
+    # every row a sequence's last (a decode step): the rows themselves, no gather
+    h = x.view(n, model.hidden) if last.numel() == n else x.view(n, model.hidden)[last.to(model.device)].contiguous()
     return model.head_rows(h)

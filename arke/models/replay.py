@@ -118,3 +118,65 @@ def decode(lm: Any, ids: torch.Tensor, cache: Any) -> torch.Tensor:
         return lm._run(ids, cache, False)
     lm._graph = graph = DecodeGraph(lm, cache)
     return graph.capture(ids, cache)
+
+
+class PagedGraph:
+    """A running batch's recorded decode step: ``n`` sequences of one token each, block tables ``W`` wide."""
+
+    def __init__(self, lm: Any, ids: torch.Tensor, rows: Any):
+        self.lm, self.key, self.settings = lm, (ids.numel(), rows.blk.shape[1]), _settings()
+        # the step's inputs, rewritten in place by each replayed step (the recorded launches read them there)
+        self.inputs = (ids, rows.blk, rows.seq, rows.pos, rows.block, rows.offset)
+        self._inputs = [t.numpy() for t in self.inputs]
+        self.recording: Recording | None = None
+        self.failed: str | None = None
+        self.logits: torch.Tensor | None = None
+
+    def serves(self, ids: torch.Tensor, rows: Any) -> bool:
+        """Whether this graph's step has these rows' shapes under the current settings."""
+        return (ids.numel(), rows.blk.shape[1]) == self.key and _settings() == self.settings
+
+    def capture(self, ids: torch.Tensor, rows: Any, last: torch.Tensor) -> torch.Tensor:
+        """The usual step (on the rows this graph keeps as its inputs), recorded: its logits."""
+        from arke.models.paged import run_rows
+
+        rec = Recording()
+        with record(rec):
+            logits = run_rows(self.lm, ids, rows, last)
+        if rec.failed is None:
+            self.recording, self.logits = rec, logits
+        else:
+            self.failed = rec.failed
+        return logits
+
+    def run(self, ids: torch.Tensor, rows: Any) -> torch.Tensor:
+        """The recorded step on these rows: the logits ``[n, V]`` (overwritten by the next step)."""
+        assert self.recording is not None and self.logits is not None
+        for into, new in zip(self._inputs, (ids, rows.blk, rows.seq, rows.pos, rows.block, rows.offset)):
+            into[...] = new.numpy()
+        locks = [layer._calling for layer in self.lm.layers]
+        for lock in locks:
+            lock.acquire()
+        try:
+            for step in self.recording.steps:
+                step(0)
+        finally:
+            for lock in locks:
+                lock.release()
+        return self.logits
+
+
+def paged_step(batch: Any, ids: torch.Tensor, rows: Any, last: torch.Tensor) -> torch.Tensor:
+    """A running batch's step over its rows: replayed where it is a decode step that can be, recorded the
+    first time; the logits of each sequence's last row (a buffer the next step may overwrite)."""
+    from arke.models.paged import run_rows
+
+    lm, graph = batch.model, batch._graph
+    if last.numel() != ids.numel() or lm.device.type != "cpu":  # prompts joining: rows of several tokens
+        return run_rows(lm, ids, rows, last)
+    if graph is not None and graph.serves(ids, rows):
+        return graph.run(ids, rows) if graph.recording is not None else run_rows(lm, ids, rows, last)
+    if unreplayable(lm) is not None:
+        return run_rows(lm, ids, rows, last)
+    batch._graph = graph = PagedGraph(lm, ids, rows)
+    return graph.capture(ids, rows, last)

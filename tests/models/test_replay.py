@@ -102,3 +102,29 @@ def test_a_step_that_does_not_fit_is_refused_before_anything_runs() -> None:
     with pytest.raises(Exception, match="do not fit"):
         lm.decode_step(token, cache)
     assert cache.length == lm.max_seq and torch.equal(cache.layers[0].k, k)
+
+
+def _batch_script(lm) -> tuple[list[dict[int, int]], object]:  # type: ignore[no-untyped-def]
+    """Sequences joining, decoding, leaving and finishing over a paged cache: each step's tokens."""
+    batch = lm.batch(blocks=48, block_size=4)  # small blocks: the block tables widen as sequences grow
+    g = torch.Generator().manual_seed(7)
+    for n in (5, 9, 3):
+        batch.add(torch.randint(0, VOCAB, (n,), generator=g).tolist(), 14)
+    steps = [batch.step() for _ in range(5)]
+    batch.add(torch.randint(0, VOCAB, (6,), generator=g).tolist(), 6)  # joins a running batch
+    steps += [batch.step() for _ in range(3)]
+    batch.remove(batch.active[1])  # leaves
+    while batch.active:
+        steps.append(batch.step())
+    return steps, batch
+
+
+@pytest.mark.parametrize("arch", REPLAYED)
+def test_batched_decode_steps_replayed_equal_the_usual_path(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    lm = loaded(arch)
+    got, batch = _batch_script(lm)
+    assert batch._graph is not None and batch._graph.failed is None  # type: ignore[attr-defined]
+    monkeypatch.setenv("ARKE_NO_REPLAY", "1")
+    want, batch = _batch_script(lm)
+    assert batch._graph is None  # type: ignore[attr-defined]
+    assert got == want
