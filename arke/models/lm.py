@@ -34,6 +34,7 @@ class ModelCache:
     def __init__(self, owner: CausalLM, batch: int):
         self.owner, self.batch = owner, batch
         self.layers = [layer.new_cache(batch) for layer in owner.layers]
+        self.graph: Any = None  # its recorded decode step (arke.models.replay)
 
     @property
     def length(self) -> int:
@@ -97,7 +98,6 @@ class CausalLM:
         else:
             self.embed = resident(embed, self.device, wdtype)
         self._lock = threading.Lock()
-        self._graph: Any = None  # the recorded decode step (arke.models.replay)
         self.stats: dict[str, float] = {}  # the last generation's throughput (arke.models.generate)
 
     @classmethod
@@ -115,7 +115,6 @@ class CausalLM:
         self.head, self.embed, self.panels, self.norm = head, embed, panels, norm
         self.norm_bias, self.positions = norm_bias, positions
         self._lock = threading.Lock()
-        self._graph = None
         self.stats = {}
         return self
 

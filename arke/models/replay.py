@@ -59,7 +59,7 @@ class DecodeGraph:
 
     def __init__(self, lm: Any, cache: Any):
         b = cache.batch
-        self.lm, self.cache, self.batch = lm, weakref.ref(cache), b
+        self.lm, self.cache, self.batch = lm, weakref.ref(cache), b  # weak: the cache holds its graph
         self.settings = _settings()
         self.ids = torch.zeros(b, 1, dtype=torch.int64)
         self.positions = torch.zeros(b, 1, dtype=torch.int64)
@@ -109,14 +109,14 @@ class DecodeGraph:
 def decode(lm: Any, ids: torch.Tensor, cache: Any) -> torch.Tensor:
     """A checked decode step of ``lm`` (``ids`` ``[B, 1]`` int64): replayed where it can be, recorded the first
     time; the logits ``[B, V]`` may be a buffer the next step overwrites."""
-    graph = lm._graph
+    graph = cache.graph  # the cache's own: what it records (its KV tensors among them) lives as long as it
     if graph is not None and graph.serves(cache):
         if graph.recording is not None:
             return graph.run(ids, cache)
         return lm._run(ids, cache, False)  # recorded once and could not be: the usual path
     if ids.shape[1] != 1 or unreplayable(lm) is not None:
         return lm._run(ids, cache, False)
-    lm._graph = graph = DecodeGraph(lm, cache)
+    cache.graph = graph = DecodeGraph(lm, cache)
     return graph.capture(ids, cache)
 
 

@@ -4,7 +4,9 @@ cache change; the usual path wherever a step cannot be replayed."""
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 
 import pytest
 import torch
@@ -33,7 +35,7 @@ def test_replayed_steps_are_the_usual_steps_bit_for_bit(arch: str) -> None:
         want = lm(token[:, None], usual)
         got = lm.decode_step(token[:, None], replayed)
         assert torch.equal(got, want)
-        assert lm._graph.recording is not None, lm._graph.failed
+        assert replayed.graph.recording is not None, replayed.graph.failed
         token = want.argmax(-1)
     assert replayed.length == usual.length
     for a, b in zip(usual.layers, replayed.layers):
@@ -72,7 +74,7 @@ def test_steps_that_cannot_be_replayed_run_the_usual_path(monkeypatch: pytest.Mo
             want = lm(token[:, None], usual)
             assert torch.equal(lm.decode_step(token[:, None], replayed), want)
             token = want.argmax(-1)
-    assert lm._graph.recording is None and "one by one" in lm._graph.failed
+    assert replayed.graph.recording is None and "one by one" in replayed.graph.failed
 
 
 def test_generation_from_several_threads_matches_one_at_a_time() -> None:
@@ -128,3 +130,14 @@ def test_batched_decode_steps_replayed_equal_the_usual_path(arch: str, monkeypat
     want, batch = _batch_script(lm)
     assert batch._graph is None  # type: ignore[attr-defined]
     assert got == want
+
+
+def test_a_recorded_step_lives_as_long_as_its_cache() -> None:
+    lm = loaded("gpt2")
+    _, cache, token = _twins(lm)
+    lm.decode_step(token[:, None], cache)
+    assert cache.graph.recording is not None
+    keys = weakref.ref(cache.layers[0].k)
+    del cache
+    gc.collect()
+    assert keys() is None  # the recording pinned nothing of the cache once the cache is gone

@@ -61,3 +61,12 @@ def test_recordings_do_not_nest() -> None:
     with record(Recording()), pytest.raises(RuntimeError, match="already on"), record(Recording()):
         pass
     assert recording() is None
+
+
+def test_an_argument_copied_at_each_call_marks_the_recording(lib: arke.Library) -> None:
+    x = torch.randn(300, 37).T  # a strided view: the call runs on a copy a replay would not refresh
+    rec = Recording()
+    with record(rec):
+        got = lib.softmax(x)
+    assert torch.equal(got, lib.softmax(x.contiguous()))
+    assert rec.failed is not None and "argument `x` is a strided view" in rec.failed

@@ -150,6 +150,8 @@ class CPUKernel:
             if not v.is_contiguous():
                 refuse_huge_broadcast(self.name, k, v)
                 args[k] = v.contiguous()  # views are copied; contiguous ones are not
+                if (rec := recording()) is not None:  # a replay would read this call's copy
+                    rec.fail(f"kernel `{self.name}`: argument `{k}` is a strided view (copied at each call)")
         if out is not None and planned:
             outs_ = tuple(out) if isinstance(out, tuple | list) else (out,)
             given = {r: [o] for r, o in zip(fn.results, outs_)}
