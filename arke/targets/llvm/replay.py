@@ -61,12 +61,13 @@ class Program:
         self.steps.append(lambda: team.run(fn, address, fixed, chunks))
 
     def run(self) -> bool:
-        """The launches in order, up to one that raised its error word (then False)."""
+        """The launches in order, up to one that raised its error word (then False). The error words are
+        zero before and after (a launch only ever sets them)."""
         errors = self.errors
-        ctypes.memset(errors, 0, ctypes.sizeof(errors))
         for step in self.steps:
             step()
             if any(errors):  # a later launch may read what this one could not write
+                ctypes.memset(errors, 0, ctypes.sizeof(errors))
                 return False
         return True
 
