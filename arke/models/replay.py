@@ -5,7 +5,8 @@ The first decode step on a cache runs as usual with a recording on, reading the 
 from buffers of its own. Every later step on the same cache, batch and settings writes the new token and
 position there and replays the recording: the launches, the KV cache appends and the attention's length,
 nothing else. The results are those of the usual path, bit for bit (the same launches on the same
-buffers, tested).
+buffers, tested). A running batch over a paged cache does the same when every sequence decodes one token
+(:class:`PagedGraph`): its rows (ids, positions, block table, slots) are rewritten in place.
 
 A step is replayed only where every part of it recorded: the llvm target on the CPU, f32 activations,
 decoder layers whose step is kernels and views (Llama-family and GPT-2 layers; not mixture-of-experts,
