@@ -84,8 +84,10 @@ class PagedCache:
 
     def table(self, order: list[int]) -> torch.Tensor:
         """The block table of the sequences in ``order``, int32 ``[S, MB]`` (unused entries name block 0,
-        a valid block the attention never weighs)."""
-        width = max(1, max((len(self.tables[s]) for s in order), default=1))
+        a valid block the attention never weighs). ``MB`` covers ``max_seq``, whatever the sequences hold now:
+        a batch's decode steps keep one shape, and their recording (arke.models.replay) one table."""
+        width = max(1, -(-self.model.max_seq // self.block_size),
+                    max((len(self.tables[s]) for s in order), default=1))
         t = torch.zeros(len(order), width, dtype=torch.int32)
         for i, s in enumerate(order):
             t[i, :len(self.tables[s])] = torch.tensor(self.tables[s], dtype=torch.int32)
