@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -55,7 +56,39 @@ def _settings() -> tuple[Any, ...]:
             os.getpid())
 
 
-class DecodeGraph:
+def _replay(lm: Any, recording: Recording, start: int) -> None:
+    """A recording's steps, holding every layer's lock (their arenas, as their own calls hold them)."""
+    locks = [layer._calling for layer in lm.layers]
+    for lock in locks:
+        lock.acquire()
+    try:
+        for step in recording.steps:
+            step(start)
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+class _Graph:
+    """A recorded step: its recording and logits, or why it could not be recorded."""
+
+    recording: Recording | None = None
+    failed: str | None = None
+    logits: torch.Tensor | None = None
+
+    def _record(self, step: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``step()`` (the usual path) with a recording on: its logits."""
+        rec = Recording()
+        with record(rec):
+            logits = step()
+        if rec.failed is None:
+            self.recording, self.logits = rec, logits
+        else:
+            self.failed = rec.failed
+        return logits
+
+
+class DecodeGraph(_Graph):
     """One cache's recorded decode step (batch ``B``, one token each)."""
 
     def __init__(self, lm: Any, cache: Any):
@@ -65,9 +98,6 @@ class DecodeGraph:
         self.ids = torch.zeros(b, 1, dtype=torch.int64)
         self.positions = torch.zeros(b, 1, dtype=torch.int64)
         self._ids, self._positions = self.ids.numpy(), self.positions.numpy()
-        self.recording: Recording | None = None
-        self.failed: str | None = None
-        self.logits: torch.Tensor | None = None
 
     def serves(self, cache: Any) -> bool:
         """Whether this graph belongs to ``cache`` under the current settings."""
@@ -78,14 +108,7 @@ class DecodeGraph:
         """The usual step on ``ids`` ``[B, 1]``, recorded: its logits."""
         self._ids[:] = ids.numpy()
         self._positions[:] = cache.length
-        rec = Recording()
-        with record(rec):
-            logits = self.lm._run(self.ids, cache, False, positions=self.positions)
-        if rec.failed is None:
-            self.recording, self.logits = rec, logits
-        else:
-            self.failed = rec.failed
-        return logits
+        return self._record(lambda: self.lm._run(self.ids, cache, False, positions=self.positions))
 
     def run(self, ids: torch.Tensor, cache: Any) -> torch.Tensor:
         """The recorded step on ``ids`` ``[B, 1]``: its logits (``[B, V]``, overwritten by the next step)."""
@@ -93,15 +116,7 @@ class DecodeGraph:
         start = cache.length
         self._ids[:] = ids.numpy()
         self._positions[:] = start
-        locks = [layer._calling for layer in self.lm.layers]  # the layers' arenas, as their own calls hold them
-        for lock in locks:
-            lock.acquire()
-        try:
-            for step in self.recording.steps:
-                step(start)
-        finally:
-            for lock in locks:
-                lock.release()
+        _replay(self.lm, self.recording, start)
         for c in cache.layers:
             c.length = start + 1
         return self.logits
@@ -121,7 +136,7 @@ def decode(lm: Any, ids: torch.Tensor, cache: Any) -> torch.Tensor:
     return graph.capture(ids, cache)
 
 
-class PagedGraph:
+class PagedGraph(_Graph):
     """A running batch's recorded decode step: ``n`` sequences of one token each, block tables ``W`` wide."""
 
     def __init__(self, lm: Any, ids: torch.Tensor, rows: Any):
@@ -129,9 +144,6 @@ class PagedGraph:
         # the step's inputs, rewritten in place by each replayed step (the recorded launches read them there)
         self.inputs = (ids, rows.blk, rows.seq, rows.pos, rows.block, rows.offset)
         self._inputs = [t.numpy() for t in self.inputs]
-        self.recording: Recording | None = None
-        self.failed: str | None = None
-        self.logits: torch.Tensor | None = None
 
     def serves(self, ids: torch.Tensor, rows: Any) -> bool:
         """Whether this graph's step has these rows' shapes under the current settings."""
@@ -141,29 +153,14 @@ class PagedGraph:
         """The usual step (on the rows this graph keeps as its inputs), recorded: its logits."""
         from arke.models.paged import run_rows
 
-        rec = Recording()
-        with record(rec):
-            logits = run_rows(self.lm, ids, rows, last)
-        if rec.failed is None:
-            self.recording, self.logits = rec, logits
-        else:
-            self.failed = rec.failed
-        return logits
+        return self._record(lambda: run_rows(self.lm, ids, rows, last))
 
     def run(self, ids: torch.Tensor, rows: Any) -> torch.Tensor:
         """The recorded step on these rows: the logits ``[n, V]`` (overwritten by the next step)."""
         assert self.recording is not None and self.logits is not None
         for into, new in zip(self._inputs, (ids, rows.blk, rows.seq, rows.pos, rows.block, rows.offset)):
             into[...] = new.numpy()
-        locks = [layer._calling for layer in self.lm.layers]
-        for lock in locks:
-            lock.acquire()
-        try:
-            for step in self.recording.steps:
-                step(0)
-        finally:
-            for lock in locks:
-                lock.release()
+        _replay(self.lm, self.recording, 0)
         return self.logits
 
 
