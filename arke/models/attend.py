@@ -37,8 +37,8 @@ def attend(layer: Any, v: dict[str, torch.Tensor], temps: dict[str, dict[int, to
 def _record_append(rec: Any, cache: KVCache, k: torch.Tensor, v: torch.Tensor, t: int) -> None:
     """The append as a recorded step's action: NumPy views of the cache and of the new rows (a few µs, where
     torch's copy of a strided slice costs tens)."""
-    if k.dtype in (torch.bfloat16,) or cache.k.dtype != k.dtype:
-        rec.fail("a 16-bit KV cache")  # NumPy has no bfloat16
+    if k.dtype == torch.bfloat16 or cache.k.dtype != k.dtype:
+        rec.fail("a bfloat16 KV cache")  # NumPy has no bfloat16
         return
     kc, vc, kn, vn = cache.k.numpy(), cache.v.numpy(), k.numpy(), v.numpy()
 

@@ -59,8 +59,8 @@ class KernelCall:
         args = dict(zip(self._tensors, tensors))
         rec = recording()
         varying = rec.take_varying() if rec is not None else {}
-        if varying.keys() - self._scalars.keys():
-            rec.fail(f"kernel `{self.fn.name}` has no scalar {sorted(varying.keys() - self._scalars.keys())}")  # type: ignore[union-attr]
+        if rec is not None and (unknown := varying.keys() - self._scalars.keys()):
+            rec.fail(f"kernel `{self.fn.name}` has no scalar {sorted(unknown)}")
         for name, p in self._scalars.items():
             if name in varying:  # a decode step being recorded: its own tensor, rewritten as each step starts
                 args[name] = self._varying(rec, name, scalars[name], varying[name])  # type: ignore[arg-type]

@@ -244,12 +244,10 @@ class CPUKernel:
         crew = team(threads) if threads > 1 and omp is None and not knobs.no_team() else None
         if (threads == 1 or omp is not None or crew is not None) and self._own.acquire(blocking=False):
             try:  # replay this call's launches, prepared once for these buffers (see .replay)
-                key = (tuple([b.data_ptr() for b in buffers]), threads, id(omp or crew), panels.generation(),
-                       self._scratch.generation)
+                key = (tuple([b.data_ptr() for b in buffers]), threads, id(omp or crew), panels.generation())
                 program = sizes.programs.get(key)
                 if program is None and key not in sizes.programs:
                     program = self._program(buffers, sizes, threads, omp, crew)
-                    key = (*key[:-1], self._scratch.generation)
                     if len(sizes.programs) >= KEEP:
                         evict_oldest(sizes.programs)
                     sizes.programs[key] = program

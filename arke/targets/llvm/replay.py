@@ -73,27 +73,25 @@ class Program:
 
 
 class Scratch:
-    """A kernel's own scratch and error words for its replayed programs; growing it starts a new generation.
+    """A kernel's own scratch and error words for its replayed programs.
 
-    The smaller ones it replaces stay alive with it: a program built on them (kept by a recorded decode
-    step, :mod:`arke.runtime.record`) stays valid, and they are only ever outgrown a few times."""
+    The smaller ones it outgrows stay alive with it, so every program built on them stays valid (all of
+    them run under the kernel's one lock); they are only ever outgrown a few times."""
 
-    __slots__ = ("address", "bytes", "errors", "generation", "retired", "tensor")
+    __slots__ = ("address", "bytes", "errors", "retired", "tensor")
 
     def __init__(self) -> None:
         self.tensor: torch.Tensor | None = None
-        self.address, self.bytes, self.generation = 0, 0, 0
+        self.address, self.bytes = 0, 0
         self.errors = (ctypes.c_int64 * 1)()
         self.retired: list[object] = []
 
     def fit(self, nbytes: int, words: int) -> None:
-        """At least ``nbytes`` of scratch and ``words`` error words (a new generation when either grows)."""
+        """At least ``nbytes`` of scratch and ``words`` error words for the programs built from now on."""
         if nbytes > self.bytes:
             self.retired.append(self.tensor)
             self.tensor = torch.empty(nbytes, dtype=torch.uint8)
             self.address, self.bytes = self.tensor.data_ptr(), nbytes
-            self.generation += 1
         if words > len(self.errors):
             self.retired.append(self.errors)
             self.errors = (ctypes.c_int64 * words)()
-            self.generation += 1
