@@ -15,7 +15,9 @@ which the codegen recognises and runs on the contract's accumulator tile — unl
 reader is a map that reads it element for element, which then becomes the epilogue, and the
 epilogue is not a *row condition* (``sum(...) if routed[t, e] else 0.0``: a select whose condition
 reads no contract nor the last index, one branch reading the contract; the codegen may then skip the
-rows where it is false, :mod:`arke.plan.contraction`), which stays where it is.
+rows where it is false, :mod:`arke.plan.contraction`), which stays where it is. A map that rounds a
+product sum to bf16/f16 element for element is not folded into a reader that reads another product sum
+(a half-precision SwiGLU's gate): it stays its own sum's epilogue and is stored in its dtype.
 
 **Profitable** (the pass folds only then):
 
@@ -84,7 +86,8 @@ def fuse_elementwise(fn: S.Function) -> S.Function:
         if any(isinstance(n, S.Load) and n.src in contracts for n in walk(producer.body)) and \
                 (row_condition(producer, contracts) or not _extends_epilogue(producer, list(readers.values()))):
             continue
-        if not should_fold(producer, list(readers.values())):
+        if not should_fold(producer, list(readers.values())) or \
+                _gate_of_second_product(producer, list(readers.values()), ops):
             continue
         for j, op in readers.items():
             ops[j] = fold(op, producer)
@@ -117,6 +120,31 @@ def _extends_epilogue(producer: S.MapOp, consumers: list[S.Op]) -> bool:
         return False
     same = tuple(S.Idx(a.name) for a in consumer.axes)
     return all(load.indices == same for load in _loads_of(consumer, producer.result))
+
+
+def _product_sums(ops: list[S.Op | None]) -> dict[str, S.ReduceOp]:
+    """The ops that sum a product, ``sum(f(x[..]) * g(w[..]) for k)``: what the planner runs as contractions."""
+    return {op.result: op for op in ops if isinstance(op, S.ReduceOp) and op.kind == "sum"
+            and isinstance(op.body, S.Binary) and op.body.op == "mul"}
+
+
+def _gate_of_second_product(producer: S.MapOp, consumers: list[S.Op], ops: list[S.Op | None]) -> bool:
+    """Whether ``producer`` rounds a product sum to bf16/f16 element for element and its one reader, a map,
+    reads another product sum too (a half-precision SwiGLU: ``g = bf16(x wg)``, ``u = bf16(x wu)``,
+    ``silu(g) * u``). The reader becomes the second sum's epilogue; folded, it would read the first
+    sum's f32 values from memory and round them there. Left alone, ``producer`` is the first sum's own
+    epilogue: it rounds once and stores half the bytes. The values are the same either way."""
+    if producer.dtype.compute == producer.dtype or len(consumers) != 1 or not isinstance(consumers[0], S.MapOp):
+        return False
+    sums = _product_sums(ops)
+    own = {n.src for n in walk(producer.body) if isinstance(n, S.Load) and n.src in sums}
+    if len(own) != 1:
+        return False
+    same = tuple(S.Idx(a.name) for a in producer.axes)
+    if any(n.indices != same for n in walk(producer.body) if isinstance(n, S.Load) and n.src in own):
+        return False
+    others = {n.src for e in op_exprs(consumers[0]) for n in walk(e) if isinstance(n, S.Load) and n.src in sums}
+    return bool(others - own)
 
 
 def row_condition(producer: S.MapOp, contracts: set[str]) -> bool:

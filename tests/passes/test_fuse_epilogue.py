@@ -72,3 +72,46 @@ def test_fused_epilogues_conform(target: str, kernel: str) -> None:
             "two_readers": (arr(t, c), arr(c, f))}[kernel]
     got = getattr(build(module, target), kernel)(*args)
     assert_conforms(got, k, *args, what=f"{kernel} on {target}")
+
+
+GATED = """
+kernel gated(x: A[T, C], wg: A[F, C], wu: A[F, C]) -> A[T, F]
+  where A in {bf16, f16}
+{
+  g[t, f] = A(sum(f32(x[t, c]) * f32(wg[f, c]) for c))
+  u[t, f] = A(sum(f32(x[t, c]) * f32(wu[f, c]) for c))
+  return A(f32(A(silu(f32(g[t, f])))) * f32(u[t, f]))
+}
+kernel gated32(x: f32[T, C], wg: f32[F, C], wu: f32[F, C]) -> f32[T, F] {
+  g[t, f] = sum(x[t, c] * wg[f, c] for c)
+  return silu(g[t, f]) * sum(x[t, c] * wu[f, c] for c)
+}
+"""
+
+
+@pytest.mark.parametrize("half", ["bf16", "f16"])
+def test_half_gate_stays_its_own_sums_epilogue(half: str) -> None:
+    """A half-precision SwiGLU: the gate's rounding stays the gate sum's epilogue (stored in bf16/f16, half
+    the bytes of its f32 sums), the product is the up projection's; in f32 the gate sum is read as is."""
+    module = text_module(GATED)
+    plan = make_plan(module.semantic, f"gated__A_{half}")
+    assert [d.family for d in plan.dispatches] == ["contraction", "contraction"]
+    first, second = (d.pattern.epilogue for d in plan.dispatches)
+    assert isinstance(first, S.MapOp) and first.dtype.name.lower() == half
+    assert isinstance(second, S.MapOp) and any(isinstance(n, S.Unary) and n.op == "silu" for n in S.walk(second.body))
+    plan32 = make_plan(module.semantic, "gated32")
+    assert plan32.dispatches[0].pattern.epilogue is None
+
+
+@pytest.mark.parametrize("half", ["bf16", "f16"])
+def test_half_gate_conforms(half: str) -> None:
+    import torch
+
+    module = text_module(GATED)
+    rng = seeded("gated", half)
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[half]
+    t, c, f = 5, 48, 70
+    x, wg, wu = (torch.from_numpy((rng.standard_normal(s) / 4).astype(np.float32)).to(dtype)
+                 for s in ((t, c), (f, c), (f, c)))
+    got = build(module, "llvm").gated(x, wg, wu)
+    assert_conforms(got, module.kernels["gated"], x, wg, wu, what=f"gated {half}")

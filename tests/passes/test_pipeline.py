@@ -85,10 +85,11 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
     "mlp__W_f32": (8, 7), "mlp__W_bf16": (8, 6), "mlp__W_f16": (8, 6), "mlp_q__Q_i8": (10, 6), "mlp_q__Q_u8": (10, 6),
     "expert__W_f32": (5, 5), "expert__W_bf16": (5, 4), "expert__W_f16": (5, 4),
     "expert_q__Q_i8": (7, 4), "expert_q__Q_u8": (7, 4),
-    # the half-activation layer's kernels (every rounding to A is an op of its own until fused)
+    # the half-activation layer's kernels (every rounding to A is an op of its own until fused; SwiGLU's
+    # gate stays its own sum's epilogue, stored in A, while the up projection's takes the product)
     **{f"{k}__A_{a}": v for a in ("bf16", "f16") for k, v in (
         ("norm_h", (3, 2)), ("attn_in_h", (8, 6)), ("attn_cached_h", (8, 6)), ("attn_window_h", (8, 6)),
-        ("proj_add_h", (2, 2)), ("swiglu_h", (5, 3)))},
+        ("proj_add_h", (2, 2)), ("swiglu_h", (5, 4)))},
     "attn_paged": (7, 6), "attn_paged_window": (8, 6),
     # std.lm: a literal top-64 is lowered to its 64 rounds (each a max and its position over the row)
     "embed_panels": (1, 1), "penalized": (2, 1), "candidates": (4, 259), "candidates_k": (4, 5), "pick": (9, 9),

@@ -7,7 +7,8 @@ from arke.ir import semantic as ir
 from arke.ir.shapes import Dim, row_major_stride
 from arke.plan.attention import KEY, VALUE, Attention
 from arke.targets.llvm.function import LLVMFunction
-from arke.targets.llvm.vec import NEG_INF, Vec, VectorExprMixin
+from arke.targets.llvm.vec import NEG_INF, Vec
+from arke.targets.llvm.vexpr import VectorExprMixin
 
 
 class AttentionBase(VectorExprMixin, LLVMFunction):

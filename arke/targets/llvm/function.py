@@ -158,7 +158,8 @@ class LLVMFunction(ScalarEmitter):
 
     def loop(self, axis: str, lo: str, hi: str, inner: Callable[[], None]) -> None:
         self.loops_made += 1
-        tag = f"{axis.lstrip('%')}.{self.loops_made}"  # an axis may be looped over more than once (rows form)
+        number = self.loops_made  # inner loops count on: the hints below name this loop by its own number
+        tag = f"{axis.lstrip('%')}.{number}"  # an axis may be looped over more than once (rows form)
         counter = f"%ix.{tag}.p"
         self.prologue.append(f"  {counter} = alloca i64")
         head, body, done = f"h.{tag}", f"b.{tag}", f"e.{tag}"
@@ -174,11 +175,12 @@ class LLVMFunction(ScalarEmitter):
         inner()
         nxt = self.let(f"add i64 {i}, 1")
         self.emit(f"store i64 {nxt}, ptr {counter}")
-        self.emit(f"br label %{head}{self.loop_hints(axis)}")
+        self.emit(f"br label %{head}{self.loop_hints(axis, number)}")
         self.label(done)
 
-    def loop_hints(self, axis: str) -> str:
-        """The strategy's ``vectorize``/``unroll`` of ``axis`` as LLVM loop metadata (``""`` if none)."""
+    def loop_hints(self, axis: str, number: int) -> str:
+        """The strategy's ``vectorize``/``unroll`` of ``axis`` as LLVM loop metadata (``""`` if none), for
+        the function's ``number``-th loop."""
         hints = []
         for kind, key, ty in (("vectorize", "llvm.loop.vectorize.width", "i32"),
                               ("unroll", "llvm.loop.unroll.count", "i32")):
@@ -191,7 +193,7 @@ class LLVMFunction(ScalarEmitter):
             return ""
         # numbered per dispatch (entry ``<kernel>.d<k>``) so ids are unique in the module
         dispatch = int(self.name.rsplit(".d", 1)[1]) if ".d" in self.name else 0
-        ident = 100000 * (dispatch + 1) + self.loops_made
+        ident = 100000 * (dispatch + 1) + number
         self.declare(f"!{ident} = distinct !{{!{ident}, {', '.join(hints)}}}")
         return f", !llvm.loop !{ident}"
 

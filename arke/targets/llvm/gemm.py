@@ -51,9 +51,11 @@ from arke.targets.artifact import LaunchSpec
 from arke.targets.llvm.declarations import vector_fma
 from arke.targets.llvm.gemm_base import GEMV_ROWS, Blocking
 from arke.targets.llvm.gemm_bf16 import A_PAD, VNNI, matrix_unit, unit_blocking
+from arke.targets.llvm.gemm_epilogue import VectorEpilogue
 from arke.targets.llvm.gemm_routed import GemmRouted
 from arke.targets.llvm.panels import VNNI_KEY
 from arke.targets.llvm.scalar import STORAGE
+from arke.targets.llvm.vec import Vec
 
 #: Vectors across a panel of B (nr = this × lanes).
 PANEL_VECTORS = 2
@@ -110,7 +112,7 @@ def render_contraction(plan: KernelPlan, d: Dispatch, entry: str, declare: Calla
     return text, launch, panel, unit
 
 
-class _Gemm(GemmRouted):
+class _Gemm(VectorEpilogue, GemmRouted):
     """Emits a contraction dispatch: the task loop, packing, micro-kernel calls and epilogue."""
 
     def __init__(self, plan: KernelPlan, d: Dispatch, name: str, declare: Callable[[str], None], blk: Blocking,
@@ -135,6 +137,8 @@ class _Gemm(GemmRouted):
                           and not self.c.outer and self.c.m is not None
                           and (pa is None or pa.indices[-1] != ir.Idx(self.c.k)))
         super().__init__(plan, d, name, declare, vector_bits)
+        self.vec = Vec(max(4, vector_bits // 32), self.let, declare)  # the epilogue's vectors
+        self.bound, self.lane_index, self.jvec, self.svec = {}, "", "", ""
         for op in d.members:
             self.extent.update({a.name: a.extent for a in op.axes})
         self.extent.update({a.name: a.extent for a in self.contract.reduce_axes})  # type: ignore[union-attr]
@@ -455,6 +459,8 @@ class _Gemm(GemmRouted):
         ``i``-th listed row of a routed contraction)."""
         c, blk = self.c, self.blk
         m_ext = listed[1] if listed is not None else self.dim(self.rows())
+        if self.vector_finish(n0, nc, tile, m_ext, listed):
+            return
         contract = self.contract
         out_op = c.epilogue if c.epilogue is not None else contract
 

@@ -97,7 +97,7 @@ class NVPTXFunction(LLVMFunction):
     def rows_axis(self) -> str | None:
         return None
 
-    def loop_hints(self, axis: str) -> str:
+    def loop_hints(self, axis: str, number: int) -> str:
         return ""
 
     # -- float math NVPTX cannot lower by itself

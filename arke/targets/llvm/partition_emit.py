@@ -30,11 +30,11 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, equal
 from arke.plan.dispatch import Buffer, Dispatch, KernelPlan
 from arke.targets.artifact import UnsupportedError
-from arke.targets.llvm.convert import FLOAT16, narrow, widen
 from arke.targets.llvm.function import LLVMFunction
 from arke.targets.llvm.partition import Partition, Wrap, analyse
 from arke.targets.llvm.scalar import STORAGE
-from arke.targets.llvm.vec import Vec, VectorExprMixin
+from arke.targets.llvm.vec import Vec
+from arke.targets.llvm.vexpr import VectorExprMixin
 
 
 def partitioned_function(plan: KernelPlan, dispatch: Dispatch, name: str, declare: Callable[[str], None],
@@ -387,24 +387,6 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
             t = self.vec.ty("i64")
             return self.let(f"sub {t} {self.vector(e.a)}, {self.vec.splat(qm, 'i64')}"), True
         return super().vexpr(e)
-
-    def _v_Unary(self, e: ir.Unary) -> str | None:
-        if e.op in ("sigmoid", "silu") and e.dtype.is_float:  # the scalar form's steps on every lane
-            t, x = self.vtype(e.dtype), self.vector(e.x)
-            d = self.let(f"fadd {t} splat (float 1.0), {self.vec.exp(self.let(f'fneg {t} {x}'))}")
-            return self.let(f"fdiv {t} {'splat (float 1.0)' if e.op == 'sigmoid' else x}, {d}")
-        return super()._v_Unary(e)
-
-    def _v_Cast(self, e: ir.Cast) -> str | None:
-        if e.dtype in (DType.F16, DType.BF16) and e.x.dtype.is_float:  # rounded to 16 bits and back, whole
-            kind, t = FLOAT16[e.dtype], self.vec.ty("i16")
-            down, down_def = narrow(kind, self.vec.w)
-            up, up_def = widen(kind, self.vec.w)
-            self.declare(down_def)
-            self.declare(up_def)
-            bits = self.let(f"call {t} {down}({self.vec.f} {self.vector(e.x)})")
-            return self.let(f"call {self.vec.f} {up}({t} {bits})")
-        return super()._v_Cast(e)
 
     def _v_Load(self, e: ir.Load) -> str | None:
         if e not in self.part.loads or self.lane_start is None or self.lane_mask is None:

@@ -40,3 +40,21 @@ def test_vectorize_and_unroll_become_loop_hints() -> None:
     assert '!"llvm.loop.vectorize.width", i32 8' in scale and '!"llvm.loop.unroll.count", i32 4' in scale
     assert "!llvm.loop" not in lib.kernels["scale"].variant(-1).artifact.source  # no strategy: no hints
     assert '!"llvm.loop.unroll.count", i32 4' in lib.kernels["mm"].variant(0).artifact.source
+
+
+def test_hints_on_nested_loops_get_their_own_metadata() -> None:
+    """``vectorize`` of an inner index and ``unroll`` of the outer one: each loop names its own metadata
+    (the outer loop's number was once read after the inner loops had counted on, and two loops of one
+    function claimed the same id: the module failed to build)."""
+    module = text_module("""
+kernel heads(x: f32[N, H, E]) -> f32[N, H, E] {
+  t[n] = sum(x[n, h, e] * x[n, h, e] for h, e)
+  return x[n, h, e] * rsqrt(t[n] + 1e-6)
+}
+@strategy(heads, target = llvm) { vectorize e = 16; unroll h = 4 }
+""")
+    kernel = build(module, "llvm").kernels["heads"]
+    text = kernel.variant(0).artifact.source
+    assert '!"llvm.loop.vectorize.width", i32 16' in text and '!"llvm.loop.unroll.count", i32 4' in text
+    args = random_inputs(module.kernels["heads"], {"N": 5, "H": 6, "E": 33}, seeded("nested hints"))
+    assert_conforms(kernel(*args), module.kernels["heads"], *args, what="heads, nested hints")
