@@ -11,7 +11,8 @@ the exit status 1. One run on one machine:
   / the measured bandwidth);
 * **batched decode** — 8 sequences of lengths 64 .. 512 over the paged KV cache: tokens/s against batch 1;
 * **prefill** — 512 tokens: arke's forward pass against transformers' in eager (both giving the last
-  token's logits), and for Llama in bf16 against transformers in bf16;
+  token's logits), and for Llama in bf16 against transformers in bf16 (medians of 5 calls, the two sides
+  alternating);
 * **memory** — the process's resident bytes for arke's model against its weights + KV cache + arenas.
 
 ``--arch gpt2`` runs GPT-2 (124M: hidden 768, 12 blocks of 12 heads, vocabulary 50257) the same way.
@@ -29,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +52,19 @@ def _rss() -> int:
         return int(f.read().split()[1]) * 4096
 
 
-def _median_time(fn: object, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()  # type: ignore[operator]
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def _paired_medians(ours: Callable[[], object], theirs: Callable[[], object], rounds: int) -> tuple[float, float]:
+    """Median seconds of each of two runs, after one untimed call of each (arke compiles its kernels on the
+    first, torch warms its allocator), timed in alternating rounds: this machine's speed drifts by several
+    percent from minute to minute, and alternating gives both sides the same drift."""
+    ours()
+    theirs()
+    a, b = [], []
+    for _ in range(rounds):
+        for fn, times in ((ours, a), (theirs, b)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return statistics.median(a), statistics.median(b)
 
 
 def make_gpt2(folder: Path, quick: bool) -> object:
@@ -156,9 +164,9 @@ def run(console: Console, arch: str, shape: ModelShape, bandwidth: float, args: 
                   f"{batched:.2f} tokens/s = {batched / arke_rate:.2f}× batch 1")
     # prefill: both give the last token's logits (transformers' logits_to_keep=1), as generation needs
     prefill_ids = ids
-    arke_prefill = _median_time(lambda: lm(prefill_ids, lm.new_cache(1)), 3)
     with torch.no_grad():
-        hf_prefill = _median_time(lambda: hf(prefill_ids, logits_to_keep=1), 3)
+        arke_prefill, hf_prefill = _paired_medians(lambda: lm(prefill_ids, lm.new_cache(1)),
+                                                   lambda: hf(prefill_ids, logits_to_keep=1), 5)
     console.print(f"prefill {shape.prompt} tokens: arke {arke_prefill * 1e3:.0f} ms, transformers eager "
                   f"{hf_prefill * 1e3:.0f} ms: {hf_prefill / arke_prefill:.2f}×")
     if arch == "llama":  # bf16 activations end to end (the matrix units where the CPU has them)
@@ -166,9 +174,9 @@ def run(console: Console, arch: str, shape: ModelShape, bandwidth: float, args: 
             hf.save_pretrained(tmp)
             half = arke.models.from_pretrained(tmp, max_seq=max_seq, dtype=torch.bfloat16)
             hf_half = type(hf).from_pretrained(tmp, dtype=torch.bfloat16).eval()
-        half_ms = _median_time(lambda: half(prefill_ids, half.new_cache(1)), 3)
         with torch.no_grad():
-            hf_half_ms = _median_time(lambda: hf_half(prefill_ids, logits_to_keep=1), 3)
+            half_ms, hf_half_ms = _paired_medians(lambda: half(prefill_ids, half.new_cache(1)),
+                                                  lambda: hf_half(prefill_ids, logits_to_keep=1), 5)
         console.print(f"prefill {shape.prompt} tokens in bf16: arke {half_ms * 1e3:.0f} ms, transformers bf16 "
                       f"{hf_half_ms * 1e3:.0f} ms: {hf_half_ms / half_ms:.2f}×")
         del half, hf_half

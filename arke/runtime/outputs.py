@@ -20,6 +20,7 @@ import sympy
 import torch
 
 from arke.ir import semantic as ir
+from arke.ir.ranges import facts, in_range
 from arke.ir.shapes import Dim, evaluate
 from arke.runtime.guards import TORCH_DTYPES, GuardError
 from arke.runtime.limits import check_tensor_kind
@@ -30,9 +31,11 @@ _CHECKED = frozenset({"div", "floordiv", "mod", "pow", "shl", "shr"})
 
 def can_fail(fn: ir.Function, module: ir.Module | None = None) -> bool:
     """Whether ``fn`` may raise once it runs (conservatively): some load has a subscript that is not a
-    plain index over the whole axis (nor a literal 0), or some integer division, modulo or power,
-    here or in a kernel it calls. Every target checks exactly such subscripts and operations."""
+    plain index over the whole axis (nor a literal 0) nor proved in range (:func:`arke.ir.ranges.in_range`),
+    or some integer division, modulo or power, here or in a kernel it calls. The targets check at most
+    such subscripts and operations."""
     shapes: dict[str, Sequence[Dim]] = {p.name: p.type.shape for p in fn.params}
+    known = facts(fn)
     for op in fn.ops:
         if isinstance(op, ir.CallOp):
             try:
@@ -48,7 +51,7 @@ def can_fail(fn: ir.Function, module: ir.Module | None = None) -> bool:
         body = ((op.lhs, op.rhs) if isinstance(op, ir.ContractOp) else op.exprs if isinstance(op, ir.ScanOp)
                 else (op.body,))
         for e in (x for b in body for x in ir.walk(b)):
-            if isinstance(e, ir.Load) and not _plain(e, extents, shapes.get(e.src)):
+            if isinstance(e, ir.Load) and not _plain(e, extents, shapes.get(e.src), known):
                 return True
             if isinstance(e, ir.Binary) and e.op in _CHECKED and not e.dtype.is_float and not _safe_shift(e):
                 return True
@@ -61,14 +64,15 @@ def _safe_shift(e: ir.Binary) -> bool:
     return e.op in ir.SHIFTS and isinstance(e.b, ir.Const) and 0 <= int(e.b.value) < e.dtype.bits
 
 
-def _plain(load: ir.Load, extents: Mapping[str, Dim], shape: Sequence[Dim] | None) -> bool:
+def _plain(load: ir.Load, extents: Mapping[str, Dim], shape: Sequence[Dim] | None,
+           known: Mapping[sympy.Symbol, sympy.Expr]) -> bool:
     if shape is None or len(shape) != len(load.indices):
         return False
     for sub, d in zip(load.indices, shape, strict=True):
         if isinstance(sub, ir.Const) and not sub.dtype.is_float and sub.value == 0:
             continue
         if not (isinstance(sub, ir.Idx) and sub.name in extents
-                and sympy.sympify(extents[sub.name]) == sympy.sympify(d)):
+                and sympy.sympify(extents[sub.name]) == sympy.sympify(d)) and not in_range(sub, d, extents, known):
             return False
     return True
 

@@ -64,21 +64,47 @@ class LLVMFunction(ScalarEmitter):
         return "\n".join([head, "entry:", *self.prologue, "  br label %start", "start:", *self.body, *tail])
 
     def flat_loop(self, axes: list[str], inner: Callable[[], None]) -> Dim:
-        """One loop over ``[lo, hi)`` of the flattened ``axes`` (row-major); returns the flat extent."""
+        """One loop over ``[lo, hi)`` of the flattened ``axes`` (row-major); returns the flat extent.
+
+        Over several axes the range is walked a run of the last axis at a time: the other axes'
+        positions are divided out once per run, and the last axis gets a counted loop of its own
+        (the division per element cost more than most bodies, and kept LLVM from vectorising)."""
         total: Dim = sympy.Integer(1)
         for a in axes:
             total = total * self.extent[a]
+        if len(axes) == 1:
+            def one() -> None:
+                self.current[axes[0]] = self.current["%flat"]
+                inner()
 
-        def body() -> None:
-            rest = self.current["%flat"]
-            for a in reversed(axes[1:]):
-                n = self.dim(self.extent[a])
-                self.current[a] = self.let(f"urem i64 {rest}, {n}")
-                rest = self.let(f"udiv i64 {rest}, {n}")
-            self.current[axes[0]] = rest
-            inner()
-
-        self.loop("%flat", "%lo", "%hi", body)
+            self.loop("%flat", "%lo", "%hi", one)
+            return total
+        self.loops_made += 1
+        tag = f"run.{self.loops_made}"
+        counter = f"%{tag}.p"
+        self.prologue.append(f"  {counter} = alloca i64")
+        self.emit(f"store i64 %lo, ptr {counter}")
+        self.emit(f"br label %h.{tag}")
+        self.label(f"h.{tag}")
+        at = self.let(f"load i64, ptr {counter}")
+        self.emit(f"br i1 {self.let(f'icmp slt i64 {at}, %hi')}, label %b.{tag}, label %e.{tag}")
+        self.label(f"b.{tag}")
+        self.current["%flat"] = at
+        width = self.dim(self.extent[axes[-1]])
+        first = self.let(f"urem i64 {at}, {width}")
+        rest = self.let(f"udiv i64 {at}, {width}")
+        for a in reversed(axes[1:-1]):
+            n = self.dim(self.extent[a])
+            self.current[a] = self.let(f"urem i64 {rest}, {n}")
+            rest = self.let(f"udiv i64 {rest}, {n}")
+        self.current[axes[0]] = rest
+        room = self.let(f"sub i64 {width}, {first}")
+        left = self.let(f"sub i64 %hi, {at}")
+        length = self.let(f"select i1 {self.let(f'icmp slt i64 {room}, {left}')}, i64 {room}, i64 {left}")
+        self.loop(axes[-1], first, self.let(f"add i64 {first}, {length}"), inner, hints=False)
+        self.emit(f"store i64 {self.let(f'add i64 {at}, {length}')}, ptr {counter}")
+        self.emit(f"br label %h.{tag}")
+        self.label(f"e.{tag}")
         return total
 
     def loops(self, order: list[str], depth: int, inner: Callable[[], None]) -> None:
@@ -156,7 +182,9 @@ class LLVMFunction(ScalarEmitter):
         """The range ``nest`` loops ``axis`` over, when it is not the whole extent (a rows group's chunk)."""
         return None
 
-    def loop(self, axis: str, lo: str, hi: str, inner: Callable[[], None]) -> None:
+    def loop(self, axis: str, lo: str, hi: str, inner: Callable[[], None], hints: bool = True) -> None:
+        """``for axis in [lo, hi): inner()``; ``hints``: the strategy's vectorize/unroll of ``axis`` as loop
+        metadata (not on a flattened range's runs: the strategy was told those axes have no loop)."""
         self.loops_made += 1
         number = self.loops_made  # inner loops count on: the hints below name this loop by its own number
         tag = f"{axis.lstrip('%')}.{number}"  # an axis may be looped over more than once (rows form)
@@ -175,7 +203,7 @@ class LLVMFunction(ScalarEmitter):
         inner()
         nxt = self.let(f"add i64 {i}, 1")
         self.emit(f"store i64 {nxt}, ptr {counter}")
-        self.emit(f"br label %{head}{self.loop_hints(axis, number)}")
+        self.emit(f"br label %{head}{self.loop_hints(axis, number) if hints else ''}")
         self.label(done)
 
     def loop_hints(self, axis: str, number: int) -> str:

@@ -18,6 +18,7 @@ import sympy
 
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
+from arke.ir.ranges import facts, in_range
 from arke.ir.shapes import Dim
 from arke.plan.dispatch import Buffer
 from arke.targets.artifact import UnsupportedError
@@ -64,6 +65,8 @@ FLOAT_INTRINSIC = {"log": "llvm.log", "sqrt": "llvm.sqrt", "sin": "llvm.sin",
 class ScalarEmitter(Emitter):
     """Emits a function's memory accesses and scalar expressions (see :class:`Emitter` for its state)."""
 
+    _known: dict[sympy.Symbol, sympy.Expr] | None = None  # known_dims(), computed once
+
     # -- memory
     def address(self, buf: Buffer, subs: Sequence[ir.SExpr]) -> str:
         offset = "0"
@@ -85,6 +88,8 @@ class ScalarEmitter(Emitter):
             return v
         if isinstance(s, ir.Const) and int(s.value) == 0:  # a broadcast axis: every dim is at least 1
             return v
+        if in_range(s, extent, self.extent, self.known_dims()):
+            return v
         n = self.dim(extent)
         ge = self.let(f"icmp sge i64 {v}, 0")
         lt = self.let(f"icmp slt i64 {v}, {n}")
@@ -92,6 +97,12 @@ class ScalarEmitter(Emitter):
         self.flag_unless(ok)
         safe = self.let(f"select i1 {ok}, i64 {v}, i64 0")
         return safe
+
+    def known_dims(self) -> dict[sympy.Symbol, sympy.Expr]:
+        """The dims the kernel's checked `where` equalities define (:func:`~arke.ir.ranges.facts`)."""
+        if self._known is None:
+            self._known = facts(self.plan.function)
+        return self._known
 
     def load(self, e: ir.Load) -> str:
         buf = self.buffer(e.src)
