@@ -89,7 +89,6 @@ class LLVMFunction(ScalarEmitter):
         at = self.let(f"load i64, ptr {counter}")
         self.emit(f"br i1 {self.let(f'icmp slt i64 {at}, %hi')}, label %b.{tag}, label %e.{tag}")
         self.label(f"b.{tag}")
-        self.current["%flat"] = at
         width = self.dim(self.extent[axes[-1]])
         first = self.let(f"urem i64 {at}, {width}")
         rest = self.let(f"udiv i64 {at}, {width}")

@@ -21,7 +21,6 @@ from arke.ir.dtypes import DType
 from arke.ir.shapes import equal
 from arke.plan.contraction import Contraction
 from arke.plan.dispatch import PlanOp
-from arke.targets.llvm.convert import FLOAT16, narrow, widen
 from arke.targets.llvm.gemm_base import Blocking
 from arke.targets.llvm.scalar import STORAGE
 from arke.targets.llvm.vexpr import VectorExprMixin
@@ -68,17 +67,6 @@ class VectorEpilogue(VectorExprMixin):
             return None
         return lane
 
-    def _rounded(self, v: str, dtype: DType) -> str:
-        """A float vector rounded to ``dtype`` and back (f32 unchanged)."""
-        if dtype is DType.F32:
-            return v
-        t16 = self.vec.ty("i16")
-        down, down_def = narrow(FLOAT16[dtype], self.vec.w)
-        up, up_def = widen(FLOAT16[dtype], self.vec.w)
-        self.declare(down_def)
-        self.declare(up_def)
-        return self.let(f"call {self.vec.f} {up}({t16} {self.let(f'call {t16} {down}({self.vec.f} {v})')})")
-
     def vector_finish(self, n0: str, nc: str, tile: str, m_ext: str, listed: tuple[str, str] | None) -> bool:
         """The epilogue on the tile's rows ``W`` columns at a time, stored; False (nothing emitted) where
         it cannot run in vectors."""
@@ -100,11 +88,7 @@ class VectorEpilogue(VectorExprMixin):
                     if theirs.name != c.n:
                         self.current[mine.name] = self.current[theirs.name]
             base = self.let(f"mul i64 {i}, {self.blk.nc}")
-            offset = "0"
-            for k, a in enumerate(out.axes[:-1]):
-                v = self.subscript(ir.Idx(a.name), buf.shape[k], buf, k)
-                offset = self.let(f"add i64 {self.let(f'mul i64 {offset}, {self.dim(buf.shape[k])}')}, {v}")
-            offset = self.let(f"mul i64 {offset}, {self.dim(buf.shape[-1])}")
+            offset = self.row_offset(buf, [ir.Idx(a.name) for a in out.axes[:-1]])
 
             def columns(col: str) -> None:
                 n = self.let(f"add i64 {n0}, {col}")
@@ -116,7 +100,7 @@ class VectorEpilogue(VectorExprMixin):
                 self.jvec = self.let(f"select {vec.ty('i1')} {inside}, {t64} {lanes}, {t64} {vec.splat(last, 'i64')}")
                 at = self.let(f"getelementptr inbounds float, ptr {tile}, i64 {self.let(f'add i64 {base}, {col}')}")
                 # the sum is rounded to the contraction's dtype first, as the interpreter stores it
-                self.svec = self._rounded(vec.masked_load(at, self.lane_mask), self.contract.dtype)
+                self.svec = vec.rounded(vec.masked_load(at, self.lane_mask), self.contract.dtype)
                 body = c.epilogue.body if c.epilogue is not None else None
                 if isinstance(body, ir.Cast) and body.dtype is buf.dtype and body.x.dtype.is_float:
                     body = body.x  # the store rounds to the result's dtype: a second rounding changes nothing

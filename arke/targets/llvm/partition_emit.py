@@ -28,7 +28,7 @@ import sympy
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim, equal
-from arke.plan.dispatch import Buffer, Dispatch, KernelPlan
+from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.targets.artifact import UnsupportedError
 from arke.targets.llvm.function import LLVMFunction
 from arke.targets.llvm.partition import Partition, Wrap, analyse
@@ -356,21 +356,13 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
         self.jvec = self.let(f"select {self.vec.ty('i1')} {inside}, {t} {lanes}, {t} {end}")
         value = self.vector(op.body)
         out = self.buffer(op.result)
-        at = self.let(f"add i64 {self.row(out, [ir.Idx(a.name) for a in op.axes[:-1]])}, {j}")
+        at = self.let(f"add i64 {self.row_offset(out, [ir.Idx(a.name) for a in op.axes[:-1]])}, {j}")
         ptr = self.let(f"getelementptr inbounds {STORAGE[op.dtype]}, ptr {self.ptr[out.name]}, i64 {at}")
         self.emit(self.vec.masked_store_as(value, ptr, self.lane_mask, op.dtype))
         self.emit(f"store i64 {self.let(f'add i64 {j}, {w}')}, ptr {counter}")
         self.emit(f"br label %h.{tag}")
         self.label(f"e.{tag}")
         self.lane_start = self.lane_mask = None
-
-    def row(self, buf: Buffer, subs: list[ir.SExpr] | tuple[ir.SExpr, ...]) -> str:
-        """The offset of element 0 of a row of ``buf`` (its last axis) at the leading subscripts ``subs``."""
-        offset = "0"
-        for k, sub in enumerate(subs):
-            v = self.subscript(sub, buf.shape[k], buf, k)
-            offset = self.let(f"add i64 {self.let(f'mul i64 {offset}, {self.dim(buf.shape[k])}')}, {v}")
-        return self.let(f"mul i64 {offset}, {self.dim(buf.shape[-1])}")
 
     # -- vector expressions under the piece's facts
     def varying(self, e: ir.SExpr) -> bool:
@@ -392,7 +384,7 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
         if e not in self.part.loads or self.lane_start is None or self.lane_mask is None:
             return None  # lane by lane, each subscript checked
         buf = self.buffer(e.src)
-        at = self.let(f"add i64 {self.row(buf, e.indices[:-1])}, {self.lane_start}")
+        at = self.let(f"add i64 {self.row_offset(buf, e.indices[:-1])}, {self.lane_start}")
         at = self.let(f"add i64 {at}, {self.offset(e.indices[-1])}")
         ptr = self.let(f"getelementptr inbounds {STORAGE[buf.dtype]}, ptr {self.ptr[buf.name]}, i64 {at}")
         mask = self.lane_mask

@@ -98,6 +98,14 @@ class ScalarEmitter(Emitter):
         safe = self.let(f"select i1 {ok}, i64 {v}, i64 0")
         return safe
 
+    def row_offset(self, buf: Buffer, subs: Sequence[ir.SExpr]) -> str:
+        """The offset of element 0 of a row of ``buf`` (its last axis) at the leading subscripts ``subs``."""
+        offset = "0"
+        for k, sub in enumerate(subs):
+            v = self.subscript(sub, buf.shape[k], buf, k)
+            offset = self.let(f"add i64 {self.let(f'mul i64 {offset}, {self.dim(buf.shape[k])}')}, {v}")
+        return self.let(f"mul i64 {offset}, {self.dim(buf.shape[-1])}")
+
     def known_dims(self) -> dict[sympy.Symbol, sympy.Expr]:
         """The dims the kernel's checked `where` equalities define (:func:`~arke.ir.ranges.facts`)."""
         if self._known is None:

@@ -85,6 +85,17 @@ class Vec:
         self.declare(declaration)
         return f"call void {store}({t} {bits}, ptr align 2 {ptr}, {self.ty('i1')} {mask})"
 
+    def rounded(self, value: str, dtype: DType) -> str:
+        """A float vector rounded to ``dtype`` (bf16/f16, to nearest even) and widened back; f32 as it is."""
+        if dtype is DType.F32:
+            return value
+        t = self.ty("i16")
+        down, down_def = narrow(FLOAT16[dtype], self.w)
+        up, up_def = widen(FLOAT16[dtype], self.w)
+        self.declare(down_def)
+        self.declare(up_def)
+        return self.let(f"call {self.f} {up}({t} {self.let(f'call {t} {down}({self.f} {value})')})")
+
     def lanes_below(self, start: str, limit: str) -> str:
         """The mask of lanes ``k`` with ``start + k < limit`` (i64 scalars; compared in i32 lanes)."""
         room = self.let(f"sub i64 {limit}, {start}")

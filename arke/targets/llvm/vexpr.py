@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import equal
-from arke.targets.llvm.convert import FLOAT16, narrow, widen
 from arke.targets.llvm.lib import INT_BITS, float_const
 from arke.targets.llvm.mathlib import power_by_multiplying, small_power
 from arke.targets.llvm.scalar import (
@@ -118,12 +117,7 @@ class VectorExprMixin(_Host):
             return None
         if equal(buf.shape[-1], self.extent[self.lane_index]) is not True:
             return None
-        offset = "0"
-        for k, (sub, extent) in enumerate(zip(subs[:-1], buf.shape)):
-            value = self.subscript(sub, extent, buf, k)
-            offset = self.let(f"add i64 {self.let(f'mul i64 {offset}, {self.dim(extent)}')}, {value}")
-        offset = self.let(f"mul i64 {offset}, {self.dim(buf.shape[-1])}")
-        offset = self.let(f"add i64 {offset}, {self.lane_start}")
+        offset = self.let(f"add i64 {self.row_offset(buf, subs[:-1])}, {self.lane_start}")
         at = self.let(f"getelementptr inbounds {STORAGE[buf.dtype]}, ptr {self.ptr[buf.name]}, i64 {offset}")
         return self.vec.load_as_float(at, buf.dtype, self.lane_mask)
 
@@ -202,15 +196,7 @@ class VectorExprMixin(_Host):
     def _v_Cast(self, e: ir.Cast) -> str | None:
         src, dst = e.x.dtype, e.dtype
         if dst in (DType.F16, DType.BF16):  # rounded to 16 bits and back, whole (the scalar steps per lane)
-            if not src.is_float:
-                return None  # from an integer: lane by lane
-            kind, t16 = FLOAT16[dst], self.vec.ty("i16")
-            down, down_def = narrow(kind, self.vec.w)
-            up, up_def = widen(kind, self.vec.w)
-            self.declare(down_def)
-            self.declare(up_def)
-            bits = self.let(f"call {t16} {down}({self.vec.f} {self.vector(e.x)})")
-            return self.let(f"call {self.vec.f} {up}({t16} {bits})")
+            return self.vec.rounded(self.vector(e.x), dst) if src.is_float else None  # from an integer: per lane
         x = self.vector(e.x)
         if src == dst or (src.is_float and dst.is_float):
             return x
