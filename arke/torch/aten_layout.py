@@ -160,14 +160,17 @@ def _slice(cx: Context, node: fx.Node) -> Value:
             raise Untranslatable("a slice from the end of a symbolic axis")
         start = max(0, start + size)
     del end  # the output's own size says where it stops
+    shape = shape_of(node)
+    whole = step == 1 and start == 0 and shape[d] == v.shape[d]
 
     def at(idx: Sequence[str]) -> str:
         j = list(idx)
         pos = idx[d] if step == 1 else f"{idx[d]} * {step}"
-        j[d] = f"({pos} + {start})" if start else pos
+        # a bare index would say the axes have one extent (AK3003): part of an axis is read at `i + start`
+        j[d] = pos if whole else f"({pos} + {start})"
         return v.at(j)
 
-    return Value(shape_of(node), at)
+    return Value(shape, at)
 
 
 def _cat(cx: Context, node: fx.Node) -> Value:

@@ -221,8 +221,61 @@ def _layout(t: torch.Tensor) -> list[int] | None:
     return perm
 
 
-def _source(region: Region, outputs: list[fx.Node], name: str) -> tuple[str, list[list[int]]]:
-    """The region's kernel: parameters, statements, one named output per value read outside."""
+def _symbols(region: Region) -> set[Any]:
+    """The size symbols in the shapes the region's kernel text names: its nodes', its parameters', and those
+    of the layout nodes it inlines."""
+    found: set[Any] = set()
+    seen: set[fx.Node] = set()
+    stack = list(region.nodes)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        t = n.meta.get("val")
+        for size in t.shape if isinstance(t, torch.Tensor) else ():
+            if isinstance(size, torch.SymInt):
+                found |= size.node.expr.free_symbols
+        if n in region.nodes or aten_ak.is_layout(n):
+            stack.extend(n.all_input_nodes)
+    return found
+
+
+def _dim_sources(graph: fx.Graph, region: Region) -> list[tuple[str, fx.Node, int | None]]:
+    """The sizes the kernel cannot read from its tensors' axes (a parameter ``[(S33 * S50), 128]`` whose
+    result is ``[S33, S50, 128]``): each a dim parameter, named as in the text, with where the graph has its
+    value (a size input of the graph, or an axis of an input tensor: (node, axis))."""
+    given = set()
+    for node in region.params:
+        t = aten_ak.meta(node)
+        given |= {s.node.expr for s in t.shape if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol}
+    out = []
+    for sym in sorted(_symbols(region) - given, key=str):
+        where: tuple[fx.Node, int | None] | None = None
+        for ph in (n for n in graph.nodes if n.op == "placeholder"):
+            v = ph.meta.get("val")
+            if isinstance(v, torch.SymInt) and v.node.expr == sym:
+                where = (ph, None)
+                break
+            if where is None and isinstance(v, torch.Tensor):
+                axis = next((k for k, s in enumerate(v.shape) if isinstance(s, torch.SymInt) and s.node.expr == sym),
+                            None)
+                where = (ph, axis) if axis is not None else None
+        if where is None:
+            raise Untranslatable(f"size {sym} is no input of the graph nor an axis of one")
+        out.append((aten_ak.dim_text(_symint(where)), *where))
+    return out
+
+
+def _symint(where: tuple[fx.Node, int | None]) -> Any:
+    v = where[0].meta["val"]
+    return v if where[1] is None else v.shape[where[1]]
+
+
+def _source(region: Region, outputs: list[fx.Node], name: str, dims: Sequence[str] = ()
+            ) -> tuple[str, list[list[int]]]:
+    """The region's kernel: parameters (``dims``: the dim parameters, last), statements, one named output per
+    value read outside."""
     results, perms = [], []
     body = list(region.statements)
     for k, node in enumerate(outputs):
@@ -239,7 +292,7 @@ def _source(region: Region, outputs: list[fx.Node], name: str) -> tuple[str, lis
             src[p] = idx[q]
         body.append(f"  y{k}[{', '.join(idx)}] = {v.at(src)}")
         perms.append(perm)
-    params = ", ".join(f"{n}: {ty}" for n, ty in region.params.values())
+    params = ", ".join([*(f"{n}: {ty}" for n, ty in region.params.values()), *(f"{d}: dim" for d in dims)])
     rets = results[0] if len(results) == 1 else "(" + ", ".join(results) + ")"
     return f"kernel {name}({params}) -> {rets} {{\n" + "\n".join(body) + "\n}\n", perms
 
@@ -283,7 +336,9 @@ def fuse(gm: fx.GraphModule, fake_mode: Any, min_elements: int = MIN_ELEMENTS) -
             done.small += 1
             continue
         try:
-            text, perms = _source(region, outputs, "r")  # named by a digest of its text: equal regions share it
+            dims = _dim_sources(graph, region)
+            text, perms = _source(region, outputs, "r", [d for d, _, _ in dims])  # named by a digest of its
+            # text: equal regions share it
             name = f"r{hashlib.sha1(text.encode()).hexdigest()[:12]}"
             source = text.replace("kernel r(", f"kernel {name}(", 1)
             op = _built(source, name)
@@ -291,7 +346,7 @@ def fuse(gm: fx.GraphModule, fake_mode: Any, min_elements: int = MIN_ELEMENTS) -
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             done.left.append((region.nodes[0].name, reason[:300]))
             continue
-        _replace(graph, region, outputs, perms, op, fake_mode, renamed)
+        _replace(graph, region, outputs, perms, op, fake_mode, renamed, [(n, a) for _, n, a in dims])
         done.regions.append((name, len(region.nodes)))
     graph.eliminate_dead_code()
     graph.lint()
@@ -300,7 +355,8 @@ def fuse(gm: fx.GraphModule, fake_mode: Any, min_elements: int = MIN_ELEMENTS) -
 
 
 def _replace(graph: fx.Graph, region: Region, outputs: list[fx.Node], perms: list[list[int]], op: Any,
-             fake_mode: Any, renamed: dict[fx.Node, fx.Node]) -> None:
+             fake_mode: Any, renamed: dict[fx.Node, fx.Node], dims: Sequence[tuple[fx.Node, int | None]] = ()
+             ) -> None:
     aten = torch.ops.aten
     places = {n: i for i, n in enumerate(graph.nodes)}
     sources = [renamed.get(n, n) for n in region.params]
@@ -315,6 +371,8 @@ def _replace(graph: fx.Graph, region: Region, outputs: list[fx.Node], perms: lis
             if aten_ak.meta(node).dim() == 0:
                 node = _call(graph, aten.view.default, (node, [1]), fake_mode)
             args.append(node)
+        for node, axis in dims:  # a size input of the graph, or an input tensor's axis
+            args.append(node if axis is None else _call(graph, aten.sym_size.int, (node, axis), fake_mode))
         call = _call(graph, op.default, tuple(args), fake_mode)
         for k, (node, perm) in enumerate(zip(outputs, perms)):
             out = call if len(outputs) == 1 else _call(graph, operator.getitem, (call, k), fake_mode)

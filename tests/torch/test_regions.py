@@ -28,6 +28,21 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return q * cos.unsqueeze(1) + half * sin.unsqueeze(1)
 
 
+def _partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """GPT-NeoX's: the first 4 of each head's 16 features turned, the rest passed through (slices of part
+    of an axis)."""
+    b, s, _ = x.shape
+    q = x.view(b, s, -1, 16).transpose(1, 2)
+    r, rest = q[..., :4], q[..., 4:]
+    half = torch.cat((-r[..., 2:], r[..., :2]), dim=-1)
+    return torch.cat((r * cos[..., :4].unsqueeze(1) + half * sin[..., :4].unsqueeze(1), rest), dim=-1)
+
+
+def _flat_gelu(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A product's rows flattened ([2·S, 40]) read back as [2, S, 40]: S is in no input's shape by itself."""
+    return F.gelu(x.view(-1, 40) @ w).view(x.shape) * 2.0
+
+
 def _swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return F.silu(g) * u
 
@@ -47,7 +62,9 @@ def _pointwise(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def _inputs(name: str, n: int, g: torch.Generator) -> tuple[torch.Tensor, ...]:
-    if name == "rope":
+    if name == "flat_gelu":
+        return torch.randn(2, n, 40, generator=g), torch.randn(40, 40, generator=g)
+    if name in ("rope", "partial_rope"):
         return (torch.randn(2, n, 64, generator=g), torch.randn(2, n, 16, generator=g),
                 torch.randn(2, n, 16, generator=g))
     if name == "swiglu":
@@ -58,7 +75,8 @@ def _inputs(name: str, n: int, g: torch.Generator) -> tuple[torch.Tensor, ...]:
 
 
 CASES: dict[str, Callable[..., torch.Tensor]] = {
-    "rmsnorm": _rmsnorm, "rope": _rope, "swiglu": _swiglu, "softmaxes": _softmaxes,
+    "rmsnorm": _rmsnorm, "rope": _rope, "partial_rope": _partial_rope, "flat_gelu": _flat_gelu,
+    "swiglu": _swiglu, "softmaxes": _softmaxes,
     "reductions": _reductions, "pointwise": _pointwise,
 }
 
