@@ -318,9 +318,9 @@ def function_for(plan: KernelPlan, dispatch: Dispatch, name: str, declare: Calla
                  vector_bits: int = 512) -> LLVMFunction:
     """The emitter of one generic-form dispatch: a rows group's own subclass, else the single-op one."""
     if dispatch.family == "rows":
-        from arke.targets.llvm.rows import RowsFunction
+        from arke.targets.llvm.rows_partition import PartitionedRowsFunction
 
-        return RowsFunction(plan, dispatch, name, declare, vector_bits)
+        return PartitionedRowsFunction(plan, dispatch, name, declare, vector_bits)
     if dispatch.family == "topk":
         from arke.targets.llvm.topk import TopKFunction
 

@@ -150,6 +150,9 @@ def coefficient(e: ir.SExpr, p: Partition) -> int | None:
     if e in p.choices:
         assert isinstance(e, ir.Binary)
         return coefficient(e.a if p.choices[e][1] else e.b, p)
+    if isinstance(e, ir.Select) and e.dtype == DType.I64 and uniform(e.cond, p):
+        ca, cb = coefficient(e.a, p), coefficient(e.b, p)  # one arm per piece: affine where both agree
+        return ca if ca == cb else None
     if isinstance(e, ir.Cast) and e.dtype == DType.I64 and e.x.dtype == DType.I64:
         return coefficient(e.x, p)
     if isinstance(e, ir.Unary) and e.op == "neg" and e.dtype == DType.I64:

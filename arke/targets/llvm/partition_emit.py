@@ -61,18 +61,21 @@ class _Setup:
         self.positive = "true"
 
 
-class PartitionFunction(VectorExprMixin, LLVMFunction):
-    """A map's function whose innermost loop is a run of pieces, each vector code or the generic loop."""
+class PartitionMixin(VectorExprMixin):
+    """The pieces of a map's innermost loop (``part``'s axis), for a function emitter that runs maps: a
+    single-op map's (:class:`PartitionFunction`) or a rows dispatch's members
+    (:class:`~arke.targets.llvm.rows_partition.PartitionedRowsFunction`). Not ``partitioned``: plain loops."""
 
-    def __init__(self, plan: KernelPlan, dispatch: Dispatch, name: str, declare: Callable[[str], None],
-                 vector_bits: int, part: Partition):
-        super().__init__(plan, dispatch, name, declare, vector_bits)
-        self.part = part
-        self.vec = Vec(max(4, vector_bits // 32), self.let, declare)
+    part: Partition
+    partitioned: bool = False  # whether the loops being emitted are ``part``'s
+    _none = ir.Load("%none", (), DType.F32)  # no load is the vector mixin's "leaf"
+
+    def start_pieces(self, part: Partition | None) -> None:
+        """The partition the next loops are emitted for (None: none), and its per-piece state cleared."""
+        self.part, self.partitioned = (part, True) if part is not None else (Partition(""), False)
         self.bound = {}
-        self.lane_index = part.axis
+        self.lane_index = self.part.axis
         self.jvec = self.svec = ""
-        self._none = ir.Load("%none", (), DType.F32)  # no load is the mixin's "leaf"
         self._qm: dict[ir.SExpr, str] = {}  # per piece: a remainder's q·m
         self._live: dict[ir.SExpr, str] = {}  # per piece: whether a contiguous load's value is used
         self._q: dict[ir.SExpr, str] = {}  # per piece: each wrap's quotient at its start ...
@@ -85,7 +88,7 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
 
     # -- the loop nest: the innermost loop over the axis becomes the pieces
     def loops(self, order: list[str], depth: int, inner: Callable[[], None]) -> None:
-        if depth == len(order) - 1 and order[depth] == self.part.axis:
+        if self.partitioned and depth == len(order) - 1 and order[depth] == self.part.axis:
             parallel = depth == 0 and order[depth] == self.d.parallel
             lo, hi = ("%lo", "%hi") if parallel else ("0", self.dim(self.extent[self.part.axis]))
             self.pieces(lo, hi)
@@ -93,7 +96,7 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
         super().loops(order, depth, inner)
 
     def flat_loop(self, axes: list[str], inner: Callable[[], None]) -> Dim:
-        if axes == [self.part.axis]:  # a map of one index: the pieces of the worker's range
+        if self.partitioned and axes == [self.part.axis]:  # a map of one index: the pieces of the worker's range
             self.pieces("%lo", "%hi")
             return self.extent[self.part.axis]
         return super().flat_loop(axes, inner)
@@ -277,6 +280,10 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
             mn, mx = self.interval(e.a if on_a else e.b, lo, last)
             v, side = self.expr(e.b if on_a else e.a), self._main[e]
             return (self.let(f"select i1 {side}, i64 {mn}, i64 {v}"), self.let(f"select i1 {side}, i64 {mx}, i64 {v}"))
+        if isinstance(e, ir.Select):  # a uniform condition: one arm over the piece
+            (amn, amx), (bmn, bmx) = self.interval(e.a, lo, last), self.interval(e.b, lo, last)
+            c = self.expr(e.cond)
+            return (self.let(f"select i1 {c}, i64 {amn}, i64 {bmn}"), self.let(f"select i1 {c}, i64 {amx}, i64 {bmx}"))
         if isinstance(e, ir.Cast):
             return self.interval(e.x, lo, last)
         if isinstance(e, ir.Unary):  # neg
@@ -315,6 +322,9 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
         if e in self.part.choices:  # its axis' side (elsewhere the load is masked off)
             assert isinstance(e, ir.Binary)
             return self.affine(e.a if self.part.choices[e][1] else e.b)
+        if isinstance(e, ir.Select):  # a uniform condition, both arms of one coefficient
+            (c, oa), (_, ob) = self.affine(e.a), self.affine(e.b)
+            return c, self.let(f"select i1 {self.expr(e.cond)}, i64 {oa}, i64 {ob}")
         if isinstance(e, ir.Cast):
             return self.affine(e.x)
         if isinstance(e, ir.Unary):
@@ -392,6 +402,17 @@ class PartitionFunction(VectorExprMixin, LLVMFunction):
         if live != "true":  # a piece that does not use it reads nothing (its address may be anywhere)
             mask = self.let(f"select i1 {live}, {self.vec.ty('i1')} {mask}, {self.vec.ty('i1')} zeroinitializer")
         return self.vec.load_as_float(ptr, buf.dtype, mask)
+
+
+class PartitionFunction(PartitionMixin, LLVMFunction):
+    """A single-op map's function whose innermost loop is a run of pieces, each vector code or the generic
+    loop."""
+
+    def __init__(self, plan: KernelPlan, dispatch: Dispatch, name: str, declare: Callable[[str], None],
+                 vector_bits: int, part: Partition):
+        super().__init__(plan, dispatch, name, declare, vector_bits)
+        self.vec = Vec(max(4, vector_bits // 32), self.let, declare)
+        self.start_pieces(part)
 
 
 def _is_mod(w: Wrap) -> bool:
