@@ -163,8 +163,12 @@ def _tensors(folder: Path, prefix: str) -> dict[str, torch.Tensor]:
         raise ImportError("from_pretrained needs safetensors: pip install 'arke[models]'") from None
     index = folder / "model.safetensors.index.json"
     if index.exists():
-        mapping = json.loads(index.read_text())["weight_map"]
-        files = sorted({folder / f for name, f in mapping.items() if name.startswith(prefix)})
+        try:
+            mapping = json.loads(index.read_text())["weight_map"]
+            files = sorted({folder / f for name, f in mapping.items() if name.startswith(prefix)})
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"{index} is not a shard index (a JSON object with a `weight_map` of tensor names to "
+                             f"files: {type(err).__name__}: {err}); save or download the model again") from None
     else:
         files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -174,12 +178,17 @@ def _tensors(folder: Path, prefix: str) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(f"{folder}: the index names {missing[0].name}, which is not there")
     out: dict[str, torch.Tensor] = {}
     for path in files:
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118 (a safe_open handle, not a dict)
-                if name.startswith(prefix):
-                    # an owned copy: a tensor kept from the mapped file would keep every page of it that
-                    # packing touched resident for as long as the model lives
-                    out[name[len(prefix):]] = f.get_tensor(name).clone()
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 (a safe_open handle, not a dict)
+                    if name.startswith(prefix):
+                        # an owned copy: a tensor kept from the mapped file would keep every page of it that
+                        # packing touched resident for as long as the model lives
+                        out[name[len(prefix):]] = f.get_tensor(name).clone()
+        except Exception as err:  # safetensors' own errors (a cut or corrupted file) name no file
+            detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"{path} is not a readable safetensors file ({detail}): save or download the model "
+                             "again") from None
     return out
 
 

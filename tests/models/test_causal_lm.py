@@ -252,6 +252,16 @@ def test_bad_folders_are_refused(tmp_path: Path) -> None:
                                                 | {"hidden_size": 50, "head_dim": None}))
     with pytest.raises(ValueError, match="config"):
         arke.models.from_pretrained(bad)
+    # a shard cut short, and an index that is not one: errors that name the file
+    cut = tmp_path / "cut"
+    saved_model.save_pretrained(cut)
+    with open(cut / "model.safetensors", "r+b") as f:
+        f.truncate(4000)
+    with pytest.raises(ValueError, match=r"model\.safetensors is not a readable safetensors file"):
+        arke.models.from_pretrained(cut)
+    (shard / "model.safetensors.index.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a shard index"):
+        arke.models.from_pretrained(shard)
 
 
 def test_bf16_activations_follow_transformers_in_bf16() -> None:
