@@ -5,10 +5,10 @@ A subscript that is not a plain index of the axis is checked on every access (an
 of a safe index): ``qkv[n, (H + h) * E + e]`` in GPT-2's q/k/v split paid a compare, a flag update and
 a select per element, and the checks kept LLVM from vectorising the loop. :func:`in_range` bounds the
 subscript by interval arithmetic over its indices (each in ``[0, extent - 1]`` wherever the loop body
-runs), constants and dims, and proves ``0 <= lo`` and ``hi <= extent - 1`` symbolically: dims are
-non-negative integers, and a `where` equality the call checked before the kernel ran (``C == 3 * H * E``,
-:func:`facts`) replaces its dim. Anything it cannot bound (a load, a division, a product of signs it
-does not know) keeps its check.
+runs), constants, dims and remainders by a dim or a positive constant (``j % P`` is in ``[0, P)``), and
+proves ``0 <= lo`` and ``hi <= extent - 1`` symbolically: dims are non-negative integers, and a `where`
+equality the call checked before the kernel ran (``C == 3 * H * E``, :func:`facts`) replaces its dim.
+Anything it cannot bound (a load, a division, a product of signs it does not know) keeps its check.
 """
 
 from __future__ import annotations
@@ -65,7 +65,18 @@ def _interval(e: ir.SExpr, extents: Mapping[str, Dim]) -> Interval | None:
             return a[0] - b[1], a[1] - b[0]
         if _nonnegative(a[0]) and _nonnegative(b[0]):  # both factors >= 0: the ends multiply
             return a[0] * b[0], a[1] * b[1]
+    if isinstance(e, ir.Binary) and e.dtype is DType.I64 and e.op == "mod":  # Python's modulo by m >= 1: [0, m)
+        m = _interval(e.b, extents)
+        if m is not None and m[0] == m[1] and _at_least_one(m[0]):
+            return sympy.Integer(0), m[0] - 1
     return None
+
+
+def _at_least_one(x: sympy.Expr) -> bool:
+    """Whether ``x`` is >= 1 for every value of its dims: a dim itself is (every call checks that its dims are
+    at least 1), as is a positive constant; a dim expression may not be (``D - 5``, ``H / G``)."""
+    dims = {s: sympy.Symbol(s.name, integer=True, positive=True) for s in x.free_symbols}
+    return bool(sympy.expand(x.subs(dims) - 1).is_nonnegative)
 
 
 def _nonnegative(x: sympy.Expr) -> bool:

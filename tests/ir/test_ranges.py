@@ -50,6 +50,11 @@ SPLIT_K = add(mul(add(ir.DimRef(H), idx("h")), ir.DimRef(E)), idx("e"))  # (H + 
     (ir.Binary("div", idx("e"), ir.Const(2, I64), I64), E, {}, False),  # no bound for a division
     (ir.Binary("add", ir.Cast(idx("e"), DType.I32), ir.Const(0, DType.I32), DType.I32), E, {}, False),  # i32 wraps
     (ir.Cast(idx("e"), I64), E, {}, True),
+    (ir.Binary("mod", add(idx("e"), ir.DimRef(H)), ir.DimRef(H), I64), H, {}, True),  # a paged slot: j % P
+    (ir.Binary("mod", idx("e"), ir.Const(7, I64), I64), 7, {}, True),
+    (ir.Binary("mod", idx("e"), ir.Const(7, I64), I64), 6, {}, False),
+    (ir.Binary("mod", idx("e"), sub(ir.DimRef(H), ir.Const(5, I64)), I64), H, {}, False),  # H - 5 may be <= 0
+    (ir.Binary("mod", idx("e"), ir.Const(-3, I64), I64), 3, {}, False),  # Python's modulo: in (-3, 0]
 ])
 def test_in_range(subscript: ir.SExpr, extent: sympy.Expr, known: dict[sympy.Symbol, sympy.Expr], proved: bool) -> None:
     assert in_range(subscript, extent, EXTENTS, known) is proved

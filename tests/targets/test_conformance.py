@@ -75,7 +75,9 @@ MLA = [{"N": 1, "D": 1, "H": 1, "P": 1, "R": 2, "R2": 1, "C": 1, "L": 1},
 #: paged attention: rows of S sequences over NB blocks of P slots, MB blocks per sequence (N, H, G, E)
 PAGED = [{"N": 1, "H": 1, "G": 1, "E": 1, "NB": 1, "P": 1, "S": 1, "MB": 1},
          {"N": 7, "H": 8, "G": 2, "E": 16, "NB": 12, "P": 4, "S": 3, "MB": 4},  # prefill and decode rows
-         {"N": 3, "H": 4, "G": 1, "E": 8, "NB": 20, "P": 16, "S": 3, "MB": 5}]  # decode, 80 slots each
+         {"N": 3, "H": 4, "G": 1, "E": 8, "NB": 20, "P": 16, "S": 3, "MB": 5},  # decode, 80 slots each
+         # blocks that straddle the 64-key tiles (the slot and block carried from key to key)
+         {"N": 4, "H": 2, "G": 2, "E": 8, "NB": 70, "P": 5, "S": 2, "MB": 30}]
 HEADS = [{"N": 1, "D": 1, "H": 1, "G": 1, "E": 2, "R": 1, "C": 6},
          {"N": 3, "D": 17, "H": 4, "G": 2, "E": 8, "R": 4, "C": 64}]
 ROWS = [{"M": 1, "N": 1}, {"M": 3, "N": 17}, {"M": 33, "N": 33}]

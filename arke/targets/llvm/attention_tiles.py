@@ -146,8 +146,7 @@ class AttentionEmitter(AmxScores):
 
             self.loop("pl", "0", count, line)
 
-        def key() -> None:
-            j = self.i64("add", j0, self.current["pf"])
+        def key(j: str) -> None:
             if self.pat.k_direct:
                 lines_of(self.gep(self.kbase, self.i64("mul", j, self.kstride)), lines["k"])
             elif self.pat.k_rows:  # looked up through the table now: the task reads this key later anyway
@@ -157,7 +156,8 @@ class AttentionEmitter(AmxScores):
             elif self.algorithm != "materialized":  # materialized reads the values in a later pass
                 lines_of(self.table_row(j, self.pat.v, VALUE, self.vty), lines["v"])
 
-        self.loop("pf", "0", n, key)
+        tables = [x for x, rows in ((self.pat.k, self.pat.k_rows), (self.pat.v, self.pat.v_rows)) if rows]
+        self.walk_keys("pf", n, j0, self.i64("sub", n, "1"), tables, key)
 
     def key_rows(self, j0: str, kn: str) -> tuple[str | None, str, DType | None]:
         """Where the tile's key rows are: the first row and the stride between rows (None: each row's
@@ -252,12 +252,10 @@ class AttentionEmitter(AmxScores):
         """The addresses of the tile's rows of ``load`` (k or v read through a block table,
         :mod:`arke.plan.paged`): each key's subscripts computed and checked once, into ``table``;
         the keys past the tile repeat its last one."""
-        def key() -> None:
-            at = self.current["kr"]
-            row = self.table_row(self.i64("add", j0, self.imin(at, self.i64("sub", kn, "1"))), load, feature, ty)
-            self.put("ptr", row, self.gep(self.at[table], at, "ptr"))
+        def key(j: str) -> None:
+            self.put("ptr", self.table_row(j, load, feature, ty), self.gep(self.at[table], self.current["kr"], "ptr"))
 
-        self.loop("kr", "0", str(self.bk), key)
+        self.walk_keys("kr", str(self.bk), j0, self.i64("sub", kn, "1"), [load], key)
 
     def table_row(self, j: str, load: ir.SExpr, feature: str, ty: str) -> str:
         """The address of key ``j``'s row of ``load`` (read through a block table; its subscripts checked)."""
