@@ -12,7 +12,7 @@ The rewrite (inference, f32 on the CPU):
 * ``mm``/``addmm`` whose second operand is a weight (a graph input, ``w.t()`` or GPT-2's ``[K, N]``) become
   ``std.nn``'s ``linear``/``linear_bias`` (:mod:`arke.torch.fx_ops`: the weight packed once into panels);
 * attention (``_scaled_dot_product_flash_attention_for_cpu``, or ``scaled_dot_product_attention``)
-  without a mask, dropout or a scale other than ``1/sqrt(D)``, causal or not, grouped-query or not,
+  without a mask or dropout, causal or not, grouped-query or not, at any constant scale,
   becomes ``std.attention``'s ``attention``/``causal_attention``;
 * regions of elementwise operations, reductions and layout operators become one ``.ak`` kernel each
   (:mod:`arke.torch.regions`, the operators' definitions in :mod:`arke.torch.aten_ak`).
@@ -179,8 +179,6 @@ def _sdpa_reason(node: fx.Node) -> str | None:
     scale = a["scale"]
     if isinstance(scale, fx.Node):
         return "a scale computed in the graph"
-    if scale is not None and abs(scale - fx_ops.default_scale(d)) > 1e-6 * abs(scale):
-        return f"scale {scale} (std.attention scales by 1/sqrt(D))"
     if q.shape[1] != k.shape[1] and node.target in _SDPA_PLAIN and not a.get("gqa"):
         return "different head counts without enable_gqa"
     if q.shape[1] % k.shape[1]:
@@ -212,7 +210,7 @@ def _arke_is_faster(target: Any, args: tuple[Any, ...], reals: dict[fx.Node, Any
     if target is torch.ops.arke_fx.linear.default:
         key = fx_ops.linear_key(real[0], real[1].t() if real[4] else real[1], real[2])
     else:
-        key = fx_ops.sdpa_key(real[0], real[1], real[3])
+        key = fx_ops.sdpa_key(real[0], real[1], real[3], real[4])
     target(*real)
     return fx_ops.decisions().get(key, "arke") == "arke"
 

@@ -12,7 +12,8 @@ hands it: ``linear`` flattens the leading axes onto the kernel's rows, ``sdpa`` 
 ``std.attention``'s ``attention``/``causal_attention`` (grouped-query attention read in place).
 A call the kernel cannot take as it comes (an empty tensor, a causal mask between different query
 and key lengths, which torch aligns top-left and ``std.attention`` bottom-right) runs torch's own
-operator instead, so an operator in a graph is always correct for every shape the graph sees.
+operator instead (a scale other than ``1/sqrt(D)`` is folded into the queries), so an operator in a
+graph is always correct for every shape the graph sees.
 """
 
 from __future__ import annotations
@@ -82,10 +83,16 @@ def linear_key(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> tupl
     return ("linear", _bucket(x.numel() // max(1, x.shape[-1])), w.shape[0], w.shape[1], b is not None)
 
 
-def sdpa_key(q: torch.Tensor, k: torch.Tensor, causal: bool) -> tuple[Any, ...]:
-    """The shape an attention call's choice is made for (lengths rounded up to powers of two)."""
-    return ("sdpa", q.shape[0], q.shape[1], k.shape[1], _bucket(q.shape[-2]), _bucket(k.shape[-2]), q.shape[-1],
-            causal)
+def sdpa_key(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float | None = None) -> tuple[Any, ...]:
+    """The shape an attention call's choice is made for (lengths rounded up to powers of two; a scale other
+    than ``1/sqrt(D)`` costs a scaled copy of the queries: a choice of its own)."""
+    key = ("sdpa", q.shape[0], q.shape[1], k.shape[1], _bucket(q.shape[-2]), _bucket(k.shape[-2]), q.shape[-1],
+           causal)
+    return (*key, "scaled") if _other_scale(scale, q.shape[-1]) else key
+
+
+def _other_scale(scale: float | None, head_dim: int) -> bool:
+    return scale is not None and abs(scale - default_scale(head_dim)) > 1e-6 * abs(scale)
 
 
 def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str, kn: bool = False) -> torch.Tensor:
@@ -130,12 +137,15 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
                                               enable_gqa=q.shape[1] != k.shape[1]).contiguous()
 
-    other_scale = scale is not None and abs(scale - default_scale(d)) > 1e-6 * abs(scale)
-    if (q.numel() == 0 or k.numel() == 0 or (causal and s != t) or q.shape[1] % k.shape[1] or other_scale
-            or v.shape[-1] != d):
+    if q.numel() == 0 or k.numel() == 0 or (causal and s != t) or q.shape[1] % k.shape[1] or v.shape[-1] != d:
         return theirs()
     lib = stdlib()
     kernel = lib.causal_attention if causal else lib.attention
+    if _other_scale(scale, d):
+        # std.attention divides the scores by sqrt(D): another scale is folded into the queries (OPT's 1.0,
+        # Gemma's query_pre_attn_scalar), one rounding more than torch's own scaled queries
+        factor = float(scale) / default_scale(d)  # type: ignore[arg-type]
+        return _run(mode, sdpa_key(q, k, causal, scale), lambda: kernel(q * factor, k, v), theirs)
     return _run(mode, sdpa_key(q, k, causal), lambda: kernel(q, k, v), theirs)
 
 

@@ -116,5 +116,19 @@ def test_nodes_arke_cannot_take_are_reported_with_the_reason() -> None:
     with pytest.warns(backend.ArkeFallbackWarning, match="float64") as caught:
         got = torch.compile(f, backend="arke", options={"arke.kernels": "arke"})(*args)
     torch.testing.assert_close(got, f(*args), rtol=1e-4, atol=1e-4)
-    text = str(caught[0].message)
+    text = next(str(w.message) for w in caught if issubclass(w.category, backend.ArkeFallbackWarning))
     assert "an attention mask" in text and "Arke took 1 × linear" in text
+
+
+def test_attention_at_another_scale_is_taken() -> None:
+    """OPT scales its queries itself and asks SDPA for scale 1.0: the scale is folded into the queries."""
+    torch._dynamo.reset()
+
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0) * 2.0
+
+    q, k, v = (torch.randn(2, 4, 19, 16) for _ in range(3))
+    got = torch.compile(f, backend="arke", options={"arke.kernels": "arke", "arke.rest": "eager"})(q, k, v)
+    torch.testing.assert_close(got, f(q, k, v), rtol=1e-5, atol=1e-5)
+    report = backend.reports()[-1]
+    assert report.taken["attention"] == 1 and not report.left, str(report)

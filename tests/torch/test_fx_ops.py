@@ -45,7 +45,10 @@ def test_sdpa_matches_torch(h: int, g: int, s: int, t: int, causal: bool) -> Non
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_scale_std_attention_does_not_use_runs_torchs() -> None:
-    q = torch.randn(1, 2, 4, 8)
-    got = torch.ops.arke_fx.sdpa(q, q, q, False, 0.5, "arke")
-    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, q, q, scale=0.5), rtol=1e-5, atol=1e-5)
+@pytest.mark.parametrize(("scale", "causal", "t"), [(0.5, False, 4), (1.0, True, 37), (0.01, False, 4097)])
+def test_any_scale_is_folded_into_the_queries(scale: float, causal: bool, t: int) -> None:
+    q, k, v = torch.randn(1, 4, t, 8), torch.randn(1, 2, t, 8), torch.randn(1, 2, t, 8)
+    got = torch.ops.arke_fx.sdpa(q, k, v, causal, scale, "arke")
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=True)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(got, torch.ops.arke_fx.sdpa(q, k, v, causal, None, "arke"))  # the scale was applied
