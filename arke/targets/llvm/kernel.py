@@ -240,8 +240,10 @@ class CPUKernel:
     def _run(self, buffers: list[torch.Tensor], sizes: _Sizes, threads: int) -> None:
         # no more workers than the widest launch has chunks, nor than a few per core: the same results
         threads = max(1, min(threads, worker_limit(), max((n for n, _ in sizes.launches), default=1)))
-        omp = launcher() if threads > 1 and not knobs.no_team() and not knobs.no_omp() else None
-        crew = team(threads) if threads > 1 and omp is None and not knobs.no_team() else None
+        omp = crew = None
+        if threads > 1 and not knobs.no_team():  # each knob read once: an environment lookup costs ~0.7 µs
+            omp = None if knobs.no_omp() else launcher()
+            crew = team(threads) if omp is None else None
         if (threads == 1 or omp is not None or crew is not None) and self._own.acquire(blocking=False):
             try:  # replay this call's launches, prepared once for these buffers (see .replay)
                 key = (tuple([b.data_ptr() for b in buffers]), threads, id(omp or crew), panels.generation())
