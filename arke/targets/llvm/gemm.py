@@ -2,8 +2,8 @@
 
 One dispatch runs ``C[batch.., m, n] = epilogue(sum(A[.., m, k] * B[.., k, n] for k))``:
 
-* The workers split (batch × column slabs of ``nc`` columns): each task owns whole columns,
-  so every element's sum runs over k in the same order whatever the thread count.
+* The workers split (batch × column slabs of ``nc`` columns; half slabs where N has few): each task
+  owns whole columns, so every element's sum runs over k in the same order whatever the thread count.
 * Per ``kc``-deep block of k, the task packs its slab of ``B`` into ``nr``-wide panels
   (``[panel][k][nr]``, converted to f32, zero beyond N) in its scratch memory. A plain ``A``
   is not packed: the micro-kernel broadcasts its elements straight from each row (a row
@@ -59,6 +59,8 @@ from arke.targets.llvm.vec import Vec
 
 #: Vectors across a panel of B (nr = this × lanes).
 PANEL_VECTORS = 2
+#: Below this many column slabs the workers split half slabs (:meth:`_Gemm.halves`).
+HALF_SLABS_BELOW = 8
 
 
 def panel_width(vector_bits: int) -> int:
@@ -214,7 +216,9 @@ class _Gemm(VectorEpilogue, GemmRouted):
         self.prologue.append("  %errflag = alloca i1")
         self.prologue.append("  store i1 false, ptr %errflag")
         n_ext = self.dim(self.extent[c.n])
-        tiles: Dim = sympy.floor((self.extent[c.n] + blk.nc - 1) / blk.nc)
+        # tasks of half a slab where N has few slabs (see halves()): a task count the workers can share out
+        width = self.halves() or blk.nc
+        tiles: Dim = sympy.floor((self.extent[c.n] + width - 1) / width)
         total: Dim = tiles
         for axis in c.batch:
             total = total * self.extent[axis]
@@ -245,10 +249,17 @@ class _Gemm(VectorEpilogue, GemmRouted):
                 rest = self.let(f"udiv i64 {rest}, {e}")
             if c.batch:
                 self.current[c.batch[0]] = rest
-            n0 = self.let(f"mul i64 {jc}, {blk.nc}")
+            n0 = self.let(f"mul i64 {jc}, {width}")
             left = self.let(f"sub i64 {n_ext}, {n0}")
-            nc = self.smin(left, str(blk.nc))
-            self.slab(n0, nc, packed, a_rows, tile, listing)
+            if width == blk.nc:
+                self.slab(n0, self.smin(left, str(blk.nc)), packed, a_rows, tile, listing)
+                return
+            # wide N: the even tasks run whole slabs (A is read once per slab), the odd ones nothing
+            wide = self.let(f"icmp sge i64 {n_ext}, {HALF_SLABS_BELOW * blk.nc}")
+            odd = self.let(f"trunc i64 {jc} to i1")
+            nc = self.let(f"select i1 {wide}, i64 {self.smin(left, str(blk.nc))}, i64 {self.smin(left, str(width))}")
+            self.branch(self.let(f"and i1 {wide}, {odd}"), lambda: None,
+                        lambda: self.slab(n0, nc, packed, a_rows, tile, listing))
 
         if self.panel_slot is not None:
             word = self._pro(f"getelementptr inbounds i64, ptr %dims, i64 {self.panel_slot}")
@@ -270,6 +281,19 @@ class _Gemm(VectorEpilogue, GemmRouted):
                 "  %en = or i64 %eo, %ez", "  store i64 %en, ptr %err", "  ret void", "}"]
         main = "\n".join([head, "entry:", *self.prologue, "  br label %start", "start:", *self.body, *tail])
         return "\n\n".join([self.unit_kernel() if self.unit is not None else self.micro_kernel(), main])
+
+    def halves(self) -> int | None:
+        """The width of half a slab, when tasks may be that wide: the workers split column slabs, and a
+        projection with few of them (N = 896: 7 slabs of 128) leaves a worker idle for up to a slab's
+        time (a 4:3 split on two), N = 128 one worker idle. Below :data:`HALF_SLABS_BELOW` slabs each
+        task is half a slab (A is read once more per slab: at this size its rows stay in L2); above it,
+        whole slabs. Not for a strategy's ``tile n`` nor the matrix units' own blocking. Each element's
+        sum runs over k in the same order either way."""
+        blk = self.blk
+        half = blk.nc // 2 // blk.nr * blk.nr
+        if self.unit is not None or half == 0 or self.plan.decision("tile", self.c.n) is not None:
+            return None
+        return half
 
     def slab(self, n0: str, nc: str, packed: str, a_rows: str, tile: str, listing: str = "") -> None:
         """One task: columns [n0, n0 + nc) of every row, for the current batch entry (of the listed
