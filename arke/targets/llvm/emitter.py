@@ -137,6 +137,26 @@ class Emitter:
         self.prologue.append("  %errflag = alloca i1")
         self.prologue.append("  store i1 false, ptr %errflag")
 
+    def counted(self, tag: str, lo: str, hi: str, body: Callable[[str], str | None], step: int | None = 1) -> None:
+        """``for (i = lo; i < hi; i += step) body(i)``; with ``step`` None, ``body(i)`` returns the step (a run
+        of varying length)."""
+        self.loops_made += 1
+        tag = f"{tag}.{self.loops_made}"
+        counter = f"%{tag}.p"
+        self.prologue.append(f"  {counter} = alloca i64")
+        self.emit(f"store i64 {lo}, ptr {counter}")
+        self.emit(f"br label %h.{tag}")
+        self.label(f"h.{tag}")
+        i = self.let(f"load i64, ptr {counter}")
+        more = self.let(f"icmp slt i64 {i}, {hi}")
+        self.emit(f"br i1 {more}, label %b.{tag}, label %e.{tag}")
+        self.label(f"b.{tag}")
+        advance = body(i)
+        nxt = self.let(f"add i64 {i}, {advance if step is None else step}")
+        self.emit(f"store i64 {nxt}, ptr {counter}")
+        self.emit(f"br label %h.{tag}")
+        self.label(f"e.{tag}")
+
     def branch(self, cond: str, then: Callable[[], None], other: Callable[[], None] | None = None) -> None:
         """``if cond: then() else: other()`` (the two arms rejoin after)."""
         self.loops_made += 1

@@ -79,31 +79,23 @@ class LLVMFunction(ScalarEmitter):
 
             self.loop("%flat", "%lo", "%hi", one)
             return total
-        self.loops_made += 1
-        tag = f"run.{self.loops_made}"
-        counter = f"%{tag}.p"
-        self.prologue.append(f"  {counter} = alloca i64")
-        self.emit(f"store i64 %lo, ptr {counter}")
-        self.emit(f"br label %h.{tag}")
-        self.label(f"h.{tag}")
-        at = self.let(f"load i64, ptr {counter}")
-        self.emit(f"br i1 {self.let(f'icmp slt i64 {at}, %hi')}, label %b.{tag}, label %e.{tag}")
-        self.label(f"b.{tag}")
-        width = self.dim(self.extent[axes[-1]])
-        first = self.let(f"urem i64 {at}, {width}")
-        rest = self.let(f"udiv i64 {at}, {width}")
-        for a in reversed(axes[1:-1]):
-            n = self.dim(self.extent[a])
-            self.current[a] = self.let(f"urem i64 {rest}, {n}")
-            rest = self.let(f"udiv i64 {rest}, {n}")
-        self.current[axes[0]] = rest
-        room = self.let(f"sub i64 {width}, {first}")
-        left = self.let(f"sub i64 %hi, {at}")
-        length = self.let(f"select i1 {self.let(f'icmp slt i64 {room}, {left}')}, i64 {room}, i64 {left}")
-        self.loop(axes[-1], first, self.let(f"add i64 {first}, {length}"), inner, hints=False)
-        self.emit(f"store i64 {self.let(f'add i64 {at}, {length}')}, ptr {counter}")
-        self.emit(f"br label %h.{tag}")
-        self.label(f"e.{tag}")
+
+        def run(at: str) -> str:
+            width = self.dim(self.extent[axes[-1]])
+            first = self.let(f"urem i64 {at}, {width}")
+            rest = self.let(f"udiv i64 {at}, {width}")
+            for a in reversed(axes[1:-1]):
+                n = self.dim(self.extent[a])
+                self.current[a] = self.let(f"urem i64 {rest}, {n}")
+                rest = self.let(f"udiv i64 {rest}, {n}")
+            self.current[axes[0]] = rest
+            room = self.let(f"sub i64 {width}, {first}")
+            left = self.let(f"sub i64 %hi, {at}")
+            length = self.let(f"select i1 {self.let(f'icmp slt i64 {room}, {left}')}, i64 {room}, i64 {left}")
+            self.loop(axes[-1], first, self.let(f"add i64 {first}, {length}"), inner, hints=False)
+            return length
+
+        self.counted("run", "%lo", "%hi", run, step=None)
         return total
 
     def loops(self, order: list[str], depth: int, inner: Callable[[], None]) -> None:

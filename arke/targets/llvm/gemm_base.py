@@ -9,7 +9,6 @@ epilogue around them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import sympy
@@ -72,25 +71,6 @@ class GemmBase(LLVMFunction):
         return self.address(self.buffer(load.src), subs)
 
     # -- small emitters
-    def counted(self, tag: str, lo: str, hi: str, body: Callable[[str], None], step: int = 1) -> None:
-        """``for (i = lo; i < hi; i += step) body(i)``."""
-        self.loops_made += 1
-        tag = f"{tag}.{self.loops_made}"
-        counter = f"%{tag}.p"
-        self.prologue.append(f"  {counter} = alloca i64")
-        self.emit(f"store i64 {lo}, ptr {counter}")
-        self.emit(f"br label %h.{tag}")
-        self.label(f"h.{tag}")
-        i = self.let(f"load i64, ptr {counter}")
-        more = self.let(f"icmp slt i64 {i}, {hi}")
-        self.emit(f"br i1 {more}, label %b.{tag}, label %e.{tag}")
-        self.label(f"b.{tag}")
-        body(i)
-        nxt = self.let(f"add i64 {i}, {step}")
-        self.emit(f"store i64 {nxt}, ptr {counter}")
-        self.emit(f"br label %h.{tag}")
-        self.label(f"e.{tag}")
-
     def smin(self, a: str, b: str) -> str:
         lt = self.let(f"icmp slt i64 {a}, {b}")
         return self.let(f"select i1 {lt}, i64 {a}, i64 {b}")

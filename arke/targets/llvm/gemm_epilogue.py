@@ -110,9 +110,9 @@ class VectorEpilogue(VectorExprMixin):
                 self.emit(vec.masked_store_as(value, q, self.lane_mask, buf.dtype))
                 self.lane_start = self.lane_mask = None
 
-            self.counted("vcol", "0", nc, columns, step=w)  # type: ignore[attr-defined]
+            self.counted("vcol", "0", nc, columns, step=w)
 
-        self.counted("out", "0", m_ext, row)  # type: ignore[attr-defined]
+        self.counted("out", "0", m_ext, row)
         return True
 
 

@@ -345,18 +345,12 @@ class PartitionMixin(VectorExprMixin):
     def vector_loop(self, lo: str, hi: str) -> None:
         op = self.op
         assert isinstance(op, ir.MapOp)
-        w, axis = self.vec.w, self.part.axis
-        self.loops_made += 1
-        tag = f"v.{self.loops_made}"
-        counter = f"%ix.{tag}.p"
-        self.prologue.append(f"  {counter} = alloca i64")
-        self.emit(f"store i64 {lo}, ptr {counter}")
-        self.emit(f"br label %h.{tag}")
-        self.label(f"h.{tag}")
-        j = self.let(f"load i64, ptr {counter}")
-        self.emit(f"br i1 {self.let(f'icmp slt i64 {j}, {hi}')}, label %b.{tag}, label %e.{tag}")
-        self.label(f"b.{tag}")
-        self.current[axis] = j
+        self.counted("vec", lo, hi, lambda j: self.vector_step(op, j, hi), step=self.vec.w)
+        self.lane_start = self.lane_mask = None
+
+    def vector_step(self, op: ir.MapOp, j: str, hi: str) -> None:
+        """The lanes ``[j, j + w)`` of the piece (those before ``hi``)."""
+        self.current[self.part.axis] = j
         self.lane_start, self.lane_mask = j, self.vec.lanes_below(j, hi)
         # lanes past the piece's end repeat its last point: computed lane by lane, they are checked too
         t = self.vec.ty("i64")
@@ -369,10 +363,6 @@ class PartitionMixin(VectorExprMixin):
         at = self.let(f"add i64 {self.row_offset(out, [ir.Idx(a.name) for a in op.axes[:-1]])}, {j}")
         ptr = self.let(f"getelementptr inbounds {STORAGE[op.dtype]}, ptr {self.ptr[out.name]}, i64 {at}")
         self.emit(self.vec.masked_store_as(value, ptr, self.lane_mask, op.dtype))
-        self.emit(f"store i64 {self.let(f'add i64 {j}, {w}')}, ptr {counter}")
-        self.emit(f"br label %h.{tag}")
-        self.label(f"e.{tag}")
-        self.lane_start = self.lane_mask = None
 
     # -- vector expressions under the piece's facts
     def varying(self, e: ir.SExpr) -> bool:
