@@ -75,13 +75,13 @@ def _interval(e: ir.SExpr, extents: Mapping[str, Dim]) -> Interval | None:
 def _at_least_one(x: sympy.Expr) -> bool:
     """Whether ``x`` is >= 1 for every value of its dims: a dim itself is (every call checks that its dims are
     at least 1), as is a positive constant; a dim expression may not be (``D - 5``, ``H / G``)."""
-    dims = {s: sympy.Symbol(s.name, integer=True, positive=True) for s in x.free_symbols}
-    return bool(sympy.expand(x.subs(dims) - 1).is_nonnegative)
+    return _nonnegative(x - 1, positive=True)
 
 
-def _nonnegative(x: sympy.Expr) -> bool:
-    """Whether ``x`` is >= 0 for every value of its dims (non-negative integers)."""
-    dims = {s: sympy.Symbol(s.name, integer=True, nonnegative=True) for s in x.free_symbols}
+def _nonnegative(x: sympy.Expr, positive: bool = False) -> bool:
+    """Whether ``x`` is >= 0 for every value of its dims (non-negative integers; ``positive``: at least 1)."""
+    kind = {"positive": True} if positive else {"nonnegative": True}
+    dims = {s: sympy.Symbol(s.name, integer=True, **kind) for s in x.free_symbols}
     return bool(sympy.expand(x.subs(dims)).is_nonnegative)
 
 

@@ -88,11 +88,14 @@ def sdpa_key(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float | None
     than ``1/sqrt(D)`` costs a scaled copy of the queries: a choice of its own)."""
     key = ("sdpa", q.shape[0], q.shape[1], k.shape[1], _bucket(q.shape[-2]), _bucket(k.shape[-2]), q.shape[-1],
            causal)
-    return (*key, "scaled") if _other_scale(scale, q.shape[-1]) else key
+    return (*key, "scaled") if _folded(scale, q.shape[-1]) is not None else key
 
 
-def _other_scale(scale: float | None, head_dim: int) -> bool:
-    return scale is not None and abs(scale - default_scale(head_dim)) > 1e-6 * abs(scale)
+def _folded(scale: float | None, head_dim: int) -> float | None:
+    """The factor that folds ``scale`` into the queries; None where it is std.attention's own ``1/sqrt(D)``."""
+    if scale is None or abs(scale - default_scale(head_dim)) <= 1e-6 * abs(scale):
+        return None
+    return float(scale) / default_scale(head_dim)
 
 
 def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str, kn: bool = False) -> torch.Tensor:
@@ -141,10 +144,10 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale
         return theirs()
     lib = stdlib()
     kernel = lib.causal_attention if causal else lib.attention
-    if _other_scale(scale, d):
+    factor = _folded(scale, d)
+    if factor is not None:
         # std.attention divides the scores by sqrt(D): another scale is folded into the queries (OPT's 1.0,
         # Gemma's query_pre_attn_scalar), one rounding more than torch's own scaled queries
-        factor = float(scale) / default_scale(d)  # type: ignore[arg-type]
         return _run(mode, sdpa_key(q, k, causal, scale), lambda: kernel(q * factor, k, v), theirs)
     return _run(mode, sdpa_key(q, k, causal), lambda: kernel(q, k, v), theirs)
 

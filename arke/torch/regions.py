@@ -226,6 +226,7 @@ def _symbols(region: Region) -> set[Any]:
     of the layout nodes it inlines."""
     found: set[Any] = set()
     seen: set[fx.Node] = set()
+    inside = set(region.nodes)
     stack = list(region.nodes)
     while stack:
         n = stack.pop()
@@ -236,7 +237,7 @@ def _symbols(region: Region) -> set[Any]:
         for size in t.shape if isinstance(t, torch.Tensor) else ():
             if isinstance(size, torch.SymInt):
                 found |= size.node.expr.free_symbols
-        if n in region.nodes or aten_ak.is_layout(n):
+        if n in inside or aten_ak.is_layout(n):
             stack.extend(n.all_input_nodes)
     return found
 
@@ -249,27 +250,27 @@ def _dim_sources(graph: fx.Graph, region: Region) -> list[tuple[str, fx.Node, in
     for node in region.params:
         t = aten_ak.meta(node)
         given |= {s.node.expr for s in t.shape if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol}
-    out = []
-    for sym in sorted(_symbols(region) - given, key=str):
-        where: tuple[fx.Node, int | None] | None = None
-        for ph in (n for n in graph.nodes if n.op == "placeholder"):
-            v = ph.meta.get("val")
-            if isinstance(v, torch.SymInt) and v.node.expr == sym:
-                where = (ph, None)
-                break
-            if where is None and isinstance(v, torch.Tensor):
-                axis = next((k for k, s in enumerate(v.shape) if isinstance(s, torch.SymInt) and s.node.expr == sym),
-                            None)
-                where = (ph, axis) if axis is not None else None
-        if where is None:
+    missing = sorted(_symbols(region) - given, key=str)
+    if not missing:
+        return []
+    found: dict[Any, tuple[Any, fx.Node, int | None]] = {}  # size -> (its SymInt, node, axis or None)
+    places = [n for n in graph.nodes if n.op == "placeholder"]
+    for ph in places:  # a size input of the graph first ...
+        v = ph.meta.get("val")
+        if isinstance(v, torch.SymInt):
+            found.setdefault(v.node.expr, (v, ph, None))
+    for ph in places:  # ... else the first input tensor's axis of that size
+        v = ph.meta.get("val")
+        for k, size in enumerate(v.shape if isinstance(v, torch.Tensor) else ()):
+            if isinstance(size, torch.SymInt):
+                found.setdefault(size.node.expr, (size, ph, k))
+    out: list[tuple[str, fx.Node, int | None]] = []
+    for sym in missing:
+        if sym not in found:
             raise Untranslatable(f"size {sym} is no input of the graph nor an axis of one")
-        out.append((aten_ak.dim_text(_symint(where)), *where))
+        size, node, axis = found[sym]
+        out.append((aten_ak.dim_text(size), node, axis))
     return out
-
-
-def _symint(where: tuple[fx.Node, int | None]) -> Any:
-    v = where[0].meta["val"]
-    return v if where[1] is None else v.shape[where[1]]
 
 
 def _source(region: Region, outputs: list[fx.Node], name: str, dims: Sequence[str] = ()

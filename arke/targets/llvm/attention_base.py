@@ -63,9 +63,10 @@ class AttentionBase(VectorExprMixin, LLVMFunction):
 
         A paged cache's rows are read through ``blk[.., j / P]`` at slot ``j % P``: divisions by a
         dim, which LLVM cannot turn into shifts (``P`` is known only when the kernel runs), two per
-        key and table. Every ``j / m`` and ``j % m`` in ``loads`` (``m`` a dim, at least 1, or a
-        positive constant) is computed once at ``j0`` by the scalar code and then carried from key
-        to key: the remainder steps up and wraps to 0 at ``m``, the quotient steps up when it wraps.
+        key and table. Every ``j / m`` and ``j % m`` in ``loads`` (``m`` a dim, so at least 1; a
+        constant divisor is left to LLVM's shifts) is computed once at ``j0`` by the scalar code and then
+        carried from key to key: the remainder steps up and wraps to 0 at ``m``, the quotient steps up
+        when it wraps; a table entry read only through the quotient is read once per block.
         """
         wraps = _key_wraps(loads)
         if not wraps:
@@ -173,7 +174,7 @@ class AttentionBase(VectorExprMixin, LLVMFunction):
 
 
 def _key_wraps(loads: Sequence[ir.SExpr]) -> list[ir.Binary]:
-    """The ``j / m`` and ``j % m`` (``j`` the key index; ``m`` a dim, or a positive constant) in ``loads``."""
+    """The ``j / m`` and ``j % m`` (``j`` the key index, ``m`` a dim) in ``loads``."""
     out: list[ir.Binary] = []
     for load in loads:
         for x in ir.walk(load):
