@@ -131,9 +131,32 @@ def run_function(fn: S.Function, module: S.Module, args_by_name: Mapping[str, An
 _UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "neg": torch.neg, "not": torch.logical_not, "abs": torch.abs, "exp": torch.exp, "log": torch.log,
     "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "tanh": torch.tanh, "erf": torch.erf, "sigmoid": torch.sigmoid,
-    "silu": F.silu, "gelu": F.gelu, "relu": torch.relu, "sin": torch.sin, "cos": torch.cos,
+    "silu": F.silu, "gelu": lambda x: _gelu(x), "relu": torch.relu, "sin": torch.sin, "cos": torch.cos,
     "floor": torch.floor, "ceil": torch.ceil, "exp2": torch.exp2, "log2": torch.log2,
 }
+
+
+def _gelu(x: torch.Tensor) -> torch.Tensor:
+    """The exact erf form; ``x`` itself past 40, where erf(x / √2) is 1 in every float dtype (torch's
+    vectorised gelu, used from 16 elements on, makes ``+inf`` NaN and overflows near the dtype's maximum)."""
+    return torch.where(x > 40, x, F.gelu(x))
+
+
+def _float_mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Python's float ``%``: C's ``fmod`` (exact), moved by ``b`` where the signs differ, a zero with ``b``'s
+    sign. Not ``torch.remainder``: its vectorised form (16 elements and more) is NaN where ``a / b``
+    overflows, where the remainder itself is exact."""
+    dtype = a.dtype
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
+    x = a.to(wide).contiguous().numpy()
+    y = b.to(wide).contiguous().numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.fmod(x, y)
+        r = np.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
+        r = np.where(r == 0, np.copysign(np.zeros_like(r), y), r)
+    return torch.from_numpy(np.ascontiguousarray(r)).to(dtype)
+
+
 _COMPARE: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
 }
@@ -455,7 +478,7 @@ class _Frame:
         if e.op == "floordiv":
             return torch.floor(a / b) if floating else torch.div(a, b, rounding_mode="floor")
         if e.op == "mod":
-            return torch.remainder(a, b)
+            return _float_mod(a, b) if floating else torch.remainder(a, b)
         if e.op == "pow":
             if not floating and bool(checked(self, b < 0).any()):
                 raise self.error("integer raised to a negative power", "arith")

@@ -6,6 +6,8 @@ pin down the interpreter's semantics on their own.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -327,3 +329,36 @@ def test_bf16_literal_is_a_bf16_value() -> None:
                                                                              F32))], ["0"])
     x = np.zeros(2, np.float32)
     np.testing.assert_array_equal(call(fn, x), np.full(2, torch.tensor(0.1).to(torch.bfloat16).item()))
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 64])
+def test_float_mod_is_pythons_at_any_length(n: int) -> None:
+    """Python's float ``%`` whatever the tensor's length (torch's vectorised remainder, from 16 elements on, is
+    NaN where ``a / b`` overflows, though the remainder is exact)."""
+    import arke
+
+    cases = [(1.0, 1e-40), (3.4e38, 0.5), (-1.0, 3.0), (1.0, -3.0), (-4.0, 2.0), (4.0, -2.0), (5.5, float("inf")),
+             (-5.5, float("inf")), (float("inf"), 2.0), (1.0, 0.0), (7.25, 0.5), (-1e30, 7.0)]
+    k = arke.loads("kernel fmod(x: f32[N], y: f32[N]) -> f32[N] { return x[i] % y[i] }").kernels["fmod"]
+    a = np.array([cases[i % len(cases)][0] for i in range(n)], np.float32)
+    b = np.array([cases[i % len(cases)][1] for i in range(n)], np.float32)
+    got = np.asarray(k(a, b))
+    for i in range(n):
+        x, y = float(a[i]), float(b[i])
+        want = float("nan") if y == 0 or math.isinf(x) else np.float32(x % y)  # exact in f32 for these
+        assert (math.isnan(got[i]) and math.isnan(want)) or (got[i] == want and math.copysign(1, got[i])
+                                                              == math.copysign(1, want)), (x, y, got[i], want)
+
+
+@pytest.mark.parametrize("n", [1, 16, 64])
+def test_gelu_at_large_values_and_infinity(n: int) -> None:
+    """``gelu(x)`` is ``x`` where erf(x / √2) rounds to 1, up to +inf, at any length (torch's vectorised gelu
+    is NaN at +inf and overflows near f32's maximum)."""
+    import arke
+
+    k = arke.loads("kernel g(x: f32[N]) -> f32[N] { return gelu(x[i]) }").kernels["g"]
+    big = [float("inf"), 3.4e38, 1e20, 41.0, 50.0]
+    x = np.array([big[i % len(big)] for i in range(n)], np.float32)
+    np.testing.assert_array_equal(np.asarray(k(x)), x)
+    small = np.linspace(-6, 6, max(n, 16)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(k(small)), F.gelu(torch.from_numpy(small)).numpy(), rtol=0, atol=0)
