@@ -120,7 +120,7 @@ def save_bundle(model: CausalLM, path: str | os.PathLike[str]) -> Path:
     if target is None:
         raise ValueError("a model on the reference interpreter has no kernels to bundle: build it for a target")
     out = Path(path)
-    with staged(out) as stage:
+    with staged(out, MODEL) as stage:
         first = model.layers[0]
         calls: dict[str, str] = {}
         for layer in model.layers:  # a model's layers may differ (DeepSeek-V2's dense first layers)

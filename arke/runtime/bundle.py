@@ -106,10 +106,36 @@ def read_json(folder: Path, name: str, absent: str, what: str = "bundle") -> Any
         raise BundleError(f"{what} {folder}: {name} cannot be read ({err}); write it again") from None
 
 
+def _bundle_files(folder: Path, mark: str) -> set[str]:
+    """The names in ``folder`` its bundle wrote: ``mark`` and the files its checksums list (nothing more where
+    ``mark`` cannot be read)."""
+    try:
+        files = json.loads((folder / mark).read_text()).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        return {mark}
+    return {mark} | {Path(str(name)).parts[0] for name in files if Path(str(name)).parts} if isinstance(
+        files, dict) else {mark}
+
+
 @contextmanager
-def staged(out: Path) -> Iterator[Path]:
+def staged(out: Path, mark: str) -> Iterator[Path]:
     """A new folder beside ``out`` to write a bundle into; once the block succeeds it replaces ``out`` (an
-    existing one is kept until then, and a failed write leaves it as it was)."""
+    existing one is kept until then, and a failed write leaves it as it was). Only an empty folder or a
+    bundle (a folder with the file ``mark``) is replaced: anything else at ``out`` is the user's, and
+    a :class:`BundleError` says so before anything is written."""
+    if out.is_symlink() or out.exists():
+        if not out.is_dir() or out.is_symlink():
+            raise BundleError(f"{out} exists and is not a folder: name a new folder for the bundle (nothing "
+                              "was written)")
+        found = sorted(p.name for p in out.iterdir())
+        if found and mark not in found:
+            raise BundleError(f"{out} is a folder with files in it and no {mark}: it is not a bundle, and "
+                              "saving would replace it; name a new or empty folder (nothing was written)")
+        others = sorted(set(found) - _bundle_files(out, mark))
+        if found and others:
+            raise BundleError(f"{out} holds files its bundle did not write ({', '.join(others[:4])}"
+                              f"{', ...' if len(others) > 4 else ''}), which saving would delete: move them, or "
+                              "name another folder (nothing was written)")
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

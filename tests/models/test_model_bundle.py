@@ -69,6 +69,22 @@ def test_a_model_bundle_generates_token_for_token_without_the_compiler(arch: str
     assert record["decode_step"]["dispatches"] and len(record["layers"]) == len(model.layers)
 
 
+def test_a_model_bundle_is_not_saved_over_a_model_folder(tmp_path: Path) -> None:
+    """Saving onto a folder that is not a model bundle (here the Hugging Face folder itself) is refused, and the
+    folder keeps its files; an existing model bundle is replaced."""
+    model = loaded("llama")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (hf / name).write_text("x")
+    with pytest.raises(BundleError, match="no model.json: it is not a bundle"):
+        model.save_bundle(hf)
+    assert sorted(p.name for p in hf.iterdir()) == ["config.json", "model.safetensors"]
+    again = Path(shutil.copytree(llama_bundle(), tmp_path / "again"))
+    model.save_bundle(again)
+    assert arke.models.load_bundle(again).generate(prompt(4), 2).shape[-1] == 6
+
+
 def test_a_changed_or_foreign_model_bundle_is_refused(tmp_path: Path) -> None:
     folder = llama_bundle()
     with pytest.raises(BundleError, match="not a model bundle"):

@@ -387,6 +387,30 @@ def test_a_bundle_rebuilt_in_place_loads_its_new_code(tmp_path: Path) -> None:
     assert torch.equal(load_bundle(tmp_path / "b").f(x), x * 2)
 
 
+def test_a_bundle_never_replaces_what_is_not_a_bundle(tmp_path: Path) -> None:
+    """A file, a folder of the user's, or a bundle folder holding a file of the user's is refused before
+    anything is written; an empty folder and a bundle are replaced."""
+    mod = arke.loads("kernel f(x: f32[N]) -> f32[N] { return x[n] + 1.0 }", "<one>")
+    (tmp_path / "file.txt").write_text("keep")
+    with pytest.raises(BundleError, match="not a folder"):
+        build_bundle(mod, tmp_path / "file.txt")
+    assert (tmp_path / "file.txt").read_text() == "keep"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("keep")
+    with pytest.raises(BundleError, match="not a bundle"):
+        build_bundle(mod, tmp_path / "mine")
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["thesis.tex"]
+    (tmp_path / "empty").mkdir()
+    build_bundle(mod, tmp_path / "empty")
+    (tmp_path / "empty" / "notes.md").write_text("keep")
+    with pytest.raises(BundleError, match=r"did not write \(notes\.md\)"):
+        build_bundle(mod, tmp_path / "empty")
+    assert (tmp_path / "empty" / "notes.md").read_text() == "keep"
+    (tmp_path / "empty" / "notes.md").unlink()
+    build_bundle(mod, tmp_path / "empty")
+    assert torch.equal(load_bundle(tmp_path / "empty").f(torch.zeros(2)), torch.ones(2))
+
+
 def test_akc_build_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from arke.cli import app
 

@@ -28,6 +28,7 @@ from arke.ir import semantic as S
 from arke.ir.serialize import to_json
 from arke.ir.shapes import dim_str
 from arke.ir.text import cond_text
+from arke.runtime import bundle as bundle_runtime
 from arke.runtime.bundle import FORMAT, LIBRARY, MANIFEST, VERSION, isa_flags, sha256, staged
 from arke.runtime.outputs import can_fail
 from arke.targets.llvm.bundle.cpus import CPUS, LINKERS, TRIPLES, arch_of
@@ -40,7 +41,7 @@ HERE = Path(__file__).parent
 HEADER = "arke_bundle.h"
 
 
-class BundleError(RuntimeError):
+class BundleError(bundle_runtime.BundleError):
     """A bundle cannot be built as asked: the message says why and what to do."""
 
 
@@ -242,7 +243,7 @@ def _write(out: Path, m: Machine, objects: dict[str, bytes], c_parts: list[str],
 
     import arke
 
-    with staged(out) as stage, tempfile.TemporaryDirectory(prefix="arke-bundle-") as work_dir:
+    with staged(out, MANIFEST) as stage, tempfile.TemporaryDirectory(prefix="arke-bundle-") as work_dir:
         work = Path(work_dir)
         for f in ("runtime.c", "runtime.h", HEADER):
             shutil.copy(HERE / f, work / f)
