@@ -19,8 +19,9 @@ How it computes (the language spec quotes this list):
   floats ``div`` is IEEE division, ``floordiv`` is ``floor(a / b)``, and ``mod`` is Python's float ``%``
   (``fmod`` with the divisor's sign, which is exact).
 * **max / min** (elementwise and reductions) propagate NaN. ``gelu`` is the exact erf form.
-* **Casts.** float → int truncates toward zero, as C does; NaN, ±inf and values outside the integer type's range
-  give unspecified results. Anything → ``bool`` is ``x != 0``; ``bool`` → number is 0 or 1.
+* **Casts.** float → int truncates toward zero into i64, saturating at its range (NaN is 0), and then wraps to
+  the type as integer → integer does (``i8(300.0)`` is 44, as torch converts). Anything → ``bool`` is
+  ``x != 0``; ``bool`` → number is 0 or 1.
 * **Arg-reductions** (``argmax argmin``) give the first position along their one reduce axis of the largest /
   smallest value, a NaN beating every number (the first NaN wins; torch's ``argmax``/``argmin`` exactly); 0 over
   an empty axis. **Top-k** (``topk bottomk argtopk argbottomk``): a stable sort of each row (``interp_topk``).
@@ -140,6 +141,15 @@ def _gelu(x: torch.Tensor) -> torch.Tensor:
     """The exact erf form; ``x`` itself past 40, where erf(x / √2) is 1 in every float dtype (torch's
     vectorised gelu, used from 16 elements on, makes ``+inf`` NaN and overflows near the dtype's maximum)."""
     return torch.where(x > 40, x, F.gelu(x))
+
+
+def _float_to_i64(x: torch.Tensor) -> torch.Tensor:
+    """Truncated toward zero into i64, saturating at its range, NaN as 0 (language.md §8.4; narrower integer
+    types then wrap). torch's own conversion is the CPU's, which gives i64's minimum for all of those."""
+    x = torch.trunc(x.to(torch.float64))
+    top = x >= 2.0 ** 63
+    out = torch.where(top | (x < -(2.0 ** 63)) | x.isnan(), 0.0, x).to(torch.int64)
+    return torch.where(top, 2 ** 63 - 1, torch.where(x < -(2.0 ** 63), -(2 ** 63), out))
 
 
 def _float_mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -437,6 +447,8 @@ class _Frame:
                 return x != 0
             if e.dtype.compute != e.dtype:  # an explicit cast to f16/bf16 rounds now
                 return x.to(TORCH_DTYPES[e.dtype]).to(_compute(e.dtype))
+            if e.x.dtype.is_float and not e.dtype.is_float:
+                x = _float_to_i64(x)
             return _wrap(x.to(_compute(e.dtype)), e.dtype)
         raise InterpError(f"{self.fn.name}: unknown expression {type(e).__name__}")
 

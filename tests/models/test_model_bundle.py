@@ -77,7 +77,7 @@ def test_a_model_bundle_is_not_saved_over_a_model_folder(tmp_path: Path) -> None
     hf.mkdir()
     for name in ("config.json", "model.safetensors"):
         (hf / name).write_text("x")
-    with pytest.raises(BundleError, match="no model.json: it is not a bundle"):
+    with pytest.raises(BundleError, match=r"no model\.json: it is not a bundle"):
         model.save_bundle(hf)
     assert sorted(p.name for p in hf.iterdir()) == ["config.json", "model.safetensors"]
     again = Path(shutil.copytree(llama_bundle(), tmp_path / "again"))

@@ -121,8 +121,18 @@ kernel casts(x: f32[N], k: i32[N])
   f = f16(x)
   g = i64(k) * 1000000000
   h = f32(bf16(x)) - x
-  j = i8(min(max(x, -128.0), 127.0))   # in range: out-of-range float -> int is unspecified
+  j = i8(min(max(x, -128.0), 127.0))
   l = f32(bool(k)) + f32(i8(k))
+}
+
+# float -> integer out of range: truncated into i64 (saturating, NaN is 0), then wrapped (language.md 8.4)
+kernel wide_casts(x: f32[N]) -> (a: i8[N], b: i32[N], c: i64[N], d: u8[N], e: u16[N], f: u32[N]) {
+  a = i8(x)
+  b = i32(x)
+  c = i64(x)
+  d = u8(x)
+  e = u16(x)
+  f = u32(x)
 }
 
 kernel take(x: f32[M, N], idx: i32[M, K]) -> f32[M, K] {
@@ -329,6 +339,23 @@ def test_casts(target: str) -> None:
     k = np.concatenate([[0, 1, -1, 127, 128, -129, 255, 256, -2**31, 2**31 - 1, 1000, -1000, 3, -3],
                         rng.integers(-1000, 1000, 33)]).astype(np.int32)
     check(target, "casts", x, k)
+
+
+@TARGETS
+@pytest.mark.parametrize("n", [1, 17, 100])
+def test_out_of_range_float_to_integer_casts(target: str, n: int) -> None:
+    """One answer in every lane of a vector and of its tail, on every target and thread count: 300.0 is 44
+    as an i8 (as torch converts), NaN is 0, beyond i64's range saturates there before wrapping."""
+    edge = [300.0, -300.0, 1e10, -1e10, 3e19, -3e19, float("nan"), float("inf"), float("-inf"), 127.9, -128.9, 2.5,
+            -2.5, 4294967295.0, 9.2e18, 65535.5, -0.0]
+    x = np.array([edge[i % len(edge)] for i in range(n)], np.float32)
+    want = module().kernels["wide_casts"](x)
+    assert [int(v) for v in np.asarray(want[0])[:3]] == [44, -44, 0][:n]
+    kernel = build(module(), target).kernels["wide_casts"]
+    for threads in (1, 2, 3) if target == "llvm" else (None,):
+        got = kernel(x) if threads is None else kernel(x, threads=threads)
+        for g, w in zip(got, want):
+            assert_matches(g, w, rtol=0, atol=0, what=f"{target} wide_casts threads={threads}")
 
 
 @TARGETS

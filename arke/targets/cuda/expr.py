@@ -212,8 +212,11 @@ class CExpr:
             return self.let("bool", f"{v} != 0")
         if src.is_float and dst.is_float:
             return self.round_to(v, dst)
-        if src.is_float and dst.is_unsigned:  # through long long, as the interpreter converts (C: no UB)
-            return self.let(COMPUTE[dst], f"({COMPUTE[dst]})(long long){v}")
+        if src.is_float:  # through long long, saturating (NaN is 0), then wrapped, as the interpreter (C: no UB)
+            wide = self.let("long long", f"({v} != {v} ? 0LL : {v} >= 9223372036854775808.0f ? 9223372036854775807LL"
+                                         f" : {v} < -9223372036854775808.0f ? -9223372036854775807LL - 1"
+                                         f" : (long long){v})")
+            return wide if COMPUTE[dst] == "long long" else self.let(COMPUTE[dst], f"({COMPUTE[dst]}){wide}")
         return self.round_to(self.let(COMPUTE[dst], f"({COMPUTE[dst]}){v}"), dst)
 
     def value(self, e: ir.SExpr, as_type: DType | None = None) -> str:

@@ -185,12 +185,12 @@ class ScalarEmitter(Emitter):
             return self._round_to(t, dst)
         if src.is_float and dst.is_float:
             return self._round_to(v, dst)
-        if src.is_float:
-            if dst.is_unsigned:  # through i64, as the interpreter converts: in range it is exact
-                wide = self.let(f"fptosi float {v} to i64")
-                self.emit(f"{t} = trunc i64 {wide} to {COMPUTE[dst]}")
-            else:
-                self.emit(f"{t} = fptosi float {v} to {COMPUTE[dst]}")
+        if src.is_float:  # through i64, saturating (NaN is 0), then wrapped: the interpreter's (language.md §8.4)
+            self.declare("declare i64 @llvm.fptosi.sat.i64.f32(float)")
+            wide = self.let(f"call i64 @llvm.fptosi.sat.i64.f32(float {v})")
+            if COMPUTE[dst] == "i64":
+                return wide
+            self.emit(f"{t} = trunc i64 {wide} to {COMPUTE[dst]}")
             return t
         if dst.is_float:
             self.emit(f"{t} = {'uitofp' if src.is_unsigned else 'sitofp'} {COMPUTE[src]} {v} to float")

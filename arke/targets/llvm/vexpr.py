@@ -206,11 +206,11 @@ class VectorExprMixin(_Host):
                             f"icmp ne {st} {x}, zeroinitializer")
         if src.is_bool:
             return self.let(f"{'uitofp' if dst.is_float else 'zext'} {st} {x} to {t}")
-        if src.is_float:
-            if dst.is_unsigned:  # through i64, as the scalar emitter (and the interpreter) convert
-                wide = self.vec.ty("i64")
-                return self.let(f"trunc {wide} {self.let(f'fptosi {st} {x} to {wide}')} to {t}")
-            return self.let(f"fptosi {st} {x} to {t}")
+        if src.is_float:  # through i64, saturating, then wrapped, as the scalar emitter (and the interpreter)
+            wide, w = self.vec.ty("i64"), self.vec.w
+            self.vec.declare(f"declare {wide} @llvm.fptosi.sat.v{w}i64.v{w}f32({st})")
+            got = self.let(f"call {wide} @llvm.fptosi.sat.v{w}i64.v{w}f32({st} {x})")
+            return got if t == wide else self.let(f"trunc {wide} {got} to {t}")
         if dst.is_float:
             return self.let(f"{'uitofp' if src.is_unsigned else 'sitofp'} {st} {x} to {t}")
         if INT_BITS[dst] == INT_BITS[src]:

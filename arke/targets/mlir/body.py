@@ -135,11 +135,17 @@ class Body:
             return v
         if src is DType.BOOL:
             return self.let(f"arith.uitofp {v} : i1 to f32") if b == "f32" else self.let(f"arith.extui {v} : i1 to {b}")
-        if a == "f32":
-            if dst.is_unsigned:  # through i64, as the interpreter converts
-                wide = self.let(f"arith.fptosi {v} : f32 to i64")
-                return self.let(f"arith.trunci {wide} : i64 to {b}")
-            return self.let(f"arith.fptosi {v} : f32 to {b}")
+        if a == "f32":  # through i64, saturating (NaN is 0), then wrapped, as the interpreter converts
+            big = self.const(2.0 ** 63, "f32")
+            top = self.let(f"arith.cmpf oge, {v}, {big} : f32")
+            low = self.let(f"arith.cmpf olt, {v}, {self.const(-2.0 ** 63, 'f32')} : f32")
+            bad = self.let(f"arith.ori {top}, {low} : i1")
+            bad = self.let(f"arith.ori {bad}, {self.let(f'arith.cmpf uno, {v}, {v} : f32')} : i1")
+            safe = self.let(f"arith.select {bad}, {self.const(0.0, 'f32')}, {v} : f32")
+            wide = self.let(f"arith.fptosi {safe} : f32 to i64")
+            wide = self.let(f"arith.select {top}, {self.const(2 ** 63 - 1, 'i64')}, {wide} : i64")
+            wide = self.let(f"arith.select {low}, {self.const(-2 ** 63, 'i64')}, {wide} : i64")
+            return wide if b == "i64" else self.let(f"arith.trunci {wide} : i64 to {b}")
         if b == "f32":
             return self.let(f"arith.{'uitofp' if src.is_unsigned else 'sitofp'} {v} : {a} to f32")
         if int(b[1:]) > int(a[1:]):

@@ -282,8 +282,11 @@ class Emitter:
             return self.let(f"{v} != 0")
         if dst in (DType.F16, DType.BF16):
             return self.rounded(self.let(f"{v}.to(tl.float32)"), dst)
-        if src.is_float and dst.is_unsigned:  # through int64, as the interpreter converts
-            return self.let(f"{v}.to(tl.int64).to({COMPUTE[dst]})")
+        if src.is_float and not dst.is_float:  # through int64, saturating (NaN is 0), then wrapped, as the interpreter
+            top, low = self.let(f"{v} >= 9223372036854775808.0"), self.let(f"{v} < -9223372036854775808.0")
+            safe = self.let(f"tl.where({top} | {low} | ({v} != {v}), 0.0, {v}).to(tl.int64)")
+            wide = self.let(f"tl.where({top}, 9223372036854775807, tl.where({low}, -9223372036854775807 - 1, {safe}))")
+            return wide if COMPUTE[dst] == "tl.int64" else self.let(f"{wide}.to({COMPUTE[dst]})")
         return self.let(f"{v}.to({COMPUTE[dst]})")
 
     def rounded(self, v: str, dtype: DType) -> str:
