@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from arke.runtime.errors import GuardError
-from arke.runtime.limits import check_tensor_kind, check_threads, refuse_huge_broadcast
+from arke.runtime.limits import check_tensor_kind, check_threads, refuse_huge_broadcast, resolved
 from arke.runtime.panels import _PANELS, VNNI_KEY, panels_of
 from arke.runtime.pool import BufferPool, evict_oldest
 
@@ -414,6 +414,7 @@ class BundleKernel:
             value = torch.from_numpy(value)
         elif isinstance(value, torch.Tensor):
             check_tensor_kind(self.name, f"parameter `{name}`", name, value)
+            value = resolved(value)
             if value.dtype != _TORCH[dt]:
                 shown = str(value.dtype).removeprefix("torch.")
                 raise GuardError(self.name, f"parameter `{name}` needs {dt}, but was given {shown}; convert it with "

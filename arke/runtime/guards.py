@@ -36,7 +36,7 @@ from arke.ir import semantic as S
 from arke.ir.dtypes import DTYPES, INT_RANGE, DType
 from arke.ir.shapes import Dim, dim_str, evaluate, free_dims
 from arke.runtime.errors import GuardError
-from arke.runtime.limits import check_tensor_kind
+from arke.runtime.limits import check_tensor_kind, resolved
 
 #: The torch dtype that stores each DType.
 TORCH_DTYPES: dict[DType, torch.dtype] = {
@@ -501,5 +501,6 @@ def prepare_args(fn: S.Function, arrays: Sequence[Any], scalars: Mapping[str, An
     for p in fn.params:
         if p.type.rank:
             value = given[p.name]
-            args[p.name] = value.detach() if keep_device and isinstance(value, torch.Tensor) else to_cpu_tensor(value)
+            value = value.detach() if keep_device and isinstance(value, torch.Tensor) else to_cpu_tensor(value)
+            args[p.name] = resolved(value)
     return {p.name: args[p.name] for p in fn.params}, dims, any_torch

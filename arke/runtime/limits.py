@@ -49,7 +49,13 @@ def check_threads(kernel: str, threads: Any) -> int | None:
 
 
 def check_tensor_kind(kernel: str, what: str, param: str, t: torch.Tensor) -> None:
-    """A tensor a kernel reads or writes must be dense (strided) and hold data (not on the meta device)."""
+    """A tensor a kernel reads or writes must be dense (strided) and hold data (not on the meta device); one it
+    writes (``param`` ``"out"``) must not be a view with torch's negative bit (its memory holds the values'
+    negations: an argument with it is resolved by :func:`resolved`)."""
+    if param == "out" and t.is_neg():
+        raise GuardError(kernel, f"{what} is a view with torch's negative bit set (as `.conj().imag` makes): its "
+                         "memory holds the negated values; write into a fresh tensor, then copy", rule="type",
+                         param=param)
     if t.layout != torch.strided:
         layout = str(t.layout).removeprefix("torch.")
         raise GuardError(kernel, f"{what} is a {layout} tensor, but kernels take dense (strided) tensors; "
@@ -57,6 +63,12 @@ def check_tensor_kind(kernel: str, what: str, param: str, t: torch.Tensor) -> No
     if t.device.type == "meta":
         raise GuardError(kernel, f"{what} is on the meta device, which holds no values; pass a tensor with data "
                          "(on the CPU, or on the device the kernel runs on)", rule="device", param=param)
+
+
+def resolved(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with torch's lazy negation applied (``.conj().imag`` of a complex tensor is a view whose memory holds
+    the negated values: a kernel reading raw memory would see the wrong signs)."""
+    return t.resolve_neg() if t.is_neg() else t
 
 
 def refuse_huge_broadcast(kernel: str, name: str, t: torch.Tensor) -> None:

@@ -266,3 +266,20 @@ def test_a_large_where_set_is_checked_by_lookup_and_quoted_briefly() -> None:
     with pytest.raises(GuardError, match=r"where clause `N in \{2, 4, .* … .*40000\}` does not hold: N = 3") as err:
         kernel(torch.ones(3))
     assert len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize("target", ["interpreter", *TARGETS])
+def test_a_tensor_with_the_negative_bit_is_read_as_its_values(target: str) -> None:
+    """``.conj().imag`` of a complex tensor is contiguous, and its memory holds the negated values: kernels read
+    its values; as ``out`` it is refused and left as it was."""
+    x = torch.tensor([[1 + 2j]]).conj().imag
+    assert x.is_neg() and x.is_contiguous()
+    call: Callable[..., Any] = ((lambda *a, **k: _module().kernels["rowsum"](*a, **k)) if target == "interpreter"
+                                else _lib(target).rowsum)
+    assert torch.equal(torch.as_tensor(call(x)), torch.tensor([-2.0]))
+    if target == "interpreter":  # it takes no out=
+        return
+    out = torch.tensor([1 + 5j]).conj().imag
+    with pytest.raises(GuardError, match="negative bit"):
+        call(x, out=out)
+    assert torch.equal(out, torch.tensor([-5.0]))
