@@ -107,6 +107,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "AK4013": (Severity.WARNING, "strategy decision the target cannot express"),
     "AK4014": (Severity.WARNING, "decision has no effect on any dispatch of the kernel"),
     "AK4015": (Severity.WARNING, "launch spills registers at every configuration the strategy leaves free"),
+    "AK4016": (Severity.WARNING, "strategy never applies"),
 }
 
 

@@ -38,6 +38,7 @@ from arke.lang.fmt_comments import _Comments, _with_comments
 from arke.lang.fmt_layout import _Printer
 from arke.lang.lark_parser import _lark
 from arke.lang.parser import parse
+from arke.lang.source import Source
 
 
 class FormatError(ValueError):
@@ -56,6 +57,7 @@ def format_source(text: str, path: str = "<input>") -> str:
     """
     if text.startswith("\ufeff"):  # a byte-order mark is white space to the parser
         text = " " + text[1:]
+    text = Source(path, text).text  # lone CRs as line ends, as the parser reads them
     _, diagnostics = parse(text, path)
     syntax = [d for d in diagnostics if d.code.startswith("AK1")]
     if syntax:

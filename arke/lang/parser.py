@@ -36,6 +36,7 @@ def parse(text: str, path: str = "<input>") -> tuple[ast.Module, list[Diagnostic
     if text.startswith("\ufeff"):  # a byte-order mark: white space, so offsets stay exact
         text = " " + text[1:]
     src = Source(path, text)
+    text = src.text  # lone CRs as line ends
     diags: list[Diagnostic] = []
     too_deep = _too_deep(src)
     if too_deep is not None:

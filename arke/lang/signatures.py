@@ -8,6 +8,7 @@ runtime guards.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ from arke.lang import ast
 from arke.lang import generics as gen
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.hints import NOT_YET_DTYPES
+from arke.lang.satisfy import may_hold
 from arke.lang.source import Source, Span
 
 if TYPE_CHECKING:
@@ -310,12 +312,18 @@ def _dim_param(p: ast.Param, error: ErrorFn) -> ir.Param:
     return ir.Param(p.name, ir.TensorType(DType.I64), default)
 
 
+def clause_text(source: str) -> str:
+    """A clause as written, without its comments and line breaks (it is shown in errors and kept in the IR, whose
+    hash keys caches and tuning records: a comment must change neither)."""
+    return " ".join(re.sub(r"#[^\n\r]*", " ", source).split())
+
+
 def _where(sig: Signature, node: ast.Kernel, error: ErrorFn) -> None:
     conds = []
     for clause in node.where:
         c = cond_expr(clause, sig.dims, error)
         if c is not None:
-            conds.append((c, sig.source.text[clause.span.start:clause.span.end], clause.span))
+            conds.append((c, clause_text(sig.source.text[clause.span.start:clause.span.end]), clause.span))
     for c, _, _ in conds:  # equalities let the checker treat two names as one dim
         if isinstance(c, ir.Rel) and c.op == "==":
             if isinstance(c.rhs, sympy.Symbol) and c.rhs not in sympy.sympify(c.lhs).free_symbols:
@@ -328,13 +336,20 @@ def _where(sig: Signature, node: ast.Kernel, error: ErrorFn) -> None:
             break
         sig.subst = {k: v for k, v in closed.items() if k not in sympy.sympify(v).free_symbols}
     guards = []
+    refuted = False
     for c, text, span in conds:
         verdict = decide_cond(c)
         if verdict is False:
+            refuted = True
             error("AK3007", f"where clause `{text}` can never hold", span,
                   hint="every dim is a positive integer; check the clause")
         elif verdict is None:
             guards.append(ir.Guard(c, text))
+    for k in range(len(conds) if not refuted else 0):  # each holds alone: can they hold together?
+        if not may_hold(c for c, _, _ in conds[:k + 1]):
+            error("AK3007", f"where clause `{conds[k][1]}` can never hold together with the clauses before it",
+                  conds[k][2], hint="no positive dims satisfy all of them; check the clauses")
+            break
     sig.conds = tuple((c, text) for c, text, _ in conds)
     sig.guards = tuple(guards)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import errno
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -12,6 +13,7 @@ from typing import BinaryIO
 #: The most bytes akc reads from one source file or from standard input (16 MiB, over a hundred times the
 #: largest program we know of): a longer one is refused with a message, never read into memory.
 MAX_SOURCE_BYTES = 16 * 1024 * 1024
+_LONE_CR = re.compile(r"\r(?!\n)")
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class Source:
     _line_starts: tuple[int, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if "\r" in self.text:  # a lone CR (classic Mac) ends a line, as editors count them: same length, same offsets
+            object.__setattr__(self, "text", _LONE_CR.sub("\n", self.text))
         starts = [0]
         for i, ch in enumerate(self.text):
             if ch == "\n":

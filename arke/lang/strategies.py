@@ -11,6 +11,7 @@ from arke.ir.shapes import Dim
 from arke.lang import ast
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.indices import IndexInfo
+from arke.lang.satisfy import may_hold
 from arke.lang.signatures import Signature, cond_expr
 from arke.lang.source import Span
 
@@ -41,9 +42,36 @@ def check_strategies(
         seen[key] = s.span
         out.append(checked)
         pairs.append((s, checked))
+    diags.extend(never_applied(pairs, sigs))
     if functions:
         diags.extend(unhonoured_decisions(pairs, functions))
     return sir.StrategySet(tuple(out))
+
+
+def never_applied(pairs: Sequence[tuple[ast.Strategy, sir.Strategy]],
+                  sigs: Mapping[str, Signature]) -> list[Diagnostic]:
+    """AK4016 for each strategy no call can use: an earlier one of the file, with no `when`, always applies to
+    every target it would; or its `when` provably never holds for dims its kernel accepts (:mod:`satisfy`)."""
+    out = []
+    always: dict[str, dict[str | None, Span]] = {}  # kernel -> target (None: every) -> an unconditional block
+    for s, checked in pairs:
+        firsts = always.setdefault(s.kernel, {})
+        first = firsts.get(None) or (firsts.get(checked.target) if checked.target is not None else None)
+        sig = sigs.get(s.kernel)
+        if first is not None:
+            out.append(make("AK4016", f"this strategy for `{s.kernel}` never applies: an earlier one without `when` "
+                                      "always does", s.kernel_span, related=[Related(first, "the earlier strategy")],
+                            hint="strategies are tried in source order: move this one first, or give the earlier "
+                                 "one a `when` condition"))
+        elif checked.when is not None and sig is not None and s.when is not None and not may_hold(
+                [*(c for c, _ in sig.conds), checked.when]):
+            out.append(make("AK4016", f"this strategy for `{s.kernel}` never applies: its `when` holds for no dims "
+                                      "the kernel accepts", s.when.span,
+                            hint="every dim is a positive integer, and the kernel's `where` clauses hold at every "
+                                 "call; correct the condition"))
+        if checked.when is None:
+            firsts.setdefault(checked.target, s.kernel_span)
+    return out
 
 
 def unhonoured_decisions(pairs: Sequence[tuple[ast.Strategy, sir.Strategy]],

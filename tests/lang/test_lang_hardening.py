@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import arke
 from arke.ir import semantic as ir
@@ -222,3 +223,26 @@ def test_links_inside_the_folder_still_import(project: Path) -> None:
     path = project / "main.ak"
     path.write_text("from alias import h\n\n" + kernel("return h(x)"), encoding="utf-8")
     assert arke.check(str(path)) == []
+
+
+def test_a_lone_carriage_return_ends_a_line_and_a_comment() -> None:
+    """Classic-Mac line ends: a comment stops at the CR (it swallowed the rest of the file), positions are
+    the lines an editor shows, and fmt writes the same program with newlines."""
+    text = "kernel f(x: f32[N]) -> f32[N] {\r  # double it\r  y[i] = x[i] * 2.0\r  return y\r}\r"
+    assert not [d for d in check_text(text, "<cr>").diagnostics if d.is_error]
+    bad = check_text(text.replace("2.0", "2.0 +"), "<cr>").diagnostics
+    assert bad and bad[0].span.line in (3, 4)
+    out = format_source(text)
+    assert out == "kernel f(x: f32[N]) -> f32[N] {\n  # double it\n  y[i] = x[i] * 2.0\n  return y\n}\n"
+    assert format_source(out) == out
+
+
+def test_a_comment_inside_a_where_clause_is_not_part_of_its_text() -> None:
+    """The clause text is shown in run-time errors and kept in the IR (whose hash keys caches): comments and
+    line breaks inside it change neither."""
+    plain = "kernel pairs(x: f32[N]) -> f32[N] where N % 2 == 0 { return x[i] }"
+    commented = "kernel pairs(x: f32[N]) -> f32[N]\n  where N % 2   # N must be even\n    == 0\n{ return x[i] }"
+    a, b = arke.loads(plain, "<a>"), arke.loads(commented, "<b>")
+    assert a.kernels["pairs"].function == b.kernels["pairs"].function
+    with pytest.raises(arke.GuardError, match=r"where clause `N % 2 == 0` does not hold: N = 5"):
+        b.kernels["pairs"](torch.zeros(5))

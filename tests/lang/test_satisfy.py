@@ -1,0 +1,72 @@
+"""Conditions over dims taken together (arke.lang.satisfy): a contradiction is proved or nothing is said."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+import sympy
+
+from arke.ir import semantic as ir
+from arke.lang.satisfy import may_hold
+
+N, M = sympy.Symbol("N"), sympy.Symbol("M")
+
+
+def rel(op: str, lhs: object, rhs: object) -> ir.Rel:
+    return ir.Rel(op, sympy.sympify(lhs), sympy.sympify(rhs))
+
+
+@pytest.mark.parametrize(("conds", "holds"), [
+    ([rel("==", N, 4), rel("==", N, 5)], False),
+    ([rel(">", N, 4), rel("<", N, 3)], False),
+    ([rel("<", N, 1)], False),
+    ([rel("==", sympy.Mod(N, 64), 0), rel("<", N, 32)], False),
+    ([rel("==", sympy.Mod(N, 64), 0), rel("<=", N, 64)], True),
+    ([ir.InSet(N, (sympy.Integer(1), sympy.Integer(2))), rel(">=", N, 3)], False),
+    ([ir.InSet(N, (sympy.Integer(1), sympy.Integer(8))), rel(">=", N, 3)], True),
+    ([rel("!=", N, 1), rel("<=", N, 1)], False),
+    ([rel("<=", 2 * N + 1, 6), rel(">", N, 2)], False),
+    ([rel("<=", 2 * N + 1, 7), rel(">", N, 2)], True),
+    ([ir.BoolOp("or", (rel("<", N, 1), rel("==", N, 3))), rel(">", N, 2)], True),
+    ([ir.BoolOp("or", (rel("<", N, 1), rel("<", M, 1)))], False),
+    ([rel("<", N, M), rel(">", N, M)], True),  # two dims in one relation: not reasoned about (no false proof)
+    ([ir.BoolOp("not", (rel(">", N, 0),))], True),  # `not`: not reasoned about either
+])
+def test_contradictions_are_proved(conds: list[ir.Cond], holds: bool) -> None:
+    assert may_hold(conds) is holds
+
+
+def test_no_satisfiable_conjunction_is_called_a_contradiction() -> None:
+    """Random conjunctions over one dim: wherever a value in 1..300 satisfies them all, they may hold."""
+    rng = random.Random(7)
+    ops = ("==", "!=", "<", "<=", ">", ">=")
+    for _ in range(600):
+        conds: list[ir.Cond] = []
+        for _ in range(rng.randint(1, 3)):
+            kind = rng.random()
+            if kind < 0.6:
+                conds.append(rel(rng.choice(ops), rng.randint(1, 3) * N + rng.randint(-5, 5), rng.randint(-3, 60)))
+            elif kind < 0.8:
+                m = rng.randint(1, 16)
+                conds.append(rel("==", sympy.Mod(N, m), rng.randint(0, m - 1)))
+            else:
+                conds.append(ir.InSet(N, tuple(sympy.Integer(rng.randint(1, 40)) for _ in range(3))))
+
+        def holds(c: ir.Cond, v: int) -> bool:
+            if isinstance(c, ir.InSet):
+                return v in {int(x) for x in c.values}
+            assert isinstance(c, ir.Rel)
+            a, b = int(sympy.sympify(c.lhs).subs(N, v)), int(sympy.sympify(c.rhs).subs(N, v))
+            return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[c.op]
+
+        solvable = any(all(holds(c, v) for c in conds) for v in range(1, 301))
+        if solvable:
+            assert may_hold(conds), conds
+
+
+def test_two_dims_are_bounded_each() -> None:
+    for a, b in itertools.product((1, 5), (1, 5)):
+        assert may_hold([rel(">=", N, a), rel(">=", M, b)])
+    assert not may_hold([rel(">=", N, 5), rel("<=", M, 0)])
