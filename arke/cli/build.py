@@ -1,7 +1,7 @@
 """``akc build`` and ``akc run``: compile a file's kernels for a target, and run one on random inputs.
 
     akc build FILE --target llvm [--kernel NAME] [--emit source|asm|obj] [-o PATH]
-    akc build FILE --target llvm --arch sm_90|sm_80 [--kernel NAME] [--emit ptx|cubin] [-o PATH]
+    akc build FILE --target llvm --arch sm_90|sm_80 [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
     akc build FILE --target triton [--arch sm_90|sm_80] [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
     akc build FILE --target cuda [--arch sm_90|sm_80] [--kernel NAME] [--emit source|ptx|cubin] [-o PATH]
     akc build FILE --target mlir [--device cpu|cuda] [--arch sm_80] [--kernel NAME]

@@ -250,3 +250,15 @@ def test_a_file_fmt_could_not_write_is_not_counted_reformatted(tmp_path: Path, m
     assert "reformatted " + str(path) not in err
     assert "0 files reformatted, 0 files left unchanged, 1 file not written" in err
     assert path.read_text(encoding="utf-8") == MESSY
+
+
+def test_llvm_arch_is_checked_and_gives_the_gpu_flavour() -> None:
+    """``--arch`` on the llvm target is never ignored: an unknown one is a usage error, ``--emit source`` with it
+    is the GPU flavour's IR, and the host's asm or object code takes none."""
+    rms = str(ROOT / "examples" / "rmsnorm.ak")
+    bad = akc("build", rms, "--target", "llvm", "--arch", "banana")
+    assert bad.returncode == 2 and b"unknown architecture 'banana'" in bad.stderr
+    gpu = akc("build", rms, "--target", "llvm", "--arch", "sm_90", "--kernel", "rmsnorm")
+    assert gpu.returncode == 0 and b'target triple = "nvptx64-nvidia-cuda"' in gpu.stdout
+    asm = akc("build", rms, "--target", "llvm", "--arch", "sm_90", "--emit", "asm")
+    assert asm.returncode == 2 and b"takes no --arch" in asm.stderr

@@ -19,6 +19,11 @@ def cmd_build_llvm(args: argparse.Namespace) -> int:
             raise UsageError(f"--emit {args.emit} is for --target triton or cuda; the llvm target emits it for its "
                              "GPU flavour only: add --arch sm_90 (or sm_80)")
         return cmd_build_nvptx(args)
+    if args.arch is not None:  # the GPU flavour: its LLVM IR (the arch checked there), never the host's code
+        if args.emit != "source":
+            raise UsageError(f"--emit {args.emit} is this CPU's code, which takes no --arch; for the GPU flavour "
+                             f"of {args.arch} use --emit source|ptx|cubin")
+        return cmd_build_nvptx(args)
     lib = _library(args.path, "llvm", getattr(args, "dtypes", ""))
     if isinstance(lib, int):
         return lib
