@@ -209,6 +209,11 @@ class ExprLowering:
             return None
         name = _ARITH.get(op) or MATH_BINARY[op]
         dim = None
+        if name in ("div", "floordiv", "mod") and not dtype.is_float and b.dim is not None and b.dim == 0:
+            self.error("AK3015", "integer division by zero", e.right.span,
+                       hint="the divisor is always 0 here: every call would fail (an integer division by zero is "
+                            "an error at run time)")
+            return None
         if a.dim is not None and b.dim is not None and not dtype.is_float:
             dim = _dim_op(name, a.dim, b.dim)
         return Scalar(ir.Binary(name, cast(a.sx, dtype), cast(b.sx, dtype), dtype), dtype, free, weak, dim)

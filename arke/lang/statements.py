@@ -19,7 +19,7 @@ from arke.ir.dtypes import DType, can_store
 from arke.ir.shapes import Dim, dim_str
 from arke.lang import ast
 from arke.lang.diagnostics import Related
-from arke.lang.exprs import BUILTINS
+from arke.lang.exprs import BUILTINS, REDUCTIONS
 from arke.lang.signatures import RESERVED, declared_shape
 from arke.lang.source import Span
 from arke.lang.terms import POISON, Scalar, Tensor, broadcast_scalar, cast
@@ -65,9 +65,10 @@ class StatementChecks:
             self.error("AK2003", f"`{name}` is already defined; every name is defined once", span,
                        related=[Related(first, "first defined here")], hint="give the new value another name")
             return True
-        if name in self.dims or name in BUILTINS:
-            self.error("AK2003", f"`{name}` is already the name of a {'dim' if name in self.dims else 'function'}",
-                       span, hint="give the new value another name")
+        if name in self.dims or name in BUILTINS or name in REDUCTIONS or name in ast.SCANS:
+            kind = "dim" if name in self.dims else "function" if name in BUILTINS else "reduction"
+            self.error("AK2003", f"`{name}` is already the name of a {kind}", span,
+                       hint="give the new value another name")
             return True
         return False
 

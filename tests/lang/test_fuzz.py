@@ -98,8 +98,8 @@ def time_limit(seconds: float) -> Iterator[None]:
 
 
 def _line_lengths(text: str) -> list[int]:
-    """Lengths of the lines as spans count them: split on '\\n' only."""
-    return [len(line) for line in text.split("\n")]
+    """Lengths of the lines as spans count them: split on '\\n' and on a lone '\\r' (a CRLF is one line end)."""
+    return [len(line) for line in re.sub(r"\r(?!\n)", "\n", text).split("\n")]
 
 
 def _span_ok(span: Span, text: str, lengths: list[int]) -> str | None:

@@ -246,3 +246,22 @@ def test_a_comment_inside_a_where_clause_is_not_part_of_its_text() -> None:
     assert a.kernels["pairs"].function == b.kernels["pairs"].function
     with pytest.raises(arke.GuardError, match=r"where clause `N % 2 == 0` does not hold: N = 5"):
         b.kernels["pairs"](torch.zeros(5))
+
+
+@pytest.mark.parametrize(("text", "code", "message"), [
+    ("kernel f(exp: f32[N]) -> f32[N] { return exp[i] }", "AK2003", "`exp` is the name of a built-in function"),
+    ("kernel f(sum: f32[N]) -> f32[N] { return sum[i] }", "AK2003", "`sum` is the name of a built-in"),
+    ("kernel f(x: f32[N]) -> f32[N] {\n  sum[i] = x[i]\n  return sum\n}", "AK2003", "already the name of a reduction"),
+    ("kernel f(x: f32[N]) -> f32[N] {\n  cumsum[i] = x[i]\n  return cumsum\n}", "AK2003", "name of a reduction"),
+    ("kernel f(x: f32[N]) -> f32[N] {\n  let h = N / 0\n  return x[i] * f32(h)\n}", "AK3015",
+     "integer division by zero"),
+    ("kernel f(x: i32[N]) -> i32[N] { return x[i] % (N - N) }", "AK3015", "integer division by zero"),
+])
+def test_builtin_names_and_constant_zero_divisors_are_refused(text: str, code: str, message: str) -> None:
+    diags = [d for d in check_text(text, "<t>").diagnostics if d.is_error]
+    assert diags and diags[0].code == code and message in diags[0].message, diags
+
+
+def test_a_float_divided_by_a_zero_literal_is_fine() -> None:
+    assert not [d for d in check_text("kernel f(x: f32[N]) -> f32[N] { return x[i] / 0.0 }", "<t>").diagnostics
+                if d.is_error]
