@@ -10,6 +10,7 @@ Nothing here imports torch or llvmlite at import time: ``akc check`` must start 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -152,6 +153,10 @@ def load(path: str | os.PathLike[str]) -> Module:
     """Check and lower a `.ak` file; raises :class:`CheckError` with every diagnostic when it has errors."""
     read = read_file(os.fspath(path))
     if isinstance(read, Diagnostic):
+        if isinstance(path, str) and ("{" in path or "\n" in path) and not os.path.exists(path):
+            read = dataclasses.replace(read, message="cannot read a file named by this text: it looks like `.ak` "
+                                                     "source, not a path", hint="pass source text through "
+                                                     "`arke.loads(text)`, as in `arke.build(arke.loads(text))`")
         raise CheckError([read])
     return loads(*read)
 
