@@ -40,20 +40,24 @@ def _tokenizer(folder: Path) -> Any:
     path = folder / "tokenizer.json"
     if not path.exists():
         return None
+    from arke.cli.app import UsageError
+
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        from arke.cli.app import UsageError
-
         raise UsageError("reading tokenizer.json needs the tokenizers package: pip install 'arke[models]'") from None
-    return Tokenizer.from_file(str(path))
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as err:  # the tokenizers package raises its own plain Exception for a bad file
+        raise UsageError(f"{path} cannot be read as a tokenizer ({str(err).strip() or type(err).__name__}): fix or "
+                         "remove it, or give the prompt as --ids 1,2,3") from None
 
 
 def _ids(text: str) -> list[int]:
     from arke.cli.app import UsageError
 
     parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
+    if not parts or not all(p.isascii() and p.isdigit() for p in parts):
         raise UsageError(f"--ids takes token ids as 1,2,3, not `{text}`")
     return [int(p) for p in parts]
 
@@ -70,7 +74,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"{folder} is not a model folder: it has no config.json")
     if args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be at least 1, not {args.max_new_tokens}")
-    tokenizer = _tokenizer(folder)
+    tokenizer = _tokenizer(folder) if args.prompt is not None else None  # --ids print ids: no tokenizer needed
     if args.prompt is not None:
         if tokenizer is None:
             raise UsageError(f"{folder} has no tokenizer.json: give the prompt as --ids 1,2,3")

@@ -210,7 +210,7 @@ class ExprLowering:
         name = _ARITH.get(op) or MATH_BINARY[op]
         dim = None
         if name in ("div", "floordiv", "mod") and not dtype.is_float and b.dim is not None and b.dim == 0:
-            self.error("AK3015", "integer division by zero", e.right.span,
+            self.error("AK3015", "integer division by zero", e.right.span if isinstance(e, ast.Binary) else e.span,
                        hint="the divisor is always 0 here: every call would fail (an integer division by zero is "
                             "an error at run time)")
             return None

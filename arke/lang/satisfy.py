@@ -105,8 +105,8 @@ def _narrow(ranges: dict[sympy.Symbol, _Range], c: ir.Cond) -> bool:
         if not isinstance(x, sympy.Symbol) or not all(v.is_Integer for v in values):
             return True
         r = ranges.setdefault(x, _Range())
-        found = {int(v) for v in values}
-        r.values = found if r.values is None else r.values & found
+        members = {int(v) for v in values}
+        r.values = members if r.values is None else r.values & members
         return True
     if c.op == "or":
         return any(may_hold([p]) for p in c.parts)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from arke.models.generate import Sampling, _Chooser, _ids
+from arke.models.generate import Sampling, _Chooser
 from arke.models.paged import PagedCache, Rows
 from arke.models.replay import paged_step
 
@@ -73,10 +73,11 @@ class Batch:
         if blocks > self.cache.blocks:
             raise ValueError(f"the sequence needs {blocks} blocks of {self.cache.block_size} slots, but the cache "
                              f"has {self.cache.blocks}: make it larger (model.batch(blocks=...))")
-        how = Sampling(do_sample, float(temperature), int(top_k), float(top_p), float(repetition_penalty),
-                       _ids(eos_token_id, self.model.vocab, "eos_token_id"), None, seed)
-        sid, self._next = self._next, self._next + 1
-        self._sequences[sid] = _Sequence(tokens, list(tokens), max_new_tokens, _Chooser(self.model, ids, how), how)
+        how = Sampling.of(self.model.vocab, do_sample, temperature, top_k, top_p, repetition_penalty, eos_token_id,
+                          None, seed)
+        chooser = _Chooser(self.model, ids, how)
+        sid, self._next = self._next, self._next + 1  # only once everything is checked
+        self._sequences[sid] = _Sequence(tokens, list(tokens), max_new_tokens, chooser, how)
         return sid
 
     def remove(self, sid: int) -> list[int]:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ CANDIDATES = 64
 
 @dataclass(frozen=True)
 class Sampling:
-    """How each next token is chosen (checked once, before the prompt runs)."""
+    """How each next token is chosen (checked once, before the prompt runs): build it with :meth:`of`."""
 
     do_sample: bool = False
     temperature: float = 1.0
@@ -42,9 +43,9 @@ class Sampling:
     def __post_init__(self) -> None:
         if not isinstance(self.do_sample, bool):
             raise ValueError(f"do_sample must be True or False, not {self.do_sample!r}")
-        if not self.temperature > 0:
+        if self.do_sample and not self.temperature > 0:  # greedy decoding ignores it, as transformers does
             raise ValueError(f"temperature must be positive, not {self.temperature!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
+        if self.top_k < 0:
             raise ValueError(f"top_k must be a non-negative integer (0: no limit), not {self.top_k!r}")
         if self.top_k > CANDIDATES:
             raise ValueError(f"top_k is at most {CANDIDATES} (the candidates sampling draws from), not {self.top_k}")
@@ -52,13 +53,65 @@ class Sampling:
             raise ValueError(f"top_p must lie in (0, 1], not {self.top_p!r}")
         if not self.repetition_penalty > 0:
             raise ValueError(f"repetition_penalty must be positive, not {self.repetition_penalty!r}")
+        if self.seed is not None and not 0 <= self.seed < 2 ** 64:
+            raise ValueError(f"seed must be an integer in [0, 2**64), not {self.seed!r}")
+
+    @classmethod
+    def of(cls, vocab: int, do_sample: Any = False, temperature: Any = 1.0, top_k: Any = 50, top_p: Any = 1.0,
+           repetition_penalty: Any = 1.0, eos_token_id: Any = None, pad_token_id: Any = None,
+           seed: Any = None) -> Sampling:
+        """The options as ``generate`` takes them (None: the default, as in transformers), each checked by name."""
+        eos = _ids(eos_token_id, vocab, "eos_token_id")
+        pad = _ids(pad_token_id, vocab, "pad_token_id")
+        top = _whole(top_k, "top_k", 50)
+        assert top is not None
+        return cls(do_sample, _number(temperature, "temperature", 1.0), top,
+                   _number(top_p, "top_p", 1.0), _number(repetition_penalty, "repetition_penalty", 1.0), eos,
+                   pad[0] if pad else (eos[0] if eos else None), _whole(seed, "seed", None))
 
 
-def _ids(value: int | Sequence[int] | None, vocab: int, name: str) -> tuple[int, ...]:
+def _scalar(value: Any) -> Any:
+    """A NumPy scalar or a one-element torch tensor as a Python number (anything else as it is)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dim() <= 1:
+        return value.item()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _number(value: Any, name: str, default: float) -> float:
+    value = _scalar(value)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, not {value!r}")
+    return float(value)
+
+
+def _whole(value: Any, name: str, default: int | None) -> int | None:
+    value = _scalar(value)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, not {value!r}")
+    return value
+
+
+def _ids(value: Any, vocab: int, name: str) -> tuple[int, ...]:
+    """Token ids given as one id or several (ints, NumPy integers, an integer tensor); () for None."""
     if value is None:
         return ()
-    ids = (value,) if isinstance(value, int) else tuple(value)
-    bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < vocab]
+    if isinstance(value, torch.Tensor | np.ndarray):
+        t = torch.as_tensor(value)
+        if t.dtype == torch.bool or t.dtype.is_floating_point or t.dtype.is_complex:
+            raise ValueError(f"{name} must be token ids in [0, {vocab}), not a {t.dtype} tensor")
+        value = t.reshape(-1).tolist()
+    value = _scalar(value)
+    ids = (value,) if isinstance(value, int) else tuple(_scalar(v) for v in value) \
+        if isinstance(value, list | tuple) else None
+    if ids is None:
+        raise ValueError(f"{name} must be a token id or a list of them, not {value!r}")
+    bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab]
     if bad:
         raise ValueError(f"{name} must be token ids in [0, {vocab}), not {bad[0]!r}")
     return ids
@@ -77,10 +130,8 @@ def stream(model: CausalLM, input_ids: Any, max_new_tokens: int = 32, *, do_samp
     if t + max_new_tokens > model.max_seq:
         raise ValueError(f"the prompt's {t} tokens and {max_new_tokens} new ones do not fit in max_seq "
                          f"{model.max_seq}: pass fewer, or load the model with a larger max_seq")
-    eos = _ids(eos_token_id, model.vocab, "eos_token_id")
-    pad = _ids(pad_token_id, model.vocab, "pad_token_id")
-    how = Sampling(do_sample, float(temperature), int(top_k), float(top_p), float(repetition_penalty), eos,
-                   pad[0] if pad else (eos[0] if eos else None), seed)
+    how = Sampling.of(model.vocab, do_sample, temperature, top_k, top_p, repetition_penalty, eos_token_id,
+                      pad_token_id, seed)
     return _steps(model, ids, max_new_tokens, how)
 
 
@@ -166,7 +217,13 @@ def generate(model: CausalLM, input_ids: Any, max_new_tokens: int = 32, **option
     (:class:`arke.models.batch.Batch`); each comes back as its own 1-D tensor, prompt then new tokens."""
     if _ragged(input_ids):
         options.pop("pad_token_id", None)  # nothing is padded: each sequence stops on its own
-        prompts = [model.check_ids(p, "input_ids")[0] for p in input_ids]
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be a non-negative integer, not {max_new_tokens!r}")
+        checked = [model.check_ids(p, "input_ids") for p in input_ids]
+        if any(c.shape[0] != 1 for c in checked):
+            raise ValueError("input_ids: each prompt of a ragged batch is one sequence (a list or a 1-D tensor of "
+                             "ids), not a batch of them")
+        prompts = [c[0] for c in checked]
         if max_new_tokens == 0:
             return prompts
         blocks = sum(-(-(len(p) + max_new_tokens) // 16) for p in prompts)

@@ -39,11 +39,25 @@ def _model_type(config: Any) -> str:
     return str(kind)
 
 
+def positive(config: Any, key: str) -> int:
+    """``config.<key>``, which must be a positive integer: a ValueError naming it otherwise."""
+    value = getattr(config, key, None)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"config.json: {key} must be a positive integer, not {value!r}")
+    return value
+
+
 def _rotary(config: Any) -> tuple[tuple[float, ...], float]:
     """The inverse frequencies and attention scaling transformers' rotary embedding uses for ``config``."""
     kind = _model_type(config)
     module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
-    rotary = getattr(module, f"{SUPPORTED[kind]}RotaryEmbedding")(config)
+    try:
+        rotary = getattr(module, f"{SUPPORTED[kind]}RotaryEmbedding")(config)
+    except KeyError as err:  # transformers' table of rope types, by name
+        scaling = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None) or {}
+        kind_of = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
+        raise ValueError(f"config.json's rope scaling type {kind_of or err.args[0]!r} is not one transformers "
+                         "knows (default, linear, dynamic, yarn, longrope, llama3)") from None
     inv = rotary.inv_freq.detach().to(torch.float32).cpu()
     return tuple(float(f) for f in inv), float(getattr(rotary, "attention_scaling", 1.0))
 
@@ -54,9 +68,16 @@ def layer_config(config: Any, layer_index: int = 0) -> LayerConfig:
     act = getattr(config, "hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise ValueError(f"unsupported MLP activation {act!r}: the decoder layers are SwiGLU (silu)")
+    for key in ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers"):
+        positive(config, key)
     heads = int(config.num_attention_heads)
     kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    if kv < 1 or heads % kv:
+        raise ValueError(f"config.json: num_key_value_heads {kv} must be positive and divide num_attention_heads "
+                         f"{heads}")
     head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    if head_dim < 1 or head_dim % 2:
+        raise ValueError(f"config.json: the head size {head_dim} must be a positive even number (rotary pairs)")
     window = None
     if kind in ("mistral", "mixtral"):
         window = getattr(config, "sliding_window", None)
@@ -64,6 +85,8 @@ def layer_config(config: Any, layer_index: int = 0) -> LayerConfig:
         types = getattr(config, "layer_types", None)
         if types is not None and types[layer_index] == "sliding_attention":
             window = getattr(config, "sliding_window", None)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ValueError(f"config.json: sliding_window must be a positive number of tokens or null, not {window!r}")
     inv_freq, scale = _rotary(config)
     experts = int(getattr(config, "num_local_experts", 0) or 0) if kind == "mixtral" else 0
     return LayerConfig(hidden=int(config.hidden_size), heads=heads, kv_heads=kv, head_dim=head_dim,
@@ -97,7 +120,10 @@ def _layer_weights(layer: Any, config: LayerConfig) -> dict[str, torch.Tensor]:
             raw["experts_down"] = torch.stack([e.w2.weight for e in experts])
     else:
         for part in ("gate", "up", "down"):
-            raw[part] = getattr(layer.mlp, f"{part}_proj").weight
+            proj = getattr(layer.mlp, f"{part}_proj")
+            if getattr(proj, "bias", None) is not None:
+                raise ValueError("an MLP with biases (mlp_bias in the config) is not supported")
+            raw[part] = proj.weight
     return raw
 
 
@@ -260,6 +286,15 @@ def layer_weights(path: Path, config: Any, layer_index: int) -> tuple[LayerConfi
     missing = [v for v in names.values() if v not in t]
     if missing:
         raise ValueError(f"layer {layer_index} of {path} lacks {', '.join(missing)}")
+    if "o_bias" in names:
+        raise ValueError(f"layer {layer_index} of {path}: an output projection with a bias (self_attn.o_proj.bias, "
+                         "attention_bias in config.json) is not supported")
+    used = set(names.values()) | {n for n in t if ".experts." in n and spec.experts}
+    unread = sorted(n for n in t if n not in used and not n.endswith("rotary_emb.inv_freq"))
+    if unread:  # a weight of a variant the layer does not compute (mlp_bias ...): never dropped silently
+        raise ValueError(f"layer {layer_index} of {path} has tensors this architecture's layer does not use: "
+                         f"{', '.join(unread[:6])}{' ...' if len(unread) > 6 else ''}; this variant of "
+                         f"{getattr(config, 'model_type', 'the model')} is not supported")
     raw.update({k: t[v] for k, v in names.items()})
     return spec, raw
 

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from arke.models.config import resident
@@ -152,10 +153,7 @@ class CausalLM:
     def check_ids(self, ids: Any, name: str = "ids") -> torch.Tensor:
         """``ids`` as an int64 ``[B, T]`` tensor of token ids in range (a list of lists is accepted)."""
         if isinstance(ids, list | tuple):
-            try:
-                ids = torch.tensor(ids, dtype=torch.int64)
-            except (TypeError, ValueError) as err:
-                raise self._error(f"{name} must be token ids [batch, tokens] ({err})", "type", name) from None
+            ids = self._listed_ids(ids, name)
         if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
             raise self._error(f"{name} must be an int64 tensor [batch, tokens] of token ids", "type", name)
         if ids.dim() == 1:
@@ -168,6 +166,35 @@ class CausalLM:
             raise self._error(f"{name} must lie in [0, {self.vocab}) (the vocabulary), but range over [{lo}, {hi}]",
                               "index", name)
         return ids.to(torch.int64).contiguous()
+
+    def _listed_ids(self, ids: list[Any] | tuple[Any, ...], name: str) -> torch.Tensor:
+        """A list of ids, or of rows (lists or 1-D integer tensors) of one length, as a tensor: every id an integer
+        (a float or a bool is refused, never truncated)."""
+        def row(r: Any) -> list[int]:
+            if isinstance(r, torch.Tensor | np.ndarray):
+                t = torch.as_tensor(r)
+                if t.dim() != 1 or t.dtype == torch.bool or t.dtype.is_floating_point or t.dtype.is_complex:
+                    raise self._error(f"{name}: each row must be a 1-D tensor of integer ids, not {t.dtype} "
+                                      f"{list(t.shape)}", "type", name)
+                return [int(v) for v in t.tolist()]
+            if not isinstance(r, list | tuple):
+                raise self._error(f"{name} must be token ids [batch, tokens], not a list holding {r!r}", "type", name)
+            bad = [v for v in r if isinstance(v, bool) or not isinstance(v, int | np.integer)]
+            if bad:
+                raise self._error(f"{name} must hold integer token ids, not {bad[0]!r}", "type", name)
+            return [int(v) for v in r]
+
+        nested = [isinstance(r, list | tuple | torch.Tensor | np.ndarray) for r in ids]
+        if ids and all(nested):
+            rows = [row(r) for r in ids]
+            if len({len(r) for r in rows}) > 1:
+                raise self._error(f"{name}: rows of different lengths ({', '.join(str(len(r)) for r in rows)}); "
+                                  "generate takes them as a ragged batch, a forward pass needs one length", "dim",
+                                  name)
+            return torch.tensor(rows, dtype=torch.int64).reshape(len(rows), -1)
+        if any(nested):
+            raise self._error(f"{name} mixes token ids and rows of them", "type", name)
+        return torch.tensor(row(list(ids)), dtype=torch.int64)
 
     def _check(self, ids: Any, cache: Any) -> torch.Tensor:
         ids = self.check_ids(ids)

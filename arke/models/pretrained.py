@@ -10,7 +10,15 @@ from typing import Any
 
 import torch
 
-from arke.models.hf import SUPPORTED, _model_type, _tensors, compiled_layer, layer_weights, read_config
+from arke.models.hf import (
+    SUPPORTED,
+    _model_type,
+    _tensors,
+    compiled_layer,
+    layer_weights,
+    positive,
+    read_config,
+)
 from arke.models.lm import CausalLM
 
 #: Where a checkpoint keeps the model's own tensors (a causal LM's ``model.``, a base model's none).
@@ -42,6 +50,11 @@ def from_pretrained(folder: str | os.PathLike[str], target: str = "llvm", dtype:
     sequence's KV cache holds; ``layers``: only the first N layers (a quick check of a large model).
     Weights are fused and packed once; nothing is downloaded.
     """
+    if isinstance(max_seq, bool) or not isinstance(max_seq, int) or max_seq < 1:
+        raise ValueError(f"max_seq must be a positive integer (the tokens each sequence's cache holds), not "
+                         f"{max_seq!r}")
+    if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int)):
+        raise ValueError(f"layers must be a whole number of layers (or None: all), not {layers!r}")
     path = Path(folder)
     config = read_config(path)
     kind = getattr(config, "model_type", None)
@@ -65,12 +78,12 @@ def from_pretrained(folder: str | os.PathLike[str], target: str = "llvm", dtype:
     count = total if layers is None else layers
     if not isinstance(count, int) or not 1 <= count <= total:
         raise ValueError(f"layers must be between 1 and {total} (the model's layers), not {layers!r}")
-    vocab, hidden = int(config.vocab_size), int(config.hidden_size)
+    vocab, hidden = positive(config, "vocab_size"), positive(config, "hidden_size")
     embed = _find(path, tuple(p + "embed_tokens.weight" for p in _MODEL_PREFIXES), "token embeddings")
     norm = _find(path, tuple(p + "norm.weight" for p in _MODEL_PREFIXES), "final norm")
     tied = bool(getattr(config, "tie_word_embeddings", False))
     head = None if tied else _find(path, ("lm_head.weight", "language_model.lm_head.weight"), "LM head")
-    if embed.dim() != 2 or embed.shape[1] != hidden or embed.shape[0] < vocab:
+    if embed.dim() != 2 or embed.shape[1] != hidden or embed.shape[0] != vocab:
         raise ValueError(f"{path}: the token embeddings are {list(embed.shape)}, but config.json says vocabulary "
                          f"{vocab} and hidden size {hidden}")
     if head is not None and tuple(head.shape) != tuple(embed.shape):

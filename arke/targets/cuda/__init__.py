@@ -64,6 +64,11 @@ class CudaTarget(Target):
     def layer_device(self) -> Any:
         import torch
 
+        from arke.targets.base import TargetUnavailableError
+
+        why = self.unavailable()
+        if why is not None:  # torch's own word is an AssertionError ("not compiled with CUDA")
+            raise TargetUnavailableError(why)
         return torch.device("cuda", torch.cuda.current_device())
 
     def unavailable(self, device: str = "cpu", arch: str | None = None) -> str | None:
