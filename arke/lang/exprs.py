@@ -19,12 +19,12 @@ import sympy
 
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DTYPES, FLOAT_MAX, DType, fits, float_fits
-from arke.ir.shapes import Dim, dim_str, floordiv, mod
+from arke.ir.shapes import Dim, dim_str
 from arke.lang import ast
 from arke.lang.bits import BIT_OPS
 from arke.lang.diagnostics import Related, did_you_mean
 from arke.lang.hints import NOT_YET
-from arke.lang.terms import POISON, Scalar, Tensor, Term, cast, common_dtype, scalar_const
+from arke.lang.terms import POISON, Scalar, Tensor, Term, cast, common_dtype, dim_op, scalar_const
 from arke.lang.whole import whole_among_indexed
 
 if TYPE_CHECKING:
@@ -215,7 +215,7 @@ class ExprLowering:
                             "an error at run time)")
             return None
         if a.dim is not None and b.dim is not None and not dtype.is_float:
-            dim = _dim_op(name, a.dim, b.dim)
+            dim = dim_op(name, a.dim, b.dim)
         return Scalar(ir.Binary(name, cast(a.sx, dtype), cast(b.sx, dtype), dtype), dtype, free, weak, dim)
 
     def literal_fits(self: KernelChecker, s: Scalar, dtype: DType, e: ast.Expr,
@@ -499,20 +499,6 @@ def _range(dtype: DType) -> str:
 
     low, high = INT_RANGE[dtype]
     return f"{low} to {high}"
-
-
-def _dim_op(name: str, a: Dim, b: Dim) -> Dim | None:
-    if name == "add":
-        return a + b
-    if name == "sub":
-        return a - b
-    if name == "mul":
-        return a * b
-    if name in ("div", "floordiv"):
-        return floordiv(a, b) if b != 0 else None
-    if name == "mod":
-        return mod(a, b) if b != 0 else None
-    return None
 
 
 def _text(checker: KernelChecker, e: ast.Expr) -> str:

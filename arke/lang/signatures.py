@@ -258,10 +258,6 @@ def _build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list
         if p.name in RESERVED:
             error("AK2003", f"`{p.name}` is a literal and cannot name a parameter", p.span)
             continue
-        if p.name in _builtin_names():
-            error("AK2003", f"`{p.name}` is the name of a built-in function or reduction and cannot name a parameter",
-                  p.span, hint="give the parameter another name")
-            continue
         if p.name in seen:
             error("AK2003", f"parameter `{p.name}` is declared twice", p.span,
                   related=[Related(seen[p.name], "first declared here")])
@@ -314,12 +310,6 @@ def _dim_param(p: ast.Param, error: ErrorFn) -> ir.Param:
             error("AK3021", f"the default of dim parameter `{p.name}` must be an integer of at least 1, not {shown}",
                   d.span, hint=f"write a positive integer, as in `{p.name}: dim = 32`")
     return ir.Param(p.name, ir.TensorType(DType.I64), default)
-
-
-def _builtin_names() -> frozenset[str]:
-    from arke.lang.exprs import BUILTINS, REDUCTIONS  # exprs imports this module
-
-    return BUILTINS | frozenset(REDUCTIONS) | frozenset(ast.SCANS)
 
 
 def clause_text(source: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType, promote
-from arke.ir.shapes import Dim
+from arke.ir.shapes import Dim, floordiv, mod
 
 
 @dataclass(frozen=True)
@@ -111,3 +111,18 @@ def broadcast_scalar(sx: ir.SExpr, dtype: DType, shape: tuple[Dim, ...] = ()) ->
         return sx
 
     return Tensor(shape, dtype, at)
+
+
+def dim_op(name: str, a: Dim, b: Dim) -> Dim | None:
+    """The dim an integer operation of two dims gives (None: not a dim, or a division by zero)."""
+    if name == "add":
+        return a + b
+    if name == "sub":
+        return a - b
+    if name == "mul":
+        return a * b
+    if name in ("div", "floordiv"):
+        return floordiv(a, b) if b != 0 else None
+    if name == "mod":
+        return mod(a, b) if b != 0 else None
+    return None

@@ -53,7 +53,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from arke.ir import semantic as S
 from arke.ir.dtypes import DType, promote
@@ -71,6 +70,7 @@ from arke.runtime.guards import (
     to_cpu_tensor,
 )
 from arke.runtime.interp_lengths import bounded, checked, fold, positions
+from arke.runtime.interp_ops import BITWISE, COMPARE, PLAIN, UNARY, compute, float_mod, float_to_i64, wrap
 from arke.runtime.interp_topk import select_topk
 from arke.runtime.source_form import op_description, source_form
 
@@ -125,71 +125,6 @@ def run_function(fn: S.Function, module: S.Module, args_by_name: Mapping[str, An
                              rule="dim")
         found[key] = value
     return _Frame(module, fn, found, args).run()
-
-
-# ---------------------------------------------------------------- elementwise tables
-
-_UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "neg": torch.neg, "not": torch.logical_not, "abs": torch.abs, "exp": torch.exp, "log": torch.log,
-    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "tanh": torch.tanh, "erf": torch.erf, "sigmoid": torch.sigmoid,
-    "silu": F.silu, "gelu": lambda x: _gelu(x), "relu": torch.relu, "sin": torch.sin, "cos": torch.cos,
-    "floor": torch.floor, "ceil": torch.ceil, "exp2": torch.exp2, "log2": torch.log2,
-}
-
-
-def _gelu(x: torch.Tensor) -> torch.Tensor:
-    """The exact erf form; ``x`` itself past 40, where erf(x / √2) is 1 in every float dtype (torch's
-    vectorised gelu, used from 16 elements on, makes ``+inf`` NaN and overflows near the dtype's maximum)."""
-    return torch.where(x > 40, x, F.gelu(x))
-
-
-def _float_to_i64(x: torch.Tensor) -> torch.Tensor:
-    """Truncated toward zero into i64, saturating at its range, NaN as 0 (language.md §8.4; narrower integer
-    types then wrap). torch's own conversion is the CPU's, which gives i64's minimum for all of those."""
-    x = torch.trunc(x.to(torch.float64))
-    top = x >= 2.0 ** 63
-    out = torch.where(top | (x < -(2.0 ** 63)) | x.isnan(), 0.0, x).to(torch.int64)
-    return torch.where(top, 2 ** 63 - 1, torch.where(x < -(2.0 ** 63), -(2 ** 63), out))
-
-
-def _float_mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Python's float ``%``: C's ``fmod`` (exact), moved by ``b`` where the signs differ, a zero with ``b``'s
-    sign. Not ``torch.remainder``: its vectorised form (16 elements and more) is NaN where ``a / b``
-    overflows, where the remainder itself is exact."""
-    dtype = a.dtype
-    wide = torch.float64 if dtype == torch.float64 else torch.float32
-    x = a.to(wide).contiguous().numpy()
-    y = b.to(wide).contiguous().numpy()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.fmod(x, y)
-        r = np.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
-        r = np.where(r == 0, np.copysign(np.zeros_like(r), y), r)
-    return torch.from_numpy(np.ascontiguousarray(r)).to(dtype)
-
-
-_COMPARE: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
-}
-_PLAIN: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "max": torch.maximum, "min": torch.minimum,
-    "and": torch.logical_and, "or": torch.logical_or,
-}
-
-
-def _compute(dt: DType) -> torch.dtype:
-    """The torch dtype a value of type ``dt`` is held in while an op's body runs (unsigned: int64)."""
-    return torch.int64 if dt.is_unsigned else TORCH_DTYPES[dt.compute]
-
-
-def _wrap(x: torch.Tensor, dt: DType) -> torch.Tensor:
-    """An unsigned result (held in int64) reduced to its type's width; other types wrap by themselves."""
-    return torch.bitwise_and(x, (1 << dt.bits) - 1) if dt.is_unsigned else x
-
-
-_BITWISE: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "bitand": torch.bitwise_and, "bitor": torch.bitwise_or, "bitxor": torch.bitwise_xor,
-    "shl": torch.bitwise_left_shift, "shr": torch.bitwise_right_shift,
-}
 
 
 def _identity(kind: str, dt: DType) -> float | int | bool:
@@ -424,50 +359,50 @@ class _Frame:
     def expr(self, e: S.SExpr, dom: _Domain) -> torch.Tensor:
         """``e`` over ``dom``: one dimension per domain axis (size 1 where unused), in ``e.dtype``'s compute type."""
         if isinstance(e, S.Const):  # a literal holds a value of its type: f16/bf16 literals are rounded
-            return torch.full(dom.ones, e.value, dtype=TORCH_DTYPES[e.dtype]).to(_compute(e.dtype))
+            return torch.full(dom.ones, e.value, dtype=TORCH_DTYPES[e.dtype]).to(compute(e.dtype))
         if isinstance(e, S.Idx):
             if e.name not in dom.pos:
                 raise InterpError(f"{self.fn.name}: index `{e.name}` is not an axis of {self.where}")
-            return torch.arange(dom.sizes[dom.pos[e.name]], dtype=_compute(e.dtype)).view(dom.axis_shape(e.name))
+            return torch.arange(dom.sizes[dom.pos[e.name]], dtype=compute(e.dtype)).view(dom.axis_shape(e.name))
         if isinstance(e, S.DimRef):
-            return torch.full(dom.ones, self.dim(e.dim), dtype=_compute(e.dtype))
+            return torch.full(dom.ones, self.dim(e.dim), dtype=compute(e.dtype))
         if isinstance(e, S.Load):
-            return self.load(e, dom).to(_compute(e.dtype))
+            return self.load(e, dom).to(compute(e.dtype))
         if isinstance(e, S.Unary):
-            return _wrap(self.unary(e, dom), e.dtype)
+            return wrap(self.unary(e, dom), e.dtype)
         if isinstance(e, S.Binary):
-            return _wrap(self.binary(e, dom), e.dtype)
+            return wrap(self.binary(e, dom), e.dtype)
         if isinstance(e, S.Select):
             cond = self.expr(e.cond, dom).to(torch.bool)
-            ct = _compute(e.dtype)
+            ct = compute(e.dtype)
             return torch.where(cond, self.expr(e.a, dom).to(ct), self.expr(e.b, dom).to(ct))
         if isinstance(e, S.Cast):
             x = self.expr(e.x, dom)
             if e.dtype.is_bool:
                 return x != 0
             if e.dtype.compute != e.dtype:  # an explicit cast to f16/bf16 rounds now
-                return x.to(TORCH_DTYPES[e.dtype]).to(_compute(e.dtype))
+                return x.to(TORCH_DTYPES[e.dtype]).to(compute(e.dtype))
             if e.x.dtype.is_float and not e.dtype.is_float:
-                x = _float_to_i64(x)
-            return _wrap(x.to(_compute(e.dtype)), e.dtype)
+                x = float_to_i64(x)
+            return wrap(x.to(compute(e.dtype)), e.dtype)
         raise InterpError(f"{self.fn.name}: unknown expression {type(e).__name__}")
 
     def unary(self, e: S.Unary, dom: _Domain) -> torch.Tensor:
-        x = self.expr(e.x, dom).to(_compute(e.dtype))
-        if e.op not in _UNARY and e.op != "bitnot":
+        x = self.expr(e.x, dom).to(compute(e.dtype))
+        if e.op not in UNARY and e.op != "bitnot":
             raise InterpError(f"{self.fn.name}: unknown unary op {e.op!r}")
         if e.op in ("floor", "ceil") and not x.is_floating_point():
             return x
         if e.op == "bitnot":
             return torch.bitwise_not(x)  # on an unsigned value, _wrap then keeps its width
-        return _UNARY[e.op](x)
+        return UNARY[e.op](x)
 
     def binary(self, e: S.Binary, dom: _Domain) -> torch.Tensor:
         a, b = self.expr(e.a, dom), self.expr(e.b, dom)
-        if e.op in _COMPARE:
-            ct = _compute(promote(e.a.dtype, e.b.dtype))
-            return _COMPARE[e.op](a.to(ct), b.to(ct))
-        ct = _compute(e.dtype)
+        if e.op in COMPARE:
+            ct = compute(promote(e.a.dtype, e.b.dtype))
+            return COMPARE[e.op](a.to(ct), b.to(ct))
+        ct = compute(e.dtype)
         if e.op in S.SHIFTS:
             bits = e.dtype.bits
             bad = checked(self, (b < 0) | (b >= bits))
@@ -476,10 +411,10 @@ class _Frame:
                 raise self.error(f"shift count {count} is out of range for {e.dtype} (0 to {bits - 1})", "arith")
             b = b if self.valid is None else torch.where((b < 0) | (b >= bits), 0, b)  # past a length: unused
         a, b = a.to(ct), b.to(ct)
-        if e.op in _BITWISE:
-            return _BITWISE[e.op](a, b)
-        if e.op in _PLAIN:
-            return _PLAIN[e.op](a, b)
+        if e.op in BITWISE:
+            return BITWISE[e.op](a, b)
+        if e.op in PLAIN:
+            return PLAIN[e.op](a, b)
         floating = a.is_floating_point()
         if e.op in ("div", "floordiv", "mod") and not floating and bool(checked(self, b == 0).any()):
             raise self.error(f"integer {e.op} by zero", "arith")
@@ -490,7 +425,7 @@ class _Frame:
         if e.op == "floordiv":
             return torch.floor(a / b) if floating else torch.div(a, b, rounding_mode="floor")
         if e.op == "mod":
-            return _float_mod(a, b) if floating else torch.remainder(a, b)
+            return float_mod(a, b) if floating else torch.remainder(a, b)
         if e.op == "pow":
             if not floating and bool(checked(self, b < 0).any()):
                 raise self.error("integer raised to a negative power", "arith")
