@@ -328,8 +328,10 @@ def parse_dims(text: str) -> dict[str, int]:
     dims: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, value = part.partition("=")
-        if not name.isidentifier() or not value.strip().isdigit() or int(value) < 1:
-            raise _usage(f"--dims takes NAME=VALUE pairs with positive values, as M=128,N=4097; not `{part}`")
+        value = value.strip()
+        if not name.isidentifier() or not (value.isascii() and value.isdigit()) or not 1 <= int(value) < 2 ** 63:
+            raise _usage(f"--dims takes NAME=VALUE pairs with positive values below 2**63, as M=128,N=4097; "
+                         f"not `{part}`")
         dims[name] = int(value)
     return dims
 

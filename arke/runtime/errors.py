@@ -5,7 +5,19 @@ Kept free of torch and numpy imports: ``import arke`` (and ``akc check``) must s
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+_SPECIALISED = re.compile(r"^(.+?)((?:__[A-Za-z_]\w*?_(?:f32|f16|bf16|i64|i32|i8|u8|u16|u32|bool))+)$")
+
+
+def shown_kernel(name: str) -> str:
+    """A kernel's name as its user wrote it: a generic kernel's specialisation ``lin__W_f32`` is `lin` (W = f32)."""
+    found = _SPECIALISED.match(name)
+    if found is None:
+        return f"`{name}`"
+    binds = [part.rsplit("_", 1) for part in found.group(2).split("__") if part]
+    return f"`{found.group(1)}` ({', '.join(f'{n} = {d}' for n, d in binds)})"
 
 
 class GuardError(ValueError):
@@ -30,7 +42,7 @@ class GuardError(ValueError):
         return super().__new__(cls, message)
 
     def __init__(self, kernel: str, message: str, *, rule: str, param: str | None = None):
-        super().__init__(f"kernel `{kernel}`: {message}")
+        super().__init__(f"kernel {shown_kernel(kernel)}: {message}")
         self.kernel = kernel
         self.message = message
         self.rule = rule

@@ -85,3 +85,21 @@ def test_op_description_names_no_ssa_value() -> None:
     assert op_description(S.MapOp("e1", DType.F32, (), body, name="e"), fn) == "`e`"
     assert op_description(S.MapOp(fn.results[0], DType.F32, (), body), fn) == "the result of `f`"
     assert op_description(S.MapOp("other", DType.F32, (), body), fn) == "an intermediate value of `f`"
+
+
+def test_a_generic_kernel_is_named_as_written_with_its_binding() -> None:
+    """Errors name ``lin`` (W = f32), not the specialisation's IR name ``lin__W_f32``; ``.kernel`` keeps the IR name."""
+    import torch
+
+    import arke
+    from arke.runtime.errors import GuardError, shown_kernel
+
+    m = arke.loads("kernel lin(x: W[M, K], w: W[N, K]) -> f32[M, N] where W in {f32, bf16} "
+                   "{ return sum(f32(x[m, k]) * f32(w[n, k]) for k) }", "<generic>")
+    try:
+        m.kernels["lin"](torch.zeros(2, 3), torch.zeros(4, 5))
+    except GuardError as err:
+        assert str(err).startswith("kernel `lin` (W = f32): ") and err.kernel == "lin__W_f32"
+    else:
+        raise AssertionError("no GuardError")
+    assert shown_kernel("a__A_f32__B_i8") == "`a` (A = f32, B = i8)" and shown_kernel("x__y") == "`x__y`"
