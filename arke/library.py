@@ -72,9 +72,20 @@ class Kernel:
             if index not in self._variants:
                 every = (*self.strategies(), *self._tuned)
                 strategy = every[index] if index >= 0 else None
-                if strategy is not None:
-                    warn_unhonoured(self.library, self.name, self.ir_name, strategy)
-                self._variants[index] = _compile(self.library, self.ir_name, strategy)
+                tuned = index >= len(self.strategies())
+                try:
+                    if strategy is not None:
+                        warn_unhonoured(self.library, self.name, self.ir_name, strategy)
+                    self._variants[index] = _compile(self.library, self.ir_name, strategy)
+                except Exception as err:
+                    if not tuned or index < 0:
+                        raise
+                    # a record of the tuning database this build cannot compile: the defaults run, said once
+                    warnings.warn(f"kernel `{self.name}`: the tuning database's strategy for it does not build here "
+                                  f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); it runs "
+                                  "its defaults (rerun `akc tune`, or build with tuning='off')", RuntimeWarning,
+                                  stacklevel=3)
+                    self._variants[index] = _compile(self.library, self.ir_name, None)
             return self._variants[index]
 
     def choose(self, dims: dict[str, int]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from typing import Any
 
@@ -42,6 +43,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from arke.tune.db import TuningDatabaseError
 
     dims = parse_dims(args.dims)
+    if args.write:
+        _check_writable(args.write)  # before minutes of measuring, not after
     quiet = args.format == "json"
     try:
         result = tune(args.path, args.kernel, dims, target=args.target,
@@ -62,6 +65,26 @@ def cmd_tune(args: argparse.Namespace) -> int:
     else:
         _table(result)
     return 0 if result.default.outcome == "ok" else 1
+
+
+def _check_writable(name: str) -> None:
+    """``--write``'s file must be a UTF-8 text file we may write, or a new file in a folder that exists."""
+    from pathlib import Path
+
+    from arke.cli.app import UsageError
+
+    path = Path(name)
+    if path.is_dir():
+        raise UsageError(f"--write {name} is a folder: name the .ak file to append the strategy to")
+    if path.exists():
+        try:
+            path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"--write {name} cannot be read as UTF-8 text ({err}): name another file") from None
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"--write {name} is not writable")
+    elif not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+        raise UsageError(f"--write {name}: its folder {path.parent} does not exist or is not writable")
 
 
 def _write(args: argparse.Namespace, result: Any) -> None:

@@ -12,6 +12,7 @@ call and its result is appended to a trajectory log (JSON lines).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import statistics
@@ -37,7 +38,7 @@ class Agent:
         self.log_path = Path(log) if log else base / "agent-trajectory.jsonl"
         self.worker = Worker()
         self.timeout_s = timeout_s
-        self.measured: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
+        self.measured: dict[tuple[str, str, str, str, str, str], dict[str, Any]] = {}  # ..., the file's digest
 
     def close(self) -> None:
         self.worker.stop()
@@ -150,7 +151,7 @@ class Agent:
         speedup = medians["defaults"] / medians["candidate"]
         out = {"outcome": "ok", "candidate_s": medians["candidate"], "defaults_s": medians["defaults"],
                "speedup": speedup, "noise": noise, "wins": speedup > 1 + noise}
-        self.measured[(path, kernel, target, json.dumps(dims, sort_keys=True), strategy.strip())] = {
+        self.measured[(path, kernel, target, json.dumps(dims, sort_keys=True), strategy.strip(), _digest(text))] = {
             **out, "samples": times["candidate"], "strategy": mine}
         return out
 
@@ -161,10 +162,15 @@ class Agent:
         import arke
 
         dims = {k: int(v) for k, v in dims.items()}
-        found = self.measured.get((path, kernel, target, json.dumps(dims, sort_keys=True), strategy.strip()))
+        text = Path(path).read_text(encoding="utf-8")
+        asked = (path, kernel, target, json.dumps(dims, sort_keys=True), strategy.strip())
+        found = self.measured.get((*asked, _digest(text)))
         if found is None:
+            if any(k[:5] == asked for k in self.measured):
+                return {"error": f"{path} changed since this strategy was measured: measure it again (a record is "
+                                 "kept under the kernel it was measured on)"}
             return {"error": "measure this strategy at these dims first: only measured results are recorded"}
-        module = arke.load(path)
+        module = arke.loads(text, path=path)
         key = tdb.Key.make(module.semantic, module.kernel_map[kernel], target, dims)
         database = tdb.Database(self.db_url)
         try:
@@ -176,7 +182,7 @@ class Agent:
                                         f"agent: {rationale}", kernel))
         finally:
             database.close()
-        return {"recorded": True, "chosen": bool(found["wins"]), "database": database.url}
+        return {"recorded": True, "chosen": bool(found["wins"]), "database": database.shown()}
 
     # -------------------------------------------------------------- helpers
     @staticmethod
@@ -185,6 +191,10 @@ class Agent:
         body = "\n".join(f"  {line.strip()}" for line in strategy.strip().splitlines() if line.strip())
         full = text + ("" if text.endswith("\n") else "\n") + f"@strategy({kernel}, target = {target}) {{\n{body}\n}}\n"
         return text, path, full
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _spread(samples: list[float]) -> float:

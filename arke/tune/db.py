@@ -10,9 +10,11 @@ the outcome (``ok``, ``mismatch``, ``failed``, ``timeout``, ``pruned``, ``flagge
 ever returns records whose every key matches: another machine's, toolchain's or protocol's never.
 
 Writers commit one record per transaction, so tuners sharing a database interleave safely (SQLite
-waits on its lock for up to 30 s). A database file that cannot be read is reported and set aside
-(renamed ``<name>.corrupt-<time>``) and a new one started: never a traceback, never data taken
-for good that is not.
+waits on its lock for up to 30 s). A SQLite database that is damaged (its header says SQLite, its contents
+cannot be read) is reported and set aside by a tuner (renamed ``<name>.corrupt-<time>-<pid>``) and a
+new one started; a folder, a file that is not SQLite, or a database locked by another process is a
+clear error, and nothing is moved. A lookup (a build) never creates or moves a file. Never a traceback,
+never data taken for good that is not.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from arke.ir import strategy as sir
 
 #: Outcomes a record may have; only ``ok`` records compete for "best".
 OUTCOMES = ("ok", "mismatch", "failed", "timeout", "pruned", "flagged")
+#: Seconds a SQLite connection waits on another process's lock before saying the database is locked.
+LOCK_TIMEOUT_S = 30.0
 #: The winner of a tuning run (confirmed against the defaults), per key: what arke.build uses.
 CHOSEN = "chosen"
 
@@ -157,9 +161,16 @@ LAYER_PREFIX = "layer-"
 class Database:
     """A tuning database at a SQLAlchemy URL (created with its table on first use)."""
 
-    def __init__(self, url: str | None = None):
+    def __init__(self, url: str | None = None, writer: bool = True):
+        if url is not None and not url.strip():
+            raise TuningDatabaseError("the tuning database is named by an empty string: name a file or URL, or leave "
+                                      "--db out for the default")
         url = url or default_url()
+        if url.rstrip("/") in ("sqlite:", "sqlite:/", "sqlite://") or ":memory:" in url:
+            raise TuningDatabaseError(f"{url!r} is a database in memory, which keeps no record past this process: "
+                                      "name a file (or leave --db out for ~/.cache/arke/tuning.db)")
         self.url = url if "://" in url else f"sqlite:///{Path(url).expanduser().resolve()}"  # a plain file path
+        self.writer = writer  # a tuner: may create the database (a lookup never creates or moves anything)
         self._engine: Any = None
         self.notes: list[str] = []  # what was reported (a corrupted file set aside)
 
@@ -173,37 +184,69 @@ class Database:
             raise TuningDatabaseError("the tuning database needs SQLAlchemy: pip install 'arke[tune]'") from None
         path = self._sqlite_path()
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _check_path(path)
+            if self.writer:
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as err:
+                    raise TuningDatabaseError(f"cannot make the folder of the tuning database {path}: {err}") from None
         try:
-            engine = sa.create_engine(self.url, connect_args={"timeout": 30} if path is not None else {})
+            connect = {"timeout": LOCK_TIMEOUT_S} if path is not None else {}
+            engine = sa.create_engine(self.url, connect_args=connect)
         except Exception as err:
-            raise TuningDatabaseError(f"cannot use the tuning database {self._shown()}: {err}") from None
-        try:
-            _metadata(sa).create_all(engine)
-            with engine.connect() as c:  # a file that is not a database fails here
-                c.execute(sa.text("SELECT COUNT(*) FROM arke_tuning")).scalar()
-        except Exception as err:
-            engine.dispose()
-            if path is None or not path.exists():
-                raise TuningDatabaseError(f"cannot use the tuning database {self._shown()}: "
-                                          f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
-            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
-            path.rename(aside)
-            note = (f"the tuning database {path} could not be read ({type(err).__name__}); it was set aside as "
-                    f"{aside.name} and a new one started")
-            self.notes.append(note)
-            warnings.warn(note, RuntimeWarning, stacklevel=3)
-            engine = sa.create_engine(self.url, connect_args={"timeout": 30})
-            _metadata(sa).create_all(engine)
+            raise TuningDatabaseError(f"cannot use the tuning database {self.shown()}: {err}") from None
+        for attempt in range(4):
+            try:
+                if self.writer:
+                    _metadata(sa).create_all(engine)
+                with engine.connect() as c:  # a file that is not a database fails here
+                    c.execute(sa.text("SELECT COUNT(*) FROM arke_tuning")).scalar()
+                break
+            except Exception as err:
+                engine.dispose()
+                text = str(err).lower()
+                if attempt < 3 and ("already exists" in text or "disk i/o" in text or "readonly" in text):
+                    time.sleep(0.05 * (attempt + 1))  # another process is creating the same new database
+                    continue
+                if "locked" in text or "busy" in text:
+                    raise TuningDatabaseError(f"the tuning database {self.shown()} is locked by another process "
+                                              "(for more than 30 s): try again when it is done") from None
+                if path is None or not path.exists() or not self.writer or not _is_sqlite(path):
+                    raise TuningDatabaseError(f"cannot use the tuning database {self.shown()}: "
+                                              f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
+                engine = self._set_aside(sa, path, err)
+                break
         self._engine = engine
+        return engine
+
+    def _set_aside(self, sa: Any, path: Path, err: Exception) -> Any:
+        """Rename a damaged SQLite database (its header says it is one) out of the way and start a new one."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{os.getpid()}")
+        n = 1
+        while aside.exists():
+            aside, n = path.with_name(f"{path.name}.corrupt-{stamp}-{os.getpid()}-{n}"), n + 1
+        path.rename(aside)
+        note = (f"the tuning database {path} could not be read ({type(err).__name__}); it was set aside as "
+                f"{aside.name} and a new one started")
+        self.notes.append(note)
+        warnings.warn(note, RuntimeWarning, stacklevel=4)
+        engine = sa.create_engine(self.url, connect_args={"timeout": LOCK_TIMEOUT_S})
+        _metadata(sa).create_all(engine)
         return engine
 
     def _sqlite_path(self) -> Path | None:
         prefix = "sqlite:///"
         return Path(self.url[len(prefix):]) if self.url.startswith(prefix) and len(self.url) > len(prefix) else None
 
-    def _shown(self) -> str:
-        return self.url.split("@")[-1] if "@" in self.url else self.url  # never print a password
+    def shown(self) -> str:
+        """The URL without its password (what is printed, logged and handed to an agent)."""
+        try:
+            from sqlalchemy.engine import make_url
+
+            return make_url(self.url).render_as_string(hide_password=True)
+        except Exception:  # not a URL SQLAlchemy parses: keep only what follows the credentials
+            return self.url.split("@")[-1]
 
     def close(self) -> None:
         if self._engine is not None:
@@ -225,8 +268,14 @@ class Database:
                "median": None if math.isinf(record.median) else record.median, "note": record.note[:2000],
                "kernel_name": record.kernel_name, "created": record.created or time.time(),
                "identity": json.dumps(self._identity(k.target, k.options), sort_keys=True)}
-        with engine.begin() as c:
-            c.execute(sa.insert(_table(sa)).values(**row))
+        try:
+            with engine.begin() as c:
+                c.execute(sa.insert(_table(sa)).values(**row))
+        except sa.exc.SQLAlchemyError as err:
+            raise TuningDatabaseError(f"cannot write to the tuning database {self.shown()}: "
+                                      f"{_first_line(err)} "
+                                      "(a read-only or damaged file, or a table of another shape: name another "
+                                      "database with --db)") from None
 
     @staticmethod
     def _identity(target: str, options: str) -> dict[str, object]:
@@ -249,23 +298,33 @@ class Database:
 
     def _rows(self, query: Any, key: Key | None) -> list[Record]:
         """The records a query selects (``key``: theirs, else each row's own); damaged rows skipped, said once."""
+        import sqlalchemy as sa
+
         out = []
-        with self._open().connect() as c:
-            for row in c.execute(query):
-                try:
-                    layer = row.kernel.startswith(LAYER_PREFIX)
-                    plan = plan_from(row.strategy) if layer else ()
-                    strategy = None if layer else strategy_from(row.strategy)
-                    samples = tuple(float(x) for x in json.loads(row.samples))
-                    dims = {str(a): int(b) for a, b in json.loads(row.dims).items()}
-                except (ValueError, TypeError, KeyError, IndexError) as err:
-                    self.notes.append(f"record {row.id} of {self._shown()} is damaged ({err}); skipped")
-                    continue
-                found = key or Key(row.kernel, row.target, row.options, row.dims_bucket, row.machine, row.versions,
-                                   row.protocol)
-                out.append(Record(found, dims, strategy, row.outcome, samples, row.note or "", row.kernel_name or "",
-                                  row.created or 0.0, plan))
+        try:
+            rows = self._fetch(query)
+        except sa.exc.SQLAlchemyError as err:
+            raise TuningDatabaseError(f"cannot read the tuning database {self.shown()}: "
+                                      f"{_first_line(err)}") from None
+        for row in rows:
+            try:
+                layer = row.kernel.startswith(LAYER_PREFIX)
+                plan = plan_from(row.strategy) if layer else ()
+                strategy = None if layer else strategy_from(row.strategy)
+                samples = tuple(float(x) for x in json.loads(row.samples))
+                dims = {str(a): int(b) for a, b in json.loads(row.dims).items()}
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+                self.notes.append(f"record {row.id} of {self.shown()} is damaged ({err}); skipped")
+                continue
+            found = key or Key(row.kernel, row.target, row.options, row.dims_bucket, row.machine, row.versions,
+                               row.protocol)
+            out.append(Record(found, dims, strategy, row.outcome, samples, row.note or "", row.kernel_name or "",
+                              row.created or 0.0, plan))
         return out
+
+    def _fetch(self, query: Any) -> list[Any]:
+        with self._open().connect() as c:
+            return list(c.execute(query))
 
     def chosen_plans(self, key: Key) -> list[Record]:
         """The latest confirmed plan of every dims bucket of ``key``'s layer (its ``dims_bucket`` ignored; every
@@ -294,11 +353,40 @@ class Database:
     def count(self) -> int:
         import sqlalchemy as sa
 
-        with self._open().connect() as c:
-            return int(c.execute(sa.select(sa.func.count()).select_from(_table(sa))).scalar() or 0)
+        try:
+            with self._open().connect() as c:
+                return int(c.execute(sa.select(sa.func.count()).select_from(_table(sa))).scalar() or 0)
+        except sa.exc.SQLAlchemyError as err:
+            raise TuningDatabaseError(f"cannot read the tuning database {self.shown()}: {err}") from None
 
 
 _TABLES: dict[int, Any] = {}
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _first_line(err: Exception) -> str:
+    """The driver's own words for a SQLAlchemy error (its ``orig``), first line only."""
+    found = getattr(err, "orig", None) or err
+    return (str(found).splitlines() or [type(found).__name__])[0]
+
+
+def _check_path(path: Path) -> None:
+    """A SQLite database's path must be a file (or nothing yet): a folder or a device is never used or moved."""
+    if path.is_dir():
+        raise TuningDatabaseError(f"the tuning database {path} is a folder: name a file in it, as "
+                                  f"{path / 'tuning.db'}")
+    if path.exists() and not path.is_file():
+        raise TuningDatabaseError(f"the tuning database {path} is not a regular file: name a file")
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Whether the file says it is a SQLite database (a damaged one may be set aside; any other file is the user's,
+    never renamed)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == _SQLITE_HEADER
+    except OSError:
+        return False
 
 
 def _metadata(sa: Any) -> Any:

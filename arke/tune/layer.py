@@ -165,7 +165,7 @@ def tune(layer: Any, prefill: Sequence[int] = (), decode_context: Sequence[int] 
     database = tdb.Database(db)
     database.count()  # a database that cannot be used is said now, before anything is measured
     module = arke.loads(LAYER_SOURCE, "<decoder layer>")
-    out = LayerTuneResult(layer.name, layer.target, phases, database.url)
+    out = LayerTuneResult(layer.name, layer.target, phases, database.shown())
     fma = 0.0
     if layer.kind == "f32":
         from arke.runtime.peaks import fma_peak
@@ -262,7 +262,7 @@ def _tune_phase(layer: Any, module: Any, phase: Phase, batch: int, budget: int, 
     _candidates(module, phase, target, dispatch_budget, deadline, database.url, seed, timeout_s, panels, say)
     key = tdb.Key.of(identity(layer.config, layer.kind, str(layer.act_dtype)), target, {"B": batch, "T": phase.tokens})
     dims = {"B": batch, "T": phase.tokens}
-    result = TuneResult(layer.name, target, dims, Trial(None, "failed"), Trial(None, "failed"), db_url=database.url)
+    result = TuneResult(layer.name, target, dims, Trial(None, "failed"), Trial(None, "failed"), db_url=database.shown())
     result.flops = sum(flops_of(module.semantic.get(d.ir_name), d.dims) for d in phase.dispatches) * len(phase.calls)
     result.fma_peak = fma
     phase.result = result

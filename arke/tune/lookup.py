@@ -67,6 +67,32 @@ def _unreadable(url: str, err: Exception) -> None:
                       RuntimeWarning, stacklevel=5)
 
 
+def _said(url: str, notes: list[str]) -> None:
+    """The database's notes (damaged rows skipped), each said once."""
+    for note in notes:
+        if note not in _WARNED:
+            _WARNED.add(note)
+            warnings.warn(f"{note}; rerun `akc tune` to measure it again", RuntimeWarning, stacklevel=5)
+
+
+def _usable(strategy: sir.Strategy, module: S.Module, url: str) -> sir.Strategy | None:
+    """A record's strategy if every decision is one the language could have written (a known kind, a legal
+    value for its kind); else None (the defaults run) and a warning, once: a damaged or foreign record never
+    fails or silently changes a kernel."""
+    from arke.tune.space import legal_decision
+
+    bad = [d for d in strategy.decisions if legal_decision(d, module, strategy.kernel) is not None]
+    if not bad:
+        return strategy
+    why = legal_decision(bad[0], module, strategy.kernel)
+    note = (f"the tuning database {url.split('@')[-1]} holds a strategy for `{strategy.kernel}` that cannot be used "
+            f"({why}); the kernel runs its defaults: rerun `akc tune` for it")
+    if note not in _WARNED:
+        _WARNED.add(note)
+        warnings.warn(note, RuntimeWarning, stacklevel=5)
+    return None
+
+
 def tuned_strategy(module: S.Module, ir_name: str, target: str, dims: Mapping[str, int], arch: str | None = None,
                    device: str = "cpu", url: str | None = None) -> sir.Strategy | None:
     """The key's ``chosen`` record's strategy (None: no record, or the defaults were confirmed)."""
@@ -83,7 +109,7 @@ def tuned_strategy(module: S.Module, ir_name: str, target: str, dims: Mapping[st
         if kept is not None and kept[0] == stamp:
             return kept[1]
     try:
-        database = tdb.Database(url)
+        database = tdb.Database(url, writer=False)
         try:
             found = database.chosen(tdb.Key.of(kernel, target, dims, arch, device))
         finally:
@@ -91,8 +117,9 @@ def tuned_strategy(module: S.Module, ir_name: str, target: str, dims: Mapping[st
     except Exception as err:  # a broken or unreachable database never fails a build
         _unreadable(url, err)
         return None
+    _said(url, database.notes)
     answer = None if found is None or found.strategy is None else \
-        sir.Strategy(ir_name, target, None, found.strategy.decisions)
+        _usable(sir.Strategy(ir_name, target, None, found.strategy.decisions), module, url)
     if stamp is not None:
         if len(_ANSWERS) >= _MAX_ANSWERS:
             _ANSWERS.pop(next(iter(_ANSWERS)))
@@ -108,7 +135,7 @@ def tuned_plan(layer: str, target: str, device: str = "cpu", url: str | None = N
     if not _readable(url):
         return ()
     try:
-        database = tdb.Database(url)
+        database = tdb.Database(url, writer=False)
         try:
             found = database.chosen_plans(tdb.Key.of(layer, target, {}, None, device))
         finally:

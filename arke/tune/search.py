@@ -176,10 +176,13 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
                          "kernels with fixed dtypes for now; write the specialisation you run as a kernel of its own")
     fn = module.semantic.get(ir_name)
     dims = {k: int(v) for k, v in dims.items()}
-    missing = sorted({s.name for p in fn.params for d in p.type.shape for s in getattr(d, "free_symbols", ())}
-                     - set(dims))
+    own = {s.name for p in fn.params for d in p.type.shape for s in getattr(d, "free_symbols", ())}
+    missing = sorted(own - set(dims))
     if missing:
         raise ValueError(f"give every dim of `{kernel}` (missing: {', '.join(missing)})")
+    stray = sorted(set(dims) - own - {p.name for p in fn.params if not p.type.rank})
+    if stray:  # a record keyed by them would match no call
+        raise ValueError(f"`{kernel}` has no dim {', '.join(stray)}; its dims are {', '.join(sorted(own))}")
     if budget is not None and budget < 1:
         raise ValueError(f"the budget is a number of measurements, at least 1 (the defaults'), not {budget}")
     if time_s is not None and not time_s > 0:
@@ -199,7 +202,7 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
         budget, time_s = space_size(space) + 1, None  # every point, and the defaults measured first
     notes: list[str] = []
     lanes = ray_lanes(ray, target, notes) if ray else local_lanes()
-    result = TuneResult(kernel, target, dims, Trial(None, "failed"), Trial(None, "failed"), db_url=database.url)
+    result = TuneResult(kernel, target, dims, Trial(None, "failed"), Trial(None, "failed"), db_url=database.shown())
     result.flops = flops_of(fn, dims)
     if flag_roofline and result.flops:
         from arke.runtime.peaks import fma_peak

@@ -103,3 +103,33 @@ def space_size(space: Sequence[Knob]) -> int:
     for knob in space:
         size *= len(knob.values)
     return size
+
+
+def legal_decision(d: sir.Decision, module: Any, kernel: str) -> str | None:
+    """Why ``d`` could not have been written in a strategy for ``kernel`` (of the semantic ``module``): an unknown
+    kind, a subject the kind does not take or the kernel does not have, a value outside the kind's rule; None
+    when it could. For records read back from a tuning database, which may be damaged or foreign."""
+    spec = sir.DECISIONS.get(d.kind)
+    if spec is None:
+        return f"unknown decision `{d.kind}`"
+    if (spec.subject == "none") != (d.subject is None):
+        return f"`{d.kind}` {'takes no' if spec.subject == 'none' else 'needs a'} subject"
+    if spec.subject == "index" and d.subject is not None:
+        fn = module.get(kernel) if hasattr(module, "get") else None
+        indices = {a.name for op in getattr(fn, "ops", ()) for a in (*getattr(op, "axes", ()),
+                                                                     *getattr(op, "reduce_axes", ()))}
+        if indices and d.subject not in indices:
+            return f"`{d.kind} {d.subject}`: the kernel has no index `{d.subject}`"
+    v = d.value
+    if v is None:
+        return None if spec.values == "none" or not spec.value_required else f"`{d.kind}` needs a value"
+    if spec.values == "none":
+        return f"`{d.kind}` takes no value"
+    if spec.values == "enum":
+        return None if v in spec.choices else f"`{d.kind} = {v!r}` is not one of {', '.join(spec.choices)}"
+    if isinstance(v, bool) or not isinstance(v, int):
+        return f"`{d.kind}` takes a whole number, not {v!r}"
+    low = 2 if spec.values == "split" else 1
+    if v < low or (spec.maximum is not None and v > spec.maximum) or (spec.values == "pow2" and v & (v - 1)):
+        return f"`{d.kind} = {v}` is out of its range"
+    return None

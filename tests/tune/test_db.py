@@ -127,21 +127,100 @@ def test_concurrent_writers(tmp_path: Path) -> None:
 
 
 def test_a_corrupted_file_is_set_aside(tmp_path: Path) -> None:
+    """A damaged SQLite database (its header says it is one) is set aside by a tuner, under a name of its own each
+    time; a lookup (a build) never moves it and runs the defaults."""
     path = tmp_path / "tuning.db"
-    path.write_bytes(b"this is not a database" * 100)
-    database = tdb.Database(str(path))
+    damaged = b"SQLite format 3\x00" + b"this is not a database" * 100
+    module = arke.loads(SOURCE)
+    path.write_bytes(damaged)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert database.count() == 0
-    assert any("set aside" in str(w.message) for w in caught) and database.notes
-    aside = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]
-    assert len(aside) == 1 and aside[0].read_bytes().startswith(b"this is not")
-    module = arke.loads(SOURCE)  # a build never fails on it either
-    path.write_bytes(b"garbage again")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
         assert tuned_strategy(module.semantic, module.kernel_map["mm"], "llvm", {"M": 1, "N": 1, "K": 1},
                               url=f"sqlite:///{path}") is None
+    assert path.read_bytes() == damaged and any("cannot be read" in str(w.message) for w in caught)
+    for _ in range(2):
+        path.write_bytes(damaged)
+        database = tdb.Database(str(path))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert database.count() == 0
+        assert any("set aside" in str(w.message) for w in caught) and database.notes
+    aside = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]
+    assert len(aside) == 2 and all(p.read_bytes() == damaged for p in aside)
+
+
+@pytest.mark.parametrize("what", ["folder", "text"])
+def test_what_is_not_a_database_is_never_moved(tmp_path: Path, what: str) -> None:
+    """A folder, or a file that is not SQLite (a user's), named as the database: a clear error for a tuner, a
+    warning and the defaults for a build; nothing is renamed or created."""
+    path = tmp_path / "db"
+    if what == "folder":
+        path.mkdir()
+        (path / "mine.txt").write_text("keep")
+    else:
+        path.write_text("my notes, not a database")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    with pytest.raises(tdb.TuningDatabaseError, match=r"is a folder|not a database"):
+        tdb.Database(str(path)).count()
+    module = arke.loads(SOURCE)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert tuned_strategy(module.semantic, module.kernel_map["mm"], "llvm", {"M": 1, "N": 1, "K": 1},
+                              url=f"sqlite:///{path}") is None
+    assert caught
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_locked_database_is_not_set_aside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t.db"
+    tdb.Database(str(path)).add(_record(_key({"M": 8, "N": 8, "K": 8})))
+    monkeypatch.setattr(tdb, "LOCK_TIMEOUT_S", 0.2)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(tdb.TuningDatabaseError, match="locked by another process"):
+            tdb.Database(str(path)).count()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert not [p for p in tmp_path.iterdir() if ".corrupt-" in p.name] and tdb.Database(str(path)).count() == 1
+
+
+@pytest.mark.parametrize("url", ["", "sqlite://", "sqlite:///:memory:"])
+def test_a_database_that_keeps_nothing_is_refused(url: str) -> None:
+    with pytest.raises(tdb.TuningDatabaseError, match=r"empty string|in memory"):
+        tdb.Database(url)
+
+
+@pytest.mark.parametrize(("decisions", "why"), [
+    ('[{"kind": "frobnicate", "subject": null, "value": 1}]', "unknown decision"),
+    ('[{"kind": "vectorize", "subject": "n", "value": -8}]', "out of its range"),
+    ('[{"kind": "threads", "subject": null, "value": 0}]', "out of its range"),
+    ('[{"kind": "tile", "subject": "m", "value": "abc"}]', "whole number"),
+    ('[{"kind": "tile", "subject": "zz", "value": 4}]', "no index `zz`"),
+])
+def test_a_record_the_kernel_cannot_use_runs_the_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          decisions: str, why: str) -> None:
+    """A chosen record whose strategy no source could have written (damaged or foreign): the kernel runs its
+    defaults, correctly, with a warning saying why; never a crash in the call."""
+    import torch
+
+    path = tmp_path / "t.db"
+    monkeypatch.setenv("ARKE_TUNING_DB", str(path))
+    dims = {"M": 8, "N": 8, "K": 8}
+    tdb.Database(str(path)).add(_record(_key(dims), tdb.CHOSEN))
+    with sqlite3.connect(path) as c:
+        text = c.execute("SELECT strategy FROM arke_tuning").fetchone()[0]
+        record = json.loads(text)
+        record["strategies"][0]["decisions"] = json.loads(decisions)
+        c.execute("UPDATE arke_tuning SET strategy = ?", (json.dumps(record),))
+    module = arke.loads(SOURCE)
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = arke.build(module).mm(a, b)
+    assert torch.allclose(got, a @ b, atol=1e-5)
+    assert any(why in str(w.message) for w in caught), [str(w.message) for w in caught]
 
 
 def test_a_damaged_row_is_skipped(tmp_path: Path) -> None:

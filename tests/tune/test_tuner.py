@@ -123,7 +123,11 @@ def test_akc_tune_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     cases = [([str(tmp_path / "missing.ak"), "--kernel", "mm", "--dims", "M=4,N=4,K=4"], 2, "no such file"),
              ([str(bad), "--kernel", "bad", "--dims", "M=4"], 1, "AK2001"),
              ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--budget", "0"], 2, "at least 1"),
-             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--db", "nosuch://x"], 2, "cannot use")]
+             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--db", "nosuch://x"], 2, "cannot use"),
+             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4,Z=3"], 2, "has no dim Z"),
+             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--db", str(tmp_path)], 2, "is a folder"),
+             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--write", str(tmp_path)], 2, "is a folder"),
+             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--db", "sqlite:///:memory:"], 2, "in memory")]
     for args, status, words in cases:
         assert cli.main(["tune", *args]) == status
         err = capsys.readouterr().err
