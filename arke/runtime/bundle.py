@@ -22,6 +22,7 @@ import os
 import platform
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -195,9 +196,16 @@ def _by_content(library: Path, digest: str) -> str:
         folder.mkdir(mode=0o700, exist_ok=True)
         if folder.stat().st_uid != os.getuid():
             return str(library)  # someone else's folder: not trusted with the link
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(library.resolve())
+        target = library.resolve()
+        if link.is_symlink() and os.readlink(link) == str(target):
+            return str(link)
+        # made under a name of its own, then renamed over the old link in one step: another process loading
+        # the same library never finds the path missing
+        fresh = folder / f".{digest}.{os.getpid()}.{threading.get_ident()}.so"
+        if fresh.is_symlink():
+            fresh.unlink()
+        fresh.symlink_to(target)
+        os.replace(fresh, link)
     except OSError:
         return str(library)  # no link here: the path itself (right unless rebuilt in this process)
     return str(link)
@@ -286,7 +294,9 @@ class BundleKernel:
         if threads is not None:
             threads = check_threads(self.name, threads)
         args, any_torch = self._bind(arrays, scalars)
-        key = tuple((tuple(a.shape), a.dtype) for a in args)
+        # a dim parameter's value (a 0-d integer) sets result shapes as the tensors' shapes do
+        key = tuple((tuple(a.shape), a.dtype, int(a) if a.dim() == 0 and not a.is_floating_point() else None)
+                    for a in args)
         shapes = self._shapes.get(key)
         if shapes is None:
             shapes = self._result_shapes(args)

@@ -411,6 +411,45 @@ def test_a_bundle_never_replaces_what_is_not_a_bundle(tmp_path: Path) -> None:
     assert torch.equal(load_bundle(tmp_path / "empty").f(torch.zeros(2)), torch.ones(2))
 
 
+def test_the_c_abi_refuses_null_arrays_and_reads_no_extent_past_the_rank(tmp_path: Path) -> None:
+    """NULL argument, result and shape arrays are errors with their own words (one crashed), an ndim above
+    the rank is reported without reading the caller's shape array, and an empty tensor (no data) is the dims'
+    error, not a missing argument."""
+    import ctypes
+
+    from arke.runtime import bundle as rt
+
+    mod = arke.load(ROOT / "examples" / "rmsnorm.ak")
+    build_bundle(mod, tmp_path / "b", ["rmsnorm"])
+    lib = ctypes.CDLL(str(tmp_path / "b" / "libarke_bundle.so"))
+    x, w, eps = torch.randn(3, 8), torch.randn(8), torch.tensor(1e-6)
+    keep: list[object] = []
+    args = (rt._Tensor * 3)(*(rt._tensor(t, keep) for t in (x, w, eps)))
+    err = rt._Error()
+    assert lib.arke_rmsnorm_result_shape(args, ctypes.c_int64(3), ctypes.c_int64(0), None, ctypes.byref(err)) == 1
+    assert b"shape is NULL" in err.message
+    out = (rt._Tensor * 1)(rt._tensor(torch.empty(3, 8), keep))
+    assert lib.arke_rmsnorm(None, ctypes.c_int64(3), out, ctypes.c_int64(1), 1, ctypes.byref(err)) == 1
+    assert b"the array of arguments is NULL" in err.message
+    assert lib.arke_rmsnorm(args, ctypes.c_int64(3), None, ctypes.c_int64(1), 1, ctypes.byref(err)) == 1
+    assert b"the array of results is NULL" in err.message
+    args[0].ndim = 1000  # the shape array holds 2: nothing past it is read
+    assert lib.arke_rmsnorm(args, ctypes.c_int64(3), out, ctypes.c_int64(1), 1, ctypes.byref(err)) == 2
+    assert err.message.decode().endswith("but was given rank 1000 (or no shape)")
+    lib_py = load_bundle(tmp_path / "b")
+    with pytest.raises(arke.GuardError, match="M = 0 from `x` axis 0: dims must be at least 1"):
+        lib_py.rmsnorm(torch.empty(0, 8), w)
+
+
+def test_a_dim_parameter_sets_the_result_shape_at_every_call(tmp_path: Path) -> None:
+    mod = arke.loads("kernel tile(x: f32[M], G: dim) -> y: f32[M, G] {\n  y[m, g] = x[m] + f32(g)\n}", "<tile>")
+    build_bundle(mod, tmp_path / "b")
+    lib = load_bundle(tmp_path / "b")
+    x = torch.arange(4.0)
+    for g in (2, 3, 2, 5):
+        assert torch.equal(lib.tile(x, g), x[:, None] + torch.arange(float(g)))
+
+
 def test_akc_build_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from arke.cli import app
 

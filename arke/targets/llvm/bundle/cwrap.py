@@ -102,20 +102,32 @@ def _check(k: str, name: str, fn: S.Function, dims: list[str]) -> list[str]:
     as_dims = dim_params(fn)
     L = [f"static int check_{k}(const arke_tensor *a, int64_t na, dims_{k} *D, arke_error *err) {{",
          "    char sh[256]; int bad = 0; (void)sh; (void)bad;",
-         f"    if (na != {n} || (na > 0 && a == NULL)) "
+         "    if (na > 0 && a == NULL) "
+         + _fail("ARKE_ERR_ARGS", "arity", None, name, ("the array of arguments is NULL")),
+         f"    if (na != {n}) "
          + _fail("ARKE_ERR_ARGS", "arity", None, name, (f"takes {n} arguments ({names}), but {P}lld were given"),
                  "(long long)na")]
     for i, p in enumerate(fn.params):
-        L.append(f"    if (a[{i}].data == NULL) "
-                 + _fail("ARKE_ERR_ARGS", "missing", p.name, name, (f"missing argument `{p.name}`")))
-    for i, p in enumerate(fn.params):
         rank = p.type.rank
         want = _signature_text(p)
-        L.append(f"    if (a[{i}].ndim != {rank}{f' || a[{i}].shape == NULL' if rank else ''}) "
-                 + _fail("ARKE_ERR_SHAPE", "rank", p.name, name,
-                         (f"parameter `{p.name}` is {want}" + f" (rank {rank})"
-                              + f", but was given {P}s (rank {P}d)"),
-                         f"ak_shape_text(&a[{i}], sh, sizeof sh)", f"(int)a[{i}].ndim"))
+        # extents are read only where the caller's ndim is below the rank, so its shape array holds them: a
+        # larger ndim says nothing of the array's length
+        shown = _fail("ARKE_ERR_SHAPE", "rank", p.name, name,
+                      (f"parameter `{p.name}` is {want}" + f" (rank {rank})" + f", but was given {P}s (rank {P}d)"),
+                      f"ak_shape_text(&a[{i}], sh, sizeof sh)", f"(int)a[{i}].ndim")
+        plain = _fail("ARKE_ERR_SHAPE", "rank", p.name, name,
+                      (f"parameter `{p.name}` is {want}" + f" (rank {rank})" + f", but was given rank {P}d"
+                       + (" (or no shape)" if rank else "")), f"(int)a[{i}].ndim")
+        L.append(f"    if (a[{i}].ndim != {rank}{f' || a[{i}].shape == NULL' if rank else ''}) {{")
+        L.append(f"        if (a[{i}].ndim >= 0 && a[{i}].ndim < {rank} && (a[{i}].ndim == 0 || a[{i}].shape != NULL)) "
+                 + shown)
+        L.append(f"        {plain}")
+        L.append("    }")
+        # no data is a missing argument, unless an extent is 0 (torch's empty tensors have none): that is the
+        # dims' error, below
+        empty = " && " + " && ".join(f"a[{i}].shape[{x}] != 0" for x in range(rank)) if rank else ""
+        L.append(f"    if (a[{i}].data == NULL{empty}) "
+                 + _fail("ARKE_ERR_ARGS", "missing", p.name, name, (f"missing argument `{p.name}`")))
         need = DType.I64 if p.name in as_dims else p.type.dtype
         how = f"convert it to {need}"
         L.append(f"    if (a[{i}].dtype != {DTYPE_CODES[need]}) "
@@ -304,7 +316,9 @@ def _public(k: str, name: str, fn: S.Function, dims: list[str], variants: list[V
     L = [f"int arke_{k}_result_shape(const arke_tensor *a, int64_t na, int64_t result, int64_t *shape, "
          "arke_error *err) {",
          f"    ak_clear(err); dims_{k} DV, *D = &DV; int bad = 0;",
-         f"    int rc = check_{k}(a, na, D, err); if (rc) return rc;", *_unpack(k, dims)]
+         f"    int rc = check_{k}(a, na, D, err); if (rc) return rc;", *_unpack(k, dims),
+         "    if (shape == NULL) "
+         + _fail("ARKE_ERR_ARGS", "arity", None, name, ("shape is NULL: pass an array of the result's rank"))]
     for r, rtype in enumerate(fn.result_types):
         sets = " ".join(f"shape[{x}] = {c_dim(d)};" for x, d in enumerate(rtype.shape))
         L.append(f"    if (result == {r}) {{ {sets} return ARKE_OK; }}")
@@ -315,7 +329,9 @@ def _public(k: str, name: str, fn: S.Function, dims: list[str], variants: list[V
           "arke_error *err) {",
           f"    ak_clear(err); dims_{k} DV, *D = &DV; int bad = 0;",
           f"    int rc = check_{k}(a, na, D, err); if (rc) return rc;", *_unpack(k, dims),
-          f"    if (nr != {nres} || r == NULL) "
+          "    if (nr > 0 && r == NULL) "
+          + _fail("ARKE_ERR_ARGS", "arity", "out", name, ("the array of results is NULL")),
+          f"    if (nr != {nres}) "
           + _fail("ARKE_ERR_ARGS", "arity", "out", name,
                   (f"out= needs {nres} tensor{'s' if nres > 1 else ''}, one per result, but {P}lld were given"),
                   "(long long)nr"),
