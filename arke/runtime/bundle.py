@@ -176,6 +176,9 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         if found != digest:
             raise _fail(folder, f"{name} does not match its checksum in {MANIFEST} (sha256 {found[:16]}…, recorded "
                                 f"{str(digest)[:16]}…): the file was changed or damaged; rebuild the bundle")
+    why = _malformed(manifest)
+    if why is not None:
+        raise _fail(folder, f"{MANIFEST} is malformed ({why}); rebuild the bundle")
     arch = platform.machine()
     if manifest.get("arch") != arch:
         raise _fail(folder, f"it was built for {manifest.get('arch')} ({manifest.get('triple')}), and this machine is "
@@ -185,6 +188,33 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise _fail(folder, f"it was built for CPU {manifest.get('cpu')}, and this CPU lacks {', '.join(missing)}; "
                             "rebuild it with --cpu naming an older CPU (e.g. --cpu x86-64-v3) or on this machine")
     return manifest
+
+
+def _malformed(manifest: dict[str, Any]) -> str | None:
+    """What in a manifest is not as a build writes it (it has no checksum of its own), or None."""
+    def strings(v: Any) -> bool:
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+    def tensor(t: Any, param: bool) -> bool:
+        return (isinstance(t, dict) and t.get("dtype") in _TORCH and strings(t.get("shape"))
+                and (not param or (isinstance(t.get("name"), str) and isinstance(t.get("dim"), bool))))
+
+    if not strings(manifest.get("features", [])) or not strings(manifest.get("units", [])):
+        return "features and units must be lists of names"
+    kernels = manifest.get("kernels")
+    if not isinstance(kernels, list) or not kernels:
+        return "no list of kernels"
+    for k in kernels:
+        if not isinstance(k, dict) or not all(isinstance(k.get(f), str) for f in ("name", "function", "symbol")):
+            return "a kernel without a name, function and symbol"
+        if not isinstance(k.get("params"), list) or not all(tensor(p, True) for p in k["params"]):
+            return f"kernel {k['name']!r}: a parameter without a name, a known dtype, a shape and a dim flag"
+        if not isinstance(k.get("results"), list) or not k["results"] or not all(tensor(r, False) for r in
+                                                                                  k["results"]):
+            return f"kernel {k['name']!r}: a result without a known dtype and a shape"
+        if not isinstance(k.get("variants"), list) or not strings(k.get("where", [])):
+            return f"kernel {k['name']!r}: no list of variants or where clauses"
+    return None
 
 
 def _by_content(library: Path, digest: str) -> str:

@@ -441,6 +441,29 @@ def test_the_c_abi_refuses_null_arrays_and_reads_no_extent_past_the_rank(tmp_pat
         lib_py.rmsnorm(torch.empty(0, 8), w)
 
 
+@pytest.mark.parametrize("edit", ["features", "dim", "dtype", "kernels"])
+def test_a_manifest_edited_out_of_shape_is_a_bundle_error(variants: tuple[Path, arke.Module], tmp_path: Path,
+                                                          edit: str) -> None:
+    """The manifest has no checksum of its own: a field of the wrong kind is a BundleError at load, never a raw
+    TypeError or KeyError at a call."""
+    path, _ = variants
+    copy = Path(shutil.copytree(path, tmp_path / "b"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    if edit == "features":
+        manifest["features"] = None
+    elif edit == "kernels":
+        manifest["kernels"] = {}
+    else:
+        param = manifest["kernels"][0]["params"][0]
+        if edit == "dim":
+            del param["dim"]
+        else:
+            param["dtype"] = "f64"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"manifest\.json is malformed"):
+        load_bundle(copy)
+
+
 def test_a_dim_parameter_sets_the_result_shape_at_every_call(tmp_path: Path) -> None:
     mod = arke.loads("kernel tile(x: f32[M], G: dim) -> y: f32[M, G] {\n  y[m, g] = x[m] + f32(g)\n}", "<tile>")
     build_bundle(mod, tmp_path / "b")
