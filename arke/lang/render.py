@@ -279,7 +279,8 @@ def uri_for(path: str) -> str:
 
 
 def _utf16(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
+    # a lone surrogate (legal in JSON text) counts one unit, as an editor counts it: never an encoding error
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def lsp_position(path: str, line: int, col: int, sources: Sources) -> dict[str, int]:

@@ -157,7 +157,8 @@ def _value_hover(index: DocumentIndex, symbol: Symbol) -> str | None:
     if sig is not None and node is not None and node.default is not None and symbol.kind == "param":
         head += f" = {_text(sig, node.default)}"  # as written: `1e-6`, not `1e-06`
     kind = "scalar" if not t.shape else f"rank-{len(t.shape)} tensor"
-    return _code(head) + f"\n\n{kind} {what} of `{kernel}`"
+    noun = kind if t.shape and what == "tensor" else f"{kind} {what}"  # "rank-1 tensor", not "... tensor tensor"
+    return _code(head) + f"\n\n{noun} of `{kernel}`"
 
 
 def _let_hover(index: DocumentIndex, symbol: Symbol) -> str:

@@ -5,7 +5,8 @@
 * the schema follows the signature: tensor parameters are ``Tensor``, dim parameters ``SymInt``,
   scalars ``float``/``int``/``bool`` with the kernel's defaults, results one ``Tensor`` each;
 * an ``out`` overload (``torch.ops.arke.rmsnorm.out(x, w, out=y)``) writes the results in place and
-  declares it (``Tensor(a!)``), so functionalization and ``torch.compile`` know what it mutates;
+  declares it (``Tensor(a!) out``, returning nothing), so functionalization and ``torch.compile`` know what
+  it mutates (an overload returning its aliased ``out`` cannot be compiled);
 * the fake (meta) implementation computes each result's shape from the symbolic dims of the
   signature, with the inputs' sizes (``SymInt`` under dynamic shapes) bound to them, and the
   contiguous strides the kernels write; it checks ranks and dtypes as a real call would;
@@ -158,8 +159,7 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
     rets = "Tensor" if results == 1 else f"({', '.join(['Tensor'] * results)})"
     letters = "abcdefghijklmnopqrstuvwxyz"
     outs = ", ".join(f"Tensor({letters[k]}!) out{k if results > 1 else ''}" for k in range(results))
-    out_rets = (f"Tensor({letters[0]}!)" if results == 1
-                else f"({', '.join(f'Tensor({letters[k]}!)' for k in range(results))})")
+    out_rets = "()"  # a mutating operator returns nothing: one returning its aliased out= cannot be compiled
     schema = f"({params}) -> {rets}"
     found = _DEFINED.get((namespace, name))
     if found is not None:
@@ -189,9 +189,9 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
             return op.kernel(*args)
         return op.call(args)
 
-    def real_out(*args: Any, **outputs: Any) -> Any:
+    def real_out(*args: Any, **outputs: Any) -> None:
         given = [outputs[k] for k in sorted(outputs)]
-        return op.call(args, given[0] if len(given) == 1 else tuple(given))
+        op.call(args, given[0] if len(given) == 1 else tuple(given))
 
     def fake(*args: Any) -> Any:
         bound = op.bound(args)
@@ -209,7 +209,6 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
                 raise GuardError(name, f"out= needs {str(dtype).removeprefix('torch.')} with {len(shape)} axes, "
                                  f"but was given {str(t.dtype).removeprefix('torch.')} {tuple(t.shape)}",
                                  rule="out", param="out")
-        return given[0] if len(given) == 1 else tuple(given)
 
     if not traceable:
         lib.impl(name, real, device_key)

@@ -328,3 +328,12 @@ def test_the_frame_reader_finds_the_next_frame_after_any_wrong_length(chunk: int
         if wrong > 0:  # too long: the first body is found whole
             assert bodies[0] == first.encode(), (wrong, events)
         assert any(e.problem for e in events), wrong
+
+
+def test_a_lone_surrogate_is_a_diagnostic_not_an_internal_error() -> None:
+    """JSON text may carry a lone UTF-16 surrogate: its position counts one unit, and the diagnostic is AK1001."""
+    from arke.lang.render import Sources, lsp_position
+
+    text = "kernel f(x: f32[N]) -> f32[N] { return x[i] \ud800 }"
+    sources = Sources({"<s>": text})
+    assert lsp_position("<s>", 1, len(text), sources)["character"] == len(text) - 1

@@ -75,10 +75,20 @@ def test_opcheck_every_stdlib_kernel(name: str) -> None:
 def test_out_overload_writes_in_place_and_declares_it() -> None:
     x, w = torch.randn(5, 16), torch.randn(16)
     y = torch.full((5, 16), 7.0)
-    got = ops().rmsnorm.out(x, w, out=y)
-    assert got is y
+    assert ops().rmsnorm.out(x, w, out=y) is None  # a mutating operator returns nothing
     torch.testing.assert_close(y, library().rmsnorm(x, w), rtol=0, atol=0)
     assert ops().rmsnorm.out._schema.arguments[-1].alias_info.is_write  # functionalization sees the write
+    torch.library.opcheck(ops().rmsnorm.out, (x, w), {"out": torch.empty(5, 16)})
+
+    out_op = ops().rmsnorm.out
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        z = torch.empty_like(a)
+        out_op(a * 2, b, out=z)
+        return z + 1
+
+    compiled = torch.compile(f, fullgraph=True, dynamic=True)
+    torch.testing.assert_close(compiled(x, w), library().rmsnorm(x * 2, w) + 1, rtol=0, atol=0)
     q, s = torch.empty(5, 16, dtype=torch.int8), torch.empty(5)
     ops().quantize_rows.out(x, out0=q, out1=s)
     want_q, want_s = library().quantize_rows(x)
