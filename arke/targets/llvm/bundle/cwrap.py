@@ -112,7 +112,7 @@ def _check(k: str, name: str, fn: S.Function, dims: list[str]) -> list[str]:
         want = _signature_text(p)
         # extents are read only where the caller's ndim is below the rank, so its shape array holds them: a
         # larger ndim says nothing of the array's length
-        shown = _fail("ARKE_ERR_SHAPE", "rank", p.name, name,
+        with_shape = _fail("ARKE_ERR_SHAPE", "rank", p.name, name,
                       (f"parameter `{p.name}` is {want}" + f" (rank {rank})" + f", but was given {P}s (rank {P}d)"),
                       f"ak_shape_text(&a[{i}], sh, sizeof sh)", f"(int)a[{i}].ndim")
         plain = _fail("ARKE_ERR_SHAPE", "rank", p.name, name,
@@ -120,7 +120,7 @@ def _check(k: str, name: str, fn: S.Function, dims: list[str]) -> list[str]:
                        + (" (or no shape)" if rank else "")), f"(int)a[{i}].ndim")
         L.append(f"    if (a[{i}].ndim != {rank}{f' || a[{i}].shape == NULL' if rank else ''}) {{")
         L.append(f"        if (a[{i}].ndim >= 0 && a[{i}].ndim < {rank} && (a[{i}].ndim == 0 || a[{i}].shape != NULL)) "
-                 + shown)
+                 + with_shape)
         L.append(f"        {plain}")
         L.append("    }")
         # no data is a missing argument, unless an extent is 0 (torch's empty tensors have none): that is the
