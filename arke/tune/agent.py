@@ -74,7 +74,7 @@ class Agent:
         t = targets.get("llvm")
         out = []
         for name in module.names:
-            ir_name = module.kernel_map[name]
+            ir_name = _ir_name(module, name)
             if ir_name in module.generics:
                 out.append({"kernel": name, "generic": True})
                 continue
@@ -93,7 +93,7 @@ class Agent:
         from arke.tune.space import knobs
 
         module = arke.load(path)
-        space = knobs(module, module.kernel_map[kernel], target, {k: int(v) for k, v in dims.items()})
+        space = knobs(module, _ir_name(module, kernel), target, {k: int(v) for k, v in dims.items()})
         return {"kernel": kernel, "target": target, "decisions": [
             {"decision": k.decision, "subject": k.subject, "values": [v for v in k.values if v != "default"]}
             for k in space]}
@@ -116,7 +116,7 @@ class Agent:
             import arke
 
             module = arke.loads(full, path=source_path)
-            ir_name = module.kernel_map[kernel]
+            ir_name = _ir_name(module, kernel)
             found = module.strategies.for_kernel(ir_name, target)
             if found:  # the strategy added last is the agent's
                 dropped = prune(module, ir_name, found[-1], dict(dims or {}))
@@ -134,7 +134,7 @@ class Agent:
 
         text, source_path, full = self._with_strategy(path, kernel, strategy, target)
         module = arke.loads(full, path=source_path)
-        mine = module.strategies.for_kernel(module.kernel_map[kernel], target)[-1]
+        mine = module.strategies.for_kernel(_ir_name(module, kernel), target)[-1]
         dims = {k: int(v) for k, v in dims.items()}
         seed = random.SystemRandom().randrange(1 << 30)  # fresh inputs every call
         base = {"source": text, "path": source_path, "kernel": kernel, "target": target, "dims": dims,
@@ -171,7 +171,7 @@ class Agent:
                                  "kept under the kernel it was measured on)"}
             return {"error": "measure this strategy at these dims first: only measured results are recorded"}
         module = arke.loads(text, path=path)
-        key = tdb.Key.make(module.semantic, module.kernel_map[kernel], target, dims)
+        key = tdb.Key.make(module.semantic, _ir_name(module, kernel), target, dims)
         database = tdb.Database(self.db_url)
         try:
             record = tdb.Record(key, dims, found["strategy"], "ok", tuple(found["samples"]),
@@ -191,6 +191,15 @@ class Agent:
         body = "\n".join(f"  {line.strip()}" for line in strategy.strip().splitlines() if line.strip())
         full = text + ("" if text.endswith("\n") else "\n") + f"@strategy({kernel}, target = {target}) {{\n{body}\n}}\n"
         return text, path, full
+
+
+def _ir_name(module: Any, kernel: str) -> str:
+    """The IR name of ``kernel`` in ``module``, or a ValueError naming the kernels there are."""
+    found = module.kernel_map.get(kernel)
+    if found is None:
+        raise ValueError(f"no kernel `{kernel}` in the file; it has: {', '.join(module.kernel_map) or 'none'} "
+                         "(list_kernels describes them)")
+    return str(found)
 
 
 def _digest(text: str) -> str:

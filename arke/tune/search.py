@@ -143,7 +143,8 @@ def _source_of(source: str | Path | Any) -> tuple[str, str]:
     """(text, path) of a file path, source text, or a loaded module (read from its path)."""
     if not isinstance(source, str | Path):  # a loaded module
         return Path(str(source.path)).read_text(encoding="utf-8"), str(source.path)
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and "{" not in source):
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
+                                    and ("{" not in source or Path(source).is_file())):
         file = Path(source)
         if not file.is_file():
             raise ValueError(f"{source}: no such file (akc tune takes a .ak file)")
