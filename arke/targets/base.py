@@ -277,6 +277,11 @@ class Target:
             if entry.roles is not None and not any(decision.subject in roles.get(r, ()) for r in entry.roles):
                 return entry.why or (f"{family_words(family)} on `{self.name}` takes `{decision.kind}` on "
                                      f"{roles_words(entry.roles)} only")
+            for role, most, what in entry.limits:
+                if isinstance(decision.value, int) and decision.value > most and \
+                        decision.subject in roles.get(role, ()):
+                    return (f"{what}: at most {most} (`{decision.kind} {decision.subject} = {decision.value}` would "
+                            f"run as {most} or less)")
         if entry.values is not None and decision.value not in entry.values:
             return entry.why or (f"{family_words(family)} on `{self.name}` lowers `{decision.kind}` = "
                                  + " or ".join(entry.values) + " only")
@@ -302,7 +307,9 @@ class Target:
             if spec.subject == "operand":
                 return ("",)
             extents = dispatch_extents(dispatch, dims)
-            return _values_for(spec, extents[subject], None) if subject in extents else ()
+            found = _values_for(spec, extents[subject], None) if subject in extents else ()
+            return tuple(v for v in found if self.honoured(sir.Decision(decision, subject, v), dispatch,
+                                                           arch=arch) is None)
         values = _values_for(spec, None, self.choices.get(decision))
         return values if entry.values is None else tuple(v for v in values if v in entry.values)
 

@@ -67,13 +67,18 @@ class Takes:
     values: tuple[str, ...] | None = None
     unless: tuple[tuple[str, tuple[str, ...]], ...] = ()
     why: str = ""
+    #: the largest value lowered as written, per role of the subject (a register block's rows), and why
+    limits: tuple[tuple[str, int, str], ...] = ()
 
 
 def takes(roles: str | None = None, *, values: tuple[str, ...] | None = None,
-          unless: Mapping[str, tuple[str, ...]] | None = None, why: str = "") -> Takes:
-    """A :class:`Takes` with ``roles`` written as one string (``"m n k"``)."""
+          unless: Mapping[str, tuple[str, ...]] | None = None, why: str = "",
+          limits: Mapping[str, tuple[int, str]] | None = None) -> Takes:
+    """A :class:`Takes` with ``roles`` written as one string (``"m n k"``); ``limits``: role -> (the largest
+    value lowered as written, what bounds it)."""
     return Takes(None if roles is None else frozenset(roles.split()), values,
-                 tuple((unless or {}).items()), why)
+                 tuple((unless or {}).items()), why,
+                 tuple((role, most, what) for role, (most, what) in (limits or {}).items()))
 
 
 def uses_of(table: Mapping[str, Mapping[str, Takes]]) -> dict[str, frozenset[str]]:

@@ -34,7 +34,10 @@ _LOOPED = ("the CPU code gives no loop of its own to the indices the workers spl
 #: the algorithm and the key chunks; kernel.py: the thread count).
 TAKES: dict[str, dict[str, Takes]] = {
     "contraction": {
-        "tile": takes("m n k", why="a contraction is blocked along its rows, columns and depth only"),
+        "tile": takes("m n k", why="a contraction is blocked along its rows, columns and depth only",
+                      limits={"m": (16, "`tile m` is the micro-kernel's register rows"),
+                              "n": (8192, "`tile n` is a task's slab of columns, packed in its scratch"),
+                              "k": (8192, "`tile k` is the depth of a packed block, held in a task's scratch")}),
         "vectorize": takes("n", why="the micro-kernel's vector lanes run along a contraction's columns only"),
         "unroll": takes("k", why="the micro-kernel unrolls its loop over a contraction's depth only"),
         "pack": takes("a b", why="only the operands of the product are packed (not those of the epilogue)"),

@@ -59,6 +59,8 @@ from arke.targets.llvm.vec import Vec
 
 #: Vectors across a panel of B (nr = this × lanes).
 PANEL_VECTORS = 2
+#: The largest slab width and k-block a strategy's `tile n` / `tile k` sets (a task packs that much in scratch).
+MAX_TILE = 8192
 #: Below this many column slabs the workers split half slabs (:meth:`_Gemm.halves`).
 HALF_SLABS_BELOW = 8
 
@@ -81,9 +83,9 @@ def blocking(plan: KernelPlan, c: Contraction, vector_bits: int) -> Blocking:
     mr = value("tile", c.m) or max(1, min(8 if registers == 32 else 6, (registers - nv - 2) // nv))
     mr = max(1, min(mr, 16))
     nr = nv * lanes
-    nc = value("tile", c.n) or 128
+    nc = min(value("tile", c.n) or 128, MAX_TILE)  # larger ones are AK4014 (the target's Takes limits)
     nc = max(nr, -(-nc // nr) * nr)
-    kc = max(1, value("tile", c.k) or 512)
+    kc = max(1, min(value("tile", c.k) or 512, MAX_TILE))
     return Blocking(lanes, mr, nv, kc, nc, max(1, value("unroll", c.k) or 1))
 
 

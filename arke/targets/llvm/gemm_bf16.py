@@ -99,9 +99,9 @@ def unit_blocking(plan: KernelPlan, c: Contraction, unit: str) -> Blocking:
         return int(d.value) if d is not None and isinstance(d.value, int) else None
 
     form = FORMS[unit]
-    nc = value("tile", c.n) or form.nc
+    nc = min(value("tile", c.n) or form.nc, 8192)  # larger ones are AK4014 (the target's Takes limits)
     nc = max(UNIT_NR, -(-nc // UNIT_NR) * UNIT_NR)
-    kc = value("tile", c.k) or form.kc
+    kc = min(value("tile", c.k) or form.kc, 8192)
     step = 2 * UNIT_K if form.int8 else UNIT_K
     kc = max(step, -(-kc // step) * step)
     return Blocking(16, form.mr, 2, kc, nc, 1)
