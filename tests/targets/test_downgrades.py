@@ -228,3 +228,22 @@ def test_legal_values_are_empty_exactly_where_the_decision_is_dropped(name: str,
                     assert values == (), (name, kind, subject, dropped)
                 elif spec.values != "enum" and subject is not None and spec.subject == "index":
                     assert values, (name, kind, subject)
+
+
+@pytest.mark.parametrize(("decision", "clamped"), [("tile m = 64", False), ("tile n = 100000000", False),
+                                                   ("tile k = 9000", False), ("tile m = 16", True)])
+def test_a_tile_beyond_what_the_contraction_lowers_warns_and_runs_clamped(decision: str, clamped: bool) -> None:
+    """`tile m` is the micro-kernel's register rows (16 at most), `tile n` / `tile k` a task's packed scratch:
+    larger values are AK4014 (they ran clamped without a word, or allocated hundreds of GB), and the kernel still
+    gives the interpreter's answer."""
+    import torch
+
+    src = ("kernel mm(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return sum(a[m, k] * b[k, n] for k) }\n"
+           f"@strategy(mm, target = llvm) {{ {decision} }}\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lib = arke.build(arke.loads(src, "<tiles>"))
+        a, b = torch.randn(33, 70), torch.randn(70, 20)
+        torch.testing.assert_close(lib.mm(a, b), a @ b, rtol=1e-5, atol=1e-4)
+    found = [w for w in caught if issubclass(w.category, StrategyDowngradeWarning)]
+    assert (not found) if clamped else (found and "at most" in str(found[0].message))
