@@ -186,8 +186,13 @@ class ScalarEmitter(Emitter):
         if src.is_float and dst.is_float:
             return self._round_to(v, dst)
         if src.is_float:  # through i64, saturating (NaN is 0), then wrapped: the interpreter's (language.md §8.4)
-            self.declare("declare i64 @llvm.fptosi.sat.i64.f32(float)")
-            wide = self.let(f"call i64 @llvm.fptosi.sat.i64.f32(float {v})")
+            # written out, not llvm.fptosi.sat: the loop vectoriser widens these, and x86 scalarises the intrinsic
+            top = self.let(f"fcmp oge float {v}, 0x43E0000000000000")
+            low = self.let(f"fcmp olt float {v}, 0xC3E0000000000000")
+            out = self.let(f"or i1 {self.let(f'or i1 {top}, {low}')}, {self.let(f'fcmp uno float {v}, {v}')}")
+            wide = self.let(f"fptosi float {self.let(f'select i1 {out}, float 0.0, float {v}')} to i64")
+            wide = self.let(f"select i1 {top}, i64 {2 ** 63 - 1}, i64 {wide}")
+            wide = self.let(f"select i1 {low}, i64 {-2 ** 63}, i64 {wide}")
             if COMPUTE[dst] == "i64":
                 return wide
             self.emit(f"{t} = trunc i64 {wide} to {COMPUTE[dst]}")

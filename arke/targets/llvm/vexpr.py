@@ -206,10 +206,18 @@ class VectorExprMixin(_Host):
                             f"icmp ne {st} {x}, zeroinitializer")
         if src.is_bool:
             return self.let(f"{'uitofp' if dst.is_float else 'zext'} {st} {x} to {t}")
-        if src.is_float:  # through i64, saturating, then wrapped, as the scalar emitter (and the interpreter)
-            wide, w = self.vec.ty("i64"), self.vec.w
-            self.vec.declare(f"declare {wide} @llvm.fptosi.sat.v{w}i64.v{w}f32({st})")
-            got = self.let(f"call {wide} @llvm.fptosi.sat.v{w}i64.v{w}f32({st} {x})")
+        if src.is_float:  # through i64, saturating, then wrapped, as the scalar emitter (and the interpreter);
+            # written out: x86 scalarises llvm.fptosi.sat on vectors, while fptosi of in-range lanes is one
+            # vcvttps2qq per 8
+            wide, bits = self.vec.ty("i64"), self.vec.ty("i1")
+            top = self.let(f"fcmp oge {st} {x}, {self.vec.splat('0x43E0000000000000', 'float')}")
+            low = self.let(f"fcmp olt {st} {x}, {self.vec.splat('0xC3E0000000000000', 'float')}")
+            nan = self.let(f"fcmp uno {st} {x}, {x}")
+            out = self.let(f"or {bits} {self.let(f'or {bits} {top}, {low}')}, {nan}")
+            safe = self.let(f"select {bits} {out}, {st} zeroinitializer, {st} {x}")
+            got = self.let(f"fptosi {st} {safe} to {wide}")
+            got = self.let(f"select {bits} {top}, {wide} {self.vec.splat(str(2 ** 63 - 1), 'i64')}, {wide} {got}")
+            got = self.let(f"select {bits} {low}, {wide} {self.vec.splat(str(-2 ** 63), 'i64')}, {wide} {got}")
             return got if t == wide else self.let(f"trunc {wide} {got} to {t}")
         if dst.is_float:
             return self.let(f"{'uitofp' if src.is_unsigned else 'sitofp'} {st} {x} to {t}")
