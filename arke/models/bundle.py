@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from arke.runtime.bundle import TORCH_BY_NAME, BundleError, BundleKernel, read_json, sha256, staged
+from arke.runtime.bundle import TORCH_BY_NAME, BundleKernel
 from arke.runtime.bundle import load_bundle as load_kernels
+from arke.runtime.bundle_files import BundleError, read_json, sha256, staged
 from arke.runtime.errors import GuardError
 from arke.runtime.panels import VNNI_KEY, panels_of, register_panels
 

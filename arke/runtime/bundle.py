@@ -16,30 +16,25 @@ from __future__ import annotations
 
 import ctypes
 import difflib
-import hashlib
 import json
 import os
-import platform
-import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from functools import cache
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from arke.runtime.bundle_files import BundleError as BundleError  # what load_bundle raises, for its callers
+from arke.runtime.bundle_files import bundle_error as _fail
+from arke.runtime.bundle_files import read_manifest
 from arke.runtime.errors import GuardError
 from arke.runtime.limits import check_tensor_kind, check_threads, refuse_huge_broadcast, resolved
 from arke.runtime.panels import _PANELS, VNNI_KEY, panels_of
 from arke.runtime.pool import BufferPool, evict_oldest
 
-#: The manifest's ``format`` and the newest ``version`` this Arke reads.
-FORMAT, VERSION = "arke.bundle", 1
-MANIFEST, LIBRARY = "manifest.json", "libarke_bundle.so"
 #: The ABI's dtype codes (arke_bundle.h) by dtype name, and the torch dtype of each (``TORCH_BY_NAME``).
 _CODES = {"bool": 0, "i8": 1, "i32": 2, "i64": 3, "u8": 4, "u16": 5, "u32": 6, "f16": 7, "bf16": 8, "f32": 9}
 _TORCH = {"bool": torch.bool, "i8": torch.int8, "i32": torch.int32, "i64": torch.int64, "u8": torch.uint8,
@@ -52,10 +47,6 @@ _INT_RANGE = {"i8": (-2**7, 2**7 - 1), "i32": (-2**31, 2**31 - 1), "i64": (-2**6
               "u16": (0, 2**16 - 1), "u32": (0, 2**32 - 1)}
 
 
-class BundleError(RuntimeError):
-    """A bundle that cannot be loaded here: the message says which check failed and what to do."""
-
-
 class _Tensor(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
                 ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
@@ -65,156 +56,6 @@ class _Tensor(ctypes.Structure):
 class _Error(ctypes.Structure):
     _fields_ = [("code", ctypes.c_int32), ("rule", ctypes.c_char * 16), ("param", ctypes.c_char * 64),
                 ("message", ctypes.c_char * 1024)]
-
-
-@cache
-def isa_flags() -> frozenset[str]:
-    """The ISA flags of this CPU as Linux lists them (``flags`` on x86, ``Features`` on ARM), limited to
-    the ones code generation can use."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(f for f in value.split() if _is_isa(f))
-    return frozenset()
-
-
-def _is_isa(flag: str) -> bool:
-    prefixes = ("sse", "ssse", "avx", "amx", "fma", "f16c", "bmi", "popcnt", "movbe", "abm", "cx16", "gfni",
-                "vaes", "vpclmul", "asimd", "fp", "sve", "bf16", "i8mm", "atomics")
-    return flag.startswith(prefixes)
-
-
-def _fail(path: Path, what: str) -> BundleError:
-    return BundleError(f"bundle {path}: {what}")
-
-
-def sha256(path: Path) -> str:
-    """The sha256 of a file's bytes (a manifest's checksums)."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def read_json(folder: Path, name: str, absent: str, what: str = "bundle") -> Any:
-    """``folder/name`` parsed, or a :class:`BundleError` saying it is ``absent`` or cannot be read."""
-    try:
-        return json.loads((folder / name).read_text())
-    except FileNotFoundError:
-        raise BundleError(f"{what} {folder}: no {name}: {absent}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BundleError(f"{what} {folder}: {name} cannot be read ({err}); write it again") from None
-
-
-def _bundle_files(folder: Path, mark: str) -> set[str]:
-    """The names in ``folder`` its bundle wrote: ``mark`` and the files its checksums list (nothing more where
-    ``mark`` cannot be read)."""
-    try:
-        files = json.loads((folder / mark).read_text()).get("files", {})
-    except (OSError, ValueError, AttributeError):
-        return {mark}
-    return {mark} | {Path(str(name)).parts[0] for name in files if Path(str(name)).parts} if isinstance(
-        files, dict) else {mark}
-
-
-@contextmanager
-def staged(out: Path, mark: str) -> Iterator[Path]:
-    """A new folder beside ``out`` to write a bundle into; once the block succeeds it replaces ``out`` (an
-    existing one is kept until then, and a failed write leaves it as it was). Only an empty folder or a
-    bundle (a folder with the file ``mark``) is replaced: anything else at ``out`` is the user's, and
-    a :class:`BundleError` says so before anything is written."""
-    if out.is_symlink() or out.exists():
-        if not out.is_dir() or out.is_symlink():
-            raise BundleError(f"{out} exists and is not a folder: name a new folder for the bundle (nothing "
-                              "was written)")
-        found = sorted(p.name for p in out.iterdir())
-        if found and mark not in found:
-            raise BundleError(f"{out} is a folder with files in it and no {mark}: it is not a bundle, and "
-                              "saving would replace it; name a new or empty folder (nothing was written)")
-        others = sorted(set(found) - _bundle_files(out, mark))
-        if found and others:
-            raise BundleError(f"{out} holds files its bundle did not write ({', '.join(others[:4])}"
-                              f"{', ...' if len(others) > 4 else ''}), which saving would delete: move them, or "
-                              "name another folder (nothing was written)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        yield stage
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            stage.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            stage.rename(out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-
-
-def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The checked manifest of the bundle at ``path`` (format, version, checksums, architecture, ISA flags)."""
-    folder = Path(path)
-    manifest = read_json(folder, MANIFEST, "this is not a bundle folder (build one with "
-                                           "`akc build FILE --target llvm --bundle DIR`)")
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise _fail(folder, f"{MANIFEST} is not an Arke bundle's (format {FORMAT!r})")
-    version = manifest.get("version")
-    if not isinstance(version, int) or not 1 <= version <= VERSION:
-        raise _fail(folder, f"format version {version!r} is unknown to this Arke (it reads version {VERSION}); "
-                            "rebuild the bundle with this Arke, or load it with the Arke that built it")
-    files = manifest.get("files")
-    if not isinstance(files, dict) or manifest.get("library") not in files:
-        raise _fail(folder, f"{MANIFEST} lists no checksums for its files; rebuild the bundle")
-    for name, digest in files.items():
-        file = folder / str(name)
-        if Path(str(name)).name != name or not file.is_file():
-            raise _fail(folder, f"{name} is missing; rebuild the bundle")
-        found = sha256(file)
-        if found != digest:
-            raise _fail(folder, f"{name} does not match its checksum in {MANIFEST} (sha256 {found[:16]}…, recorded "
-                                f"{str(digest)[:16]}…): the file was changed or damaged; rebuild the bundle")
-    why = _malformed(manifest)
-    if why is not None:
-        raise _fail(folder, f"{MANIFEST} is malformed ({why}); rebuild the bundle")
-    arch = platform.machine()
-    if manifest.get("arch") != arch:
-        raise _fail(folder, f"it was built for {manifest.get('arch')} ({manifest.get('triple')}), and this machine is "
-                            f"{arch}; build one here, or with --cpu for this machine's architecture")
-    missing = sorted(set(manifest.get("features", ())) - isa_flags())
-    if missing:
-        raise _fail(folder, f"it was built for CPU {manifest.get('cpu')}, and this CPU lacks {', '.join(missing)}; "
-                            "rebuild it with --cpu naming an older CPU (e.g. --cpu x86-64-v3) or on this machine")
-    return manifest
-
-
-def _malformed(manifest: dict[str, Any]) -> str | None:
-    """What in a manifest is not as a build writes it (it has no checksum of its own), or None."""
-    def strings(v: Any) -> bool:
-        return isinstance(v, list) and all(isinstance(x, str) for x in v)
-
-    def tensor(t: Any, param: bool) -> bool:
-        return (isinstance(t, dict) and t.get("dtype") in _TORCH and strings(t.get("shape"))
-                and (not param or (isinstance(t.get("name"), str) and isinstance(t.get("dim"), bool))))
-
-    if not strings(manifest.get("features", [])) or not strings(manifest.get("units", [])):
-        return "features and units must be lists of names"
-    kernels = manifest.get("kernels")
-    if not isinstance(kernels, list) or not kernels:
-        return "no list of kernels"
-    for k in kernels:
-        if not isinstance(k, dict) or not all(isinstance(k.get(f), str) for f in ("name", "function", "symbol")):
-            return "a kernel without a name, function and symbol"
-        if not isinstance(k.get("params"), list) or not all(tensor(p, True) for p in k["params"]):
-            return f"kernel {k['name']!r}: a parameter without a name, a known dtype, a shape and a dim flag"
-        if not isinstance(k.get("results"), list) or not k["results"] or not all(tensor(r, False) for r in
-                                                                                  k["results"]):
-            return f"kernel {k['name']!r}: a result without a known dtype and a shape"
-        if not isinstance(k.get("variants"), list) or not strings(k.get("where", [])):
-            return f"kernel {k['name']!r}: no list of variants or where clauses"
-    return None
 
 
 def _by_content(library: Path, digest: str) -> str:

@@ -28,8 +28,8 @@ from arke.ir import semantic as S
 from arke.ir.serialize import to_json
 from arke.ir.shapes import dim_str
 from arke.ir.text import cond_text
-from arke.runtime import bundle as bundle_runtime
-from arke.runtime.bundle import FORMAT, LIBRARY, MANIFEST, VERSION, isa_flags, sha256, staged
+from arke.runtime import bundle_files
+from arke.runtime.bundle_files import FORMAT, LIBRARY, MANIFEST, VERSION, isa_flags, sha256, staged
 from arke.runtime.outputs import can_fail
 from arke.targets.llvm.bundle.cpus import CPUS, LINKERS, TRIPLES, arch_of
 from arke.targets.llvm.bundle.cwrap import DTYPE_CODES, Variant, c_name, render_kernel
@@ -41,7 +41,7 @@ HERE = Path(__file__).parent
 HEADER = "arke_bundle.h"
 
 
-class BundleError(bundle_runtime.BundleError):
+class BundleError(bundle_files.BundleError):
     """A bundle cannot be built as asked: the message says why and what to do."""
 
 

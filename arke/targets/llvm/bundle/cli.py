@@ -12,7 +12,7 @@ from arke.targets.base import UsageError
 def cmd_bundle(args: argparse.Namespace, kernels: list[str]) -> int:
     """Build the bundle and print what it holds (a bad choice of kernel, CPU or triple is a usage error)."""
     from arke.cli.build import _library
-    from arke.runtime.bundle import BundleError  # build's own errors and staged()'s refusal
+    from arke.runtime.bundle_files import BundleError  # build's own errors and staged()'s refusal
     from arke.targets.downgrades import StrategyDowngradeWarning
     from arke.targets.llvm.bundle.build import build_bundle
 
