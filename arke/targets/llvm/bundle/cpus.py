@@ -2,7 +2,7 @@
 
 A bundle's object code is compiled for one target machine, and may use every feature that machine
 has. For the host that is every feature LLVM finds here, so the bundle requires all of the host's
-ISA flags (:func:`arke.runtime.bundle.isa_flags`); a named CPU requires the flags listed below, the
+ISA flags (:func:`arke.runtime.bundle_files.isa_flags`); a named CPU requires the flags listed below, the
 ones its LLVM definition enables that a kernel's code can use. The vector width and the matrix units
 the renderer targets come from the same table, as :func:`~arke.targets.llvm.jit.host_renderer`
 takes them from the host.
