@@ -72,13 +72,12 @@ class Kernel:
             if index not in self._variants:
                 every = (*self.strategies(), *self._tuned)
                 strategy = every[index] if index >= 0 else None
-                tuned = index >= len(self.strategies())
                 try:
                     if strategy is not None:
                         warn_unhonoured(self.library, self.name, self.ir_name, strategy)
                     self._variants[index] = _compile(self.library, self.ir_name, strategy)
                 except Exception as err:
-                    if not tuned or index < 0:
+                    if index < len(self.strategies()):  # the source's own strategy (or the defaults): its error
                         raise
                     # a record of the tuning database this build cannot compile: the defaults run, said once
                     warnings.warn(f"kernel `{self.name}`: the tuning database's strategy for it does not build here "
@@ -150,8 +149,8 @@ class Kernel:
                     return None
                 key.append(a)
                 continue
-            if type(a) is not torch.Tensor or a.requires_grad or a.layout != torch.strided:
-                return None
+            if type(a) is not torch.Tensor or a.requires_grad or a.layout != torch.strided or a.is_neg():
+                return None  # (a lazily negated view is resolved by the full checks)
             if where is None:
                 where = a.device
                 if where.type != "cpu" and (self.library.on_host or where.type == "meta"):

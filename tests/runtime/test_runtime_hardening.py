@@ -276,6 +276,7 @@ def test_a_tensor_with_the_negative_bit_is_read_as_its_values(target: str) -> No
     assert x.is_neg() and x.is_contiguous()
     call: Callable[..., Any] = ((lambda *a, **k: _module().kernels["rowsum"](*a, **k)) if target == "interpreter"
                                 else _lib(target).rowsum)
+    assert torch.equal(torch.as_tensor(call(torch.tensor([[5.0]]))), torch.tensor([5.0]))  # the signature memoised
     assert torch.equal(torch.as_tensor(call(x)), torch.tensor([-2.0]))
     if target == "interpreter":  # it takes no out=
         return
