@@ -345,7 +345,8 @@ def _where(sig: Signature, node: ast.Kernel, error: ErrorFn) -> None:
                   hint="every dim is a positive integer; check the clause")
         elif verdict is None:
             guards.append(ir.Guard(c, text))
-    for k in range(len(conds) if not refuted else 0):  # each holds alone: can they hold together?
+    together = refuted or may_hold(c for c, _, _ in conds)  # each holds alone: can they hold together?
+    for k in range(len(conds) if not together else 0):  # the first clause that no longer can, marked
         if not may_hold(c for c, _, _ in conds[:k + 1]):
             error("AK3007", f"where clause `{conds[k][1]}` can never hold together with the clauses before it",
                   conds[k][2], hint="no positive dims satisfy all of them; check the clauses")

@@ -150,6 +150,7 @@ class BundleKernel:
         self.name: str = record["name"]
         self.params: list[dict[str, Any]] = record["params"]
         self._names = [p["name"] for p in self.params]
+        self._dim_slots = frozenset(k for k, p in enumerate(self.params) if p["dim"])  # their values set shapes
         self._results = [(len(r["shape"]), _TORCH[r["dtype"]], r["dtype"]) for r in record["results"]]
         self._entry = _argtypes(getattr(bundle._lib, record["symbol"]))
         self._result_shape = _shape_fn(getattr(bundle._lib, record["symbol"] + "_result_shape"))
@@ -165,9 +166,8 @@ class BundleKernel:
         if threads is not None:
             threads = check_threads(self.name, threads)
         args, any_torch = self._bind(arrays, scalars)
-        # a dim parameter's value (a 0-d integer) sets result shapes as the tensors' shapes do
-        key = tuple((tuple(a.shape), a.dtype, int(a) if a.dim() == 0 and not a.is_floating_point() else None)
-                    for a in args)
+        # a dim parameter's value sets result shapes as the tensors' shapes do
+        key = tuple((tuple(a.shape), a.dtype, int(a) if k in self._dim_slots else None) for k, a in enumerate(args))
         shapes = self._shapes.get(key)
         if shapes is None:
             shapes = self._result_shapes(args)
