@@ -210,7 +210,8 @@ class Database:
                     continue
                 if "locked" in text or "busy" in text:
                     raise TuningDatabaseError(f"the tuning database {self.shown()} is locked by another process "
-                                              "(for more than 30 s): try again when it is done") from None
+                                              f"(for more than {LOCK_TIMEOUT_S:g} s): try again when it is done") \
+                        from None
                 if path is None or not path.exists() or not self.writer or not _is_sqlite(path):
                     raise TuningDatabaseError(f"cannot use the tuning database {self.shown()}: "
                                               f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
@@ -357,7 +358,7 @@ class Database:
             with self._open().connect() as c:
                 return int(c.execute(sa.select(sa.func.count()).select_from(_table(sa))).scalar() or 0)
         except sa.exc.SQLAlchemyError as err:
-            raise TuningDatabaseError(f"cannot read the tuning database {self.shown()}: {err}") from None
+            raise TuningDatabaseError(f"cannot read the tuning database {self.shown()}: {_first_line(err)}") from None
 
 
 _TABLES: dict[int, Any] = {}

@@ -59,20 +59,22 @@ def _readable(url: str) -> bool:
     return not (url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists())
 
 
+def _once(key: str, text: str) -> None:
+    """Warn ``text`` the first time ``key`` comes up in this process (a build asks again for every kernel)."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(text, RuntimeWarning, stacklevel=6)
+
+
 def _unreadable(url: str, err: Exception) -> None:
-    if url not in _WARNED:
-        _WARNED.add(url)
-        warnings.warn(f"the tuning database {url.split('@')[-1]} cannot be read ({type(err).__name__}: {err}); "
-                      "kernels run their defaults (arke.build(..., tuning='off') skips it)",
-                      RuntimeWarning, stacklevel=5)
+    _once(url, f"the tuning database {url.split('@')[-1]} cannot be read ({type(err).__name__}: {err}); "
+               "kernels run their defaults (arke.build(..., tuning='off') skips it)")
 
 
 def _said(url: str, notes: list[str]) -> None:
     """The database's notes (damaged rows skipped), each said once."""
     for note in notes:
-        if note not in _WARNED:
-            _WARNED.add(note)
-            warnings.warn(f"{note}; rerun `akc tune` to measure it again", RuntimeWarning, stacklevel=5)
+        _once(note, f"{note}; rerun `akc tune` to measure it again")
 
 
 def _usable(strategy: sir.Strategy, module: S.Module, url: str) -> sir.Strategy | None:
@@ -81,15 +83,12 @@ def _usable(strategy: sir.Strategy, module: S.Module, url: str) -> sir.Strategy 
     fails or silently changes a kernel."""
     from arke.tune.space import legal_decision
 
-    bad = [d for d in strategy.decisions if legal_decision(d, module, strategy.kernel) is not None]
-    if not bad:
+    why = next((r for d in strategy.decisions if (r := legal_decision(d, module, strategy.kernel)) is not None), None)
+    if why is None:
         return strategy
-    why = legal_decision(bad[0], module, strategy.kernel)
     note = (f"the tuning database {url.split('@')[-1]} holds a strategy for `{strategy.kernel}` that cannot be used "
             f"({why}); the kernel runs its defaults: rerun `akc tune` for it")
-    if note not in _WARNED:
-        _WARNED.add(note)
-        warnings.warn(note, RuntimeWarning, stacklevel=5)
+    _once(note, note)
     return None
 
 
