@@ -12,13 +12,6 @@ import torch.nn.functional as F
 from arke.ir.dtypes import DType
 from arke.runtime.guards import TORCH_DTYPES
 
-UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "neg": torch.neg, "not": torch.logical_not, "abs": torch.abs, "exp": torch.exp, "log": torch.log,
-    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "tanh": torch.tanh, "erf": torch.erf, "sigmoid": torch.sigmoid,
-    "silu": F.silu, "gelu": lambda x: gelu(x), "relu": torch.relu, "sin": torch.sin, "cos": torch.cos,
-    "floor": torch.floor, "ceil": torch.ceil, "exp2": torch.exp2, "log2": torch.log2,
-}
-
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
     """The exact erf form; ``x`` itself past 40, where erf(x / √2) is 1 in every float dtype (torch's
@@ -26,13 +19,21 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > 40, x, F.gelu(x))
 
 
+UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "neg": torch.neg, "not": torch.logical_not, "abs": torch.abs, "exp": torch.exp, "log": torch.log,
+    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "tanh": torch.tanh, "erf": torch.erf, "sigmoid": torch.sigmoid,
+    "silu": F.silu, "gelu": gelu, "relu": torch.relu, "sin": torch.sin, "cos": torch.cos,
+    "floor": torch.floor, "ceil": torch.ceil, "exp2": torch.exp2, "log2": torch.log2,
+}
+
+
 def float_to_i64(x: torch.Tensor) -> torch.Tensor:
     """Truncated toward zero into i64, saturating at its range, NaN as 0 (language.md §8.4; narrower integer
     types then wrap). torch's own conversion is the CPU's, which gives i64's minimum for all of those."""
     x = torch.trunc(x.to(torch.float64))
-    top = x >= 2.0 ** 63
-    out = torch.where(top | (x < -(2.0 ** 63)) | x.isnan(), 0.0, x).to(torch.int64)
-    return torch.where(top, 2 ** 63 - 1, torch.where(x < -(2.0 ** 63), -(2 ** 63), out))
+    top, low = x >= 2.0 ** 63, x < -(2.0 ** 63)
+    out = torch.where(top | low | x.isnan(), 0.0, x).to(torch.int64)
+    return torch.where(top, 2 ** 63 - 1, torch.where(low, -(2 ** 63), out))
 
 
 def float_mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
