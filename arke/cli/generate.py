@@ -4,6 +4,7 @@ text, streaming each token as it comes, then the prefill and decode throughput."
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ def add_command(sub: Any) -> None:
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--layers", type=int, default=None, help="only the first N layers (a quick check)")
+    p.add_argument("--eos", default=None, help="stop at these token ids, as 2 or 2,32000 (default: the folder's "
+                   "generation_config.json or config.json eos_token_id; `none`: never stop early)")
     p.set_defaults(handler=cmd_generate)
 
 
@@ -53,12 +56,12 @@ def _tokenizer(folder: Path) -> Any:
                          "remove it, or give the prompt as --ids 1,2,3") from None
 
 
-def _ids(text: str) -> list[int]:
+def _ids(text: str, option: str = "--ids") -> list[int]:
     from arke.cli.app import UsageError
 
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts or not all(p.isascii() and p.isdigit() for p in parts):
-        raise UsageError(f"--ids takes token ids as 1,2,3, not `{text}`")
+        raise UsageError(f"{option} takes token ids as 1,2,3, not `{text}`")
     return [int(p) for p in parts]
 
 
@@ -100,7 +103,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             model([ids[-1:]], warm)
         steps = model.stream([ids], args.max_new_tokens, do_sample=args.sample, temperature=args.temperature,
                              top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
-                             seed=args.seed)
+                             seed=args.seed, eos_token_id=_eos(args.eos, folder))
     except (ValueError, GuardError) as err:
         raise UsageError(str(err)) from None
     made: list[int] = []
@@ -123,3 +126,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
         line += f"; decode: {s['decode_steps']} steps at {s['decode_tok_s']:.1f} tokens/s"
     print(line, file=sys.stderr)
     return 0
+
+
+def _eos(given: str | None, folder: Path) -> list[int] | None:
+    """The ids that end generation: ``--eos``, else the folder's ``eos_token_id`` (as transformers' ``generate``
+    reads it: generation_config.json first, then config.json); None for ``--eos none`` or a folder without one."""
+    if given is not None:
+        if given.strip().lower() == "none":
+            return None
+        return _ids(given, "--eos")
+    for name in ("generation_config.json", "config.json"):
+        try:
+            value = json.loads((folder / name).read_text(encoding="utf-8")).get("eos_token_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool):
+            return [value]
+        if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return value
+    return None

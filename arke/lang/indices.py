@@ -164,6 +164,8 @@ class IndexBinding:
             v = self.values.get(e.name)
             if v is None or len(e.indices) != v.type.rank:
                 return True
+        if isinstance(e, ast.Reduce) and name in (e.indices[:1] if e.op in ir.TOPK_KINDS else e.indices):
+            return True  # a reduction inside binds `name` again (a top-k's rank index is bound around it): AK2102
         return any(self.unreliable_use(c, name) for c in children(e))
 
     def _collect(self: KernelChecker, e: ast.Expr, found: dict[str, list[tuple[Dim, Span, str]]],
@@ -203,6 +205,10 @@ class IndexBinding:
                 return POISON
             if names.count(n) > 1:
                 self.error("AK2101", f"index `{n}` is listed twice", s)
+                return POISON
+            if (clash := self.index_clash(n)) is not None:
+                self.error("AK2003", f"reduction index `{n}` has the name of {clash}", s,
+                           hint="pick another name for the reduced index")
                 return POISON
         if e.op in ir.ARG_KINDS and len(names) != 1:
             self.error("AK3008", f"`{e.op}` reduces over one index, not {len(names)}", e.index_spans[-1],

@@ -95,6 +95,17 @@ class KernelChecker(StatementChecks, KernelCalls, IndexBinding, LengthChecks, Sc
         """Whether two dims are provably equal (the where clauses' equalities applied)."""
         return equal(subs_dims(a, self.sig.subst), subs_dims(b, self.sig.subst)) is True
 
+    def index_clash(self, name: str) -> str | None:
+        """What ``name`` already names when a new index would take it (spec §6: an index may not be a tensor,
+        dim or `let`): "a tensor", "an output", "a dim", "a `let`", or None."""
+        if name in self.values:
+            return "a tensor"
+        if name in self.outputs:
+            return "an output"
+        if name in self.dims:
+            return "a dim"
+        return "a `let`" if name in self.lets else None
+
     def unknown_name(self, name: str, span: Span) -> None:
         later = self.defined_at.get(name)
         if later is not None and later.start > span.start:

@@ -40,15 +40,17 @@ class LengthChecks:
                 b = e.bounds[0]
                 self.error("AK2114", f"a scan takes no length: `{self.source_text(b.span)}`", b.span,
                            hint=f"a scan runs over the whole index; bound a reduction instead, or select "
-                                f"past the length: `{e.op}(... if {b.name} < n else 0 for {b.name})`")
+                                f"past the length: `{e.op}(... if {b.name} < {self.source_text(b.value.span)} else 0 "
+                                f"for {b.name})`")
                 return None
             return []
         out: list[Length] = []
         reduced = set(e.indices)
         for b in e.bounds:
             if b.op != "<":
-                fix = f"`{b.name} < {self.source_text(b.value.span)} + 1`" if b.op == "<=" else f"`{b.name} < n`"
-                self.error("AK2114", f"a length is written `{b.name} < n`, not with `{b.op}`", b.span,
+                fix = f"`{b.name} < {self.source_text(b.value.span)} + 1`" if b.op == "<=" else \
+                    f"`{b.name} < LENGTH`, the number of terms"
+                self.error("AK2114", f"a length is written `{b.name} < LENGTH`, not with `{b.op}`", b.span,
                            hint=f"the index runs from 0 up to the length: write {fix}")
                 return None
             if len([x for x in e.bounds if x.name == b.name]) > 1:
@@ -66,7 +68,8 @@ class LengthChecks:
                 return None
             if n.dtype.is_float or n.dtype.is_bool:
                 self.error("AK3028", f"the length of `{b.name}` is {n.dtype}, not an integer", b.value.span,
-                           hint=f"a length counts positions: use an integer (`{b.name} < i64(n)` converts)")
+                           hint=f"a length counts positions: use an integer (`{b.name} < "
+                                f"i64({self.source_text(b.value.span)})` converts)")
                 return None
             out.append((b.name, Scalar(cast(n.sx, DType.I64), DType.I64, n.free)))
         return out

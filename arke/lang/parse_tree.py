@@ -258,7 +258,8 @@ class _Build(Transformer[Token, Any]):
             self.diags.append(make("AK1002", f"unknown annotation `@{annotation}`", self._tok(annotation),
                                    hint="the only annotation is `@strategy(kernel, target = T)`",
                                    replacement="strategy"))
-        targets = [o for o in opts if isinstance(o, tuple)]
+        # an unknown option (`arch = sm90`) is AK1002 already: its value is no target to report again
+        targets = [o for o in opts if isinstance(o, tuple) and str(o[0]) == "target"]
         target = targets[0][1] if targets else None
         whens = [o for o in opts if not isinstance(o, tuple)]
         for what, extra in (("target", [t[0] for t in targets[1:]]), ("when", whens[1:])):

@@ -42,10 +42,26 @@ class _Range:
         return False
 
 
+_NEGATED = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
 def _parts(c: ir.Cond) -> list[ir.Cond]:
+    if isinstance(c, ir.BoolOp) and c.op == "not":  # De Morgan: `not` pushed down to the comparisons
+        c = _negate(c.parts[0])
     if isinstance(c, ir.BoolOp) and c.op == "and":
         return [q for p in c.parts for q in _parts(p)]
     return [c]
+
+
+def _negate(c: ir.Cond) -> ir.Cond:
+    """``not c`` without a `not` at its top (an ``in`` set stays negated: it only excludes values)."""
+    if isinstance(c, ir.Rel):
+        return ir.Rel(_NEGATED[c.op], c.lhs, c.rhs)
+    if isinstance(c, ir.BoolOp) and c.op == "not":
+        return c.parts[0]
+    if isinstance(c, ir.BoolOp):
+        return ir.BoolOp("or" if c.op == "and" else "and", tuple(_negate(p) for p in c.parts))
+    return ir.BoolOp("not", (c,))
 
 
 def _linear(expr: sympy.Expr) -> tuple[sympy.Symbol, sympy.Rational, sympy.Rational] | None:
@@ -110,14 +126,31 @@ def _narrow(ranges: dict[sympy.Symbol, _Range], c: ir.Cond) -> bool:
         return True
     if c.op == "or":
         return any(may_hold([p]) for p in c.parts)
+    if c.op == "not" and isinstance(c.parts[0], ir.InSet):  # x not in {...}: those values excluded
+        x = sympy.sympify(c.parts[0].x)
+        values = [sympy.sympify(v) for v in c.parts[0].values]
+        if isinstance(x, sympy.Symbol) and all(v.is_Integer for v in values):
+            ranges.setdefault(x, _Range()).excluded.update(int(v) for v in values)
     return True
+
+
+#: ``or`` clauses split into cases (each disjunct with the other clauses) up to this many cases; past it each
+#: ``or`` is only refuted alone (sound either way: fewer proofs, never a false one).
+_CASES = 64
 
 
 def may_hold(conds: Iterable[ir.Cond]) -> bool:
     """False only where the conjunction of ``conds`` provably holds for no positive dims (see the module)."""
+    parts = [p for c in conds for p in _parts(c)]
+    ors = [p for p in parts if isinstance(p, ir.BoolOp) and p.op == "or"]
+    cases = 1
+    for o in ors:
+        cases *= len(o.parts)
+    if ors and cases <= _CASES:
+        rest = [p for p in parts if p is not ors[0]]
+        return any(may_hold([*rest, d]) for d in ors[0].parts)
     ranges: dict[sympy.Symbol, _Range] = {}
-    for c in conds:
-        for p in _parts(c):
-            if not _narrow(ranges, p):
-                return False
+    for p in parts:
+        if not _narrow(ranges, p):
+            return False
     return not any(r.empty() for r in ranges.values())

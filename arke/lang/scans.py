@@ -128,7 +128,10 @@ class ScanLowering:
     def scan_options(self: KernelChecker, e: ast.Scan) -> tuple[bool, ast.Option | None] | None:
         """``(exclusive, carry)`` from a scan's ``name = value`` items, or None after an error."""
         exclusive, carry = False, None
-        for opt in e.options:
+        for k, opt in enumerate(e.options):
+            if opt.name == "exclusive" and any(o.name == "exclusive" for o in e.options[:k]):
+                self.error("AK2110", "`exclusive` is given twice", opt.name_span, hint="give it once")
+                return None
             if opt.name == "exclusive":
                 if not (isinstance(opt.value, ast.Name) and opt.value.id in ("true", "false")):
                     self.error("AK2110", "`exclusive` takes `true` or `false`", opt.value.span,
@@ -146,7 +149,7 @@ class ScanLowering:
             self.error("AK2110", "`scan` needs its carried value and where it starts", e.op_span,
                        hint="name it after the index, as in `scan(a[t] * h + b[t] for t, h = 0.0)`")
             return None
-        if carry is not None and (carry.name in self.values or carry.name in self.dims or carry.name in self.lets
+        if carry is not None and (self.index_clash(carry.name) is not None
                                   or self.lookup_index(carry.name) is not None):
             self.error("AK2003", f"the carry `{carry.name}` has the name of a tensor, index, dim or `let`",
                        carry.name_span, hint="pick another name for the carried value")

@@ -278,8 +278,16 @@ def _build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list
         if t is None:
             continue
         if o.name is not None and o.name in seen:
-            error("AK2003", f"output `{o.name}` has the name of a parameter", o.span,
+            error("AK2003", f"output `{o.name}` has the name of a parameter", _name_span(sig.source, o),
                   related=[Related(seen[o.name], "the parameter")])
+        elif o.name is not None and o.name in names:
+            first = node.outputs[[x.name for x in node.outputs].index(o.name)]
+            error("AK2003", f"output `{o.name}` is declared twice", _name_span(sig.source, o),
+                  related=[Related(_name_span(sig.source, first), "first declared here")],
+                  hint="give each output its own name")
+        elif o.name is not None and (clash := _output_clash(o.name, sig)) is not None:
+            error("AK2003", f"output `{o.name}` has the name of {clash}", _name_span(sig.source, o),
+                  hint="give the output another name")
         outputs.append(t)
         names.append(o.name)
     if not node.outputs:
@@ -288,6 +296,24 @@ def _build_signature(node: ast.Kernel, source: Source, ir_name: str, diags: list
     sig.outputs, sig.output_names = tuple(outputs), tuple(names)
     _where(sig, node, error)
     return sig
+
+
+def _name_span(source: Source, o: ast.Output) -> Span:
+    """Where an output's name is written (its node spans the name and the type, after `->` when alone)."""
+    at = source.text.rfind(o.name or "", o.span.start, o.type.span.start)
+    return source.span(at, at + len(o.name or "")) if o.name and at >= 0 else o.span
+
+
+def _output_clash(name: str, sig: Signature) -> str | None:
+    """What an output's name already names (spec §6: a new name is not a dim, a literal, a reduction or a
+    scan; like a parameter it may share a function's name), or None."""
+    from arke.lang.exprs import REDUCTIONS  # exprs imports this module's neighbours: imported when checked
+
+    if name in sig.dims:
+        return "a dim"
+    if name in RESERVED:
+        return "a literal"
+    return "a reduction" if name in REDUCTIONS else "a scan" if name in ast.SCANS else None
 
 
 def is_dim_param(p: ast.Param) -> bool:
@@ -323,7 +349,8 @@ def _where(sig: Signature, node: ast.Kernel, error: ErrorFn) -> None:
     for clause in node.where:
         c = cond_expr(clause, sig.dims, error)
         if c is not None:
-            conds.append((c, clause_text(sig.source.text[clause.span.start:clause.span.end]), clause.span))
+            span = sig.source.balanced(clause.span)
+            conds.append((c, clause_text(sig.source.text[span.start:span.end]), span))
     for c, _, _ in conds:  # equalities let the checker treat two names as one dim
         if isinstance(c, ir.Rel) and c.op == "==":
             if isinstance(c.rhs, sympy.Symbol) and c.rhs not in sympy.sympify(c.lhs).free_symbols:
@@ -348,8 +375,11 @@ def _where(sig: Signature, node: ast.Kernel, error: ErrorFn) -> None:
     together = refuted or may_hold(c for c, _, _ in conds)  # each holds alone: can they hold together?
     for k in range(len(conds) if not together else 0):  # the first clause that no longer can, marked
         if not may_hold(c for c, _, _ in conds[:k + 1]):
-            error("AK3007", f"where clause `{conds[k][1]}` can never hold together with the clauses before it",
-                  conds[k][2], hint="no positive dims satisfy all of them; check the clauses")
+            alone = k == 0 or may_hold([conds[k][0]])
+            error("AK3007", f"where clause `{conds[k][1]}` can never hold" + (
+                  " together with the clauses before it" if k and alone else ""),
+                  conds[k][2], hint="no positive dims satisfy all of them; check the clauses" if k and alone else
+                  "every dim is a positive integer; check the clause")
             break
     sig.conds = tuple((c, text) for c, text, _ in conds)
     sig.guards = tuple(guards)

@@ -78,6 +78,35 @@ class Source:
         end_line, end_col = self.position(max(start, end))
         return Span(self.path, line, col, end_line, end_col, start, max(start, end))
 
+    def balanced(self, span: Span) -> Span:
+        """``span`` widened over the parentheses around its ends that it leaves unmatched (an expression keeps
+        the span of what is inside its parentheses, so `not (N > 0)` would end before its last `)`)."""
+        text, start, end = self.text, span.start, span.end
+        depth = opens = 0
+        for ch in text[start:end]:
+            if ch == "(":
+                depth += 1
+            elif ch == ")":
+                if depth:
+                    depth -= 1
+                else:
+                    opens += 1  # a `)` whose `(` lies before the span
+        while opens:
+            k = start - 1
+            while k >= 0 and text[k] in " \t\r\n":
+                k -= 1
+            if k < 0 or text[k] != "(":
+                break
+            start, opens = k, opens - 1
+        while depth:
+            k = end
+            while k < len(text) and text[k] in " \t\r\n":
+                k += 1
+            if k >= len(text) or text[k] != ")":
+                break
+            end, depth = k + 1, depth - 1
+        return span if (start, end) == (span.start, span.end) else self.span(start, end)
+
     @property
     def line_count(self) -> int:
         return len(self._line_starts)

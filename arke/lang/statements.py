@@ -96,9 +96,8 @@ class StatementChecks:
                 self.error("AK2101", f"index `{n}` appears twice on the left", spans[k],
                            hint="each axis of the new tensor needs its own index")
                 return
-            if n in self.values or n in self.dims or n in self.lets:
-                self.error("AK2003", f"index `{n}` has the name of a tensor, dim or `let`", spans[k],
-                           hint="pick another index name")
+            if (clash := self.index_clash(n)) is not None:
+                self.error("AK2003", f"index `{n}` has the name of {clash}", spans[k], hint="pick another index name")
                 return
         out = self.outputs.get(s.name)
         if out is None and self.defined_before(s.name, s.name_span):
@@ -231,7 +230,12 @@ class StatementChecks:
         if not isinstance(s.value, ast.Call) or s.value.func not in self.callables:
             self.error("AK2202", "several names on the left need a call of a kernel with several outputs", s.span)
             return
-        for n, sp in zip(s.names, s.name_spans):
+        for k, (n, sp) in enumerate(zip(s.names, s.name_spans)):
+            if n in s.names[:k]:
+                self.error("AK2003", f"`{n}` is named twice on the left; every name is defined once", sp,
+                           related=[Related(s.name_spans[s.names.index(n)], "first named here")],
+                           hint="give each result its own name")
+                return
             if self.defined_before(n, sp):
                 return
         results = self.call_kernel(s.value, count=len(s.names))

@@ -66,7 +66,7 @@ def never_applied(pairs: Sequence[tuple[ast.Strategy, sir.Strategy]],
         elif checked.when is not None and sig is not None and s.when is not None and not may_hold(
                 [*(c for c, _ in sig.conds), checked.when]):
             out.append(make("AK4016", f"this strategy for `{s.kernel}` never applies: its `when` holds for no dims "
-                                      "the kernel accepts", s.when.span,
+                                      "the kernel accepts", sig.source.balanced(s.when.span),
                             hint="every dim is a positive integer, and the kernel's `where` clauses hold at every "
                                  "call; correct the condition"))
         if checked.when is None:
@@ -143,13 +143,16 @@ def _check(s: ast.Strategy, sigs: Mapping[str, Signature], indices: Mapping[str,
     decisions: list[sir.Decision] = []
     given: dict[tuple[str, str | None], Span] = {}
     for d in s.decisions:
-        for dec in _decision(d, s.target, kernel_indices, operands, s.kernel, error):
+        decs = _decision(d, s.target, kernel_indices, operands, s.kernel, error)
+        # `tile m = 4, m = 8`: each item's own span, so the second `m` is the one marked
+        spans = [i.span for i in d.items] if 1 < len(d.items) == len(decs) else [d.span] * len(decs)
+        for dec, span in zip(decs, spans):
             key = (dec.kind, dec.subject)
             if key in given:
                 error("AK4007", f"`{d.name}` is given twice" + (f" for `{dec.subject}`" if dec.subject else ""),
-                      d.span, related=[Related(given[key], "first given here")])
+                      span, related=[Related(given[key], "first given here")])
                 continue
-            given[key] = d.span
+            given[key] = span
             decisions.append(dec)
     if any(x.is_error for x in diags[n_before:]):
         return None

@@ -72,6 +72,10 @@ class TopKLowering:
             self.error("AK2102", f"reduction index `{n}` is already bound outside this `{e.op}`", n_span,
                        hint="pick another name for the reduced index")
             return POISON
+        if (clash := self.index_clash(n)) is not None:
+            self.error("AK2003", f"reduction index `{n}` has the name of {clash}", n_span,
+                       hint="pick another name for the reduced index")
+            return POISON
         extent_k = self.lookup_index(j)
         if extent_k is None:
             self.error("AK2112", f"the rank index `{j}` of `{e.op}` is not bound around it", j_span,

@@ -41,6 +41,17 @@ def mla_config(config: Any, layer_index: int) -> MlaConfig:
     experts, groups = int(config.n_routed_experts), int(getattr(config, "n_group", None) or 1)
     if experts % groups:
         raise ValueError(f"{experts} experts do not split into {groups} groups (n_group)")
+    top_k, top_groups = config.num_experts_per_tok, getattr(config, "topk_group", None) or 1
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= experts:
+        raise ValueError(f"config.json: num_experts_per_tok must be a whole number from 1 to n_routed_experts "
+                         f"({experts}), not {top_k!r}")
+    if method == "group_limited_greedy" and (not isinstance(top_groups, int) or not 1 <= top_groups <= groups
+                                             or top_k > top_groups * (experts // groups)):
+        raise ValueError(f"config.json: topk_group must be from 1 to n_group ({groups}), and its groups must hold "
+                         f"num_experts_per_tok ({top_k}) experts, not {top_groups!r}")
+    if not config.n_shared_experts:
+        raise ValueError("config.json: n_shared_experts 0 (no shared expert) is not supported: DeepSeek-V2's "
+                         "MoE layers add a shared expert's output to the routed ones")
     return MlaConfig(intermediate=int(config.moe_intermediate_size), experts=experts,
                      shared=int(config.moe_intermediate_size) * int(config.n_shared_experts or 0),
                      top_k=int(config.num_experts_per_tok), routed_scale=float(config.routed_scaling_factor),

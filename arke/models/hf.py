@@ -62,6 +62,25 @@ def _rotary(config: Any) -> tuple[tuple[float, ...], float]:
     return tuple(float(f) for f in inv), float(getattr(rotary, "attention_scaling", 1.0))
 
 
+def check_rope_reach(config: Any, max_seq: int) -> None:
+    """Refuse a ``max_seq`` past the length where transformers changes the rotary frequencies during a run
+    (``dynamic``: rescaled past ``max_position_embeddings``; ``longrope``: its long factors past
+    ``original_max_position_embeddings``): the layers use one set of frequencies, fixed at load."""
+    scaling = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None) or {}
+    kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
+    if kind == "dynamic":
+        field = "max_position_embeddings"
+        limit = getattr(config, field, None)
+    elif kind == "longrope":
+        field = "original_max_position_embeddings"
+        limit = scaling.get(field) or getattr(config, field, None)
+    else:
+        return
+    if isinstance(limit, int) and max_seq > limit:
+        raise ValueError(f"config.json's rope type {kind!r} changes its frequencies past {limit} tokens ({field}), "
+                         f"which arke.models does not follow: load the model with max_seq={limit} or less")
+
+
 def layer_config(config: Any, layer_index: int = 0) -> LayerConfig:
     """The :class:`LayerConfig` of layer ``layer_index`` of a transformers config."""
     kind = _model_type(config)
@@ -89,10 +108,14 @@ def layer_config(config: Any, layer_index: int = 0) -> LayerConfig:
         raise ValueError(f"config.json: sliding_window must be a positive number of tokens or null, not {window!r}")
     inv_freq, scale = _rotary(config)
     experts = int(getattr(config, "num_local_experts", 0) or 0) if kind == "mixtral" else 0
+    top_k = getattr(config, "num_experts_per_tok", 2)
+    if experts and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= experts):
+        raise ValueError(f"config.json: num_experts_per_tok must be a whole number from 1 to num_local_experts "
+                         f"({experts}), not {top_k!r}")
     return LayerConfig(hidden=int(config.hidden_size), heads=heads, kv_heads=kv, head_dim=head_dim,
                        intermediate=int(config.intermediate_size), eps=float(config.rms_norm_eps),
                        inv_freq=inv_freq, rope_scale=scale, window=int(window) if window else None,
-                       experts=experts, top_k=int(getattr(config, "num_experts_per_tok", 2) or 2))
+                       experts=experts, top_k=int(top_k) if experts else 2)
 
 
 def _linear(module: Any, into: dict[str, torch.Tensor], name: str) -> None:
@@ -150,6 +173,7 @@ def from_transformers(layer: Any, config: Any, target: str = "llvm", max_seq: in
     if not cls.endswith("DecoderLayer"):
         raise ValueError(f"expected a transformers decoder layer, not {cls}")
     index = int(getattr(layer.self_attn, "layer_idx", 0) or 0)
+    check_rope_reach(config, max_seq)
     spec = layer_config(config, index)
     scaling = getattr(layer.self_attn, "scaling", spec.head_dim ** -0.5)
     if abs(float(scaling) - spec.head_dim ** -0.5) > 1e-12:
@@ -319,5 +343,6 @@ def layer_from_pretrained(folder: str | os.PathLike[str], layer_index: int = 0, 
     whole model.
     """
     config = read_config(folder)
+    check_rope_reach(config, max_seq)
     spec, raw = layer_weights(Path(folder), config, layer_index)
     return compiled_layer(config, spec, raw, target, max_seq, weights, threads, dtype, plan, tuning)

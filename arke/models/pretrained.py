@@ -14,6 +14,7 @@ from arke.models.hf import (
     SUPPORTED,
     _model_type,
     _tensors,
+    check_rope_reach,
     compiled_layer,
     layer_weights,
     positive,
@@ -57,6 +58,7 @@ def from_pretrained(folder: str | os.PathLike[str], target: str = "llvm", dtype:
         raise ValueError(f"layers must be a whole number of layers (or None: all), not {layers!r}")
     path = Path(folder)
     config = read_config(path)
+    check_rope_reach(config, max_seq)
     kind = getattr(config, "model_type", None)
     if kind == "gpt2":
         from arke.models.gpt2_model import gpt2_from_pretrained

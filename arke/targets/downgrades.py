@@ -145,6 +145,10 @@ def _reason(dec: sir.Decision, reports: Sequence[DispatchReport], target: target
             arch: str | None = None) -> str:
     """Why no dispatch applies ``dec``, in one sentence."""
     relevant = [(r, why) for r in reports for d, why in r.dropped if d == dec and _relevant(dec, r, target)]
+    if not relevant and not reports:
+        return "its plan has no dispatch: no loop runs"
+    if not relevant and dec.subject is None:
+        return "no dispatch of its plan takes it"
     if not relevant:
         what = "index" if sir.DECISIONS[dec.kind].subject == "index" else "tensor"
         verb = "loops over" if what == "index" else "reads"

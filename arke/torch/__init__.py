@@ -3,4 +3,13 @@
 
 from arke.torch.ops import Ops, register, result_meta
 
-__all__ = ["Ops", "register", "result_meta"]
+
+def repack() -> None:
+    """Forget the weights ``torch.compile(backend="arke")`` packed (:func:`arke.torch.fx_ops.repack`): needed only
+    after a write through ``w.data`` in place, which torch's version counter does not see."""
+    from arke.torch.fx_ops import repack as forget
+
+    forget()
+
+
+__all__ = ["Ops", "register", "repack", "result_meta"]

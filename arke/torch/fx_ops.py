@@ -39,7 +39,8 @@ LOG = logging.getLogger("arke.torch")
 #: how a call chooses: the faster per shape ("measured"), or always Arke's kernel, or always torch's
 MODES = ("measured", "arke", "torch")
 _CHOICE: dict[tuple[Any, ...], str] = {}  # shape key -> "arke" or "torch"
-_PACKED: dict[int, tuple[weakref.ref[torch.Tensor], int, torch.Tensor | None]] = {}  # id(w) -> (w, version, panels)
+# id(w) -> (w, (version, data pointer), panels)
+_PACKED: dict[int, tuple[weakref.ref[torch.Tensor], tuple[int, int], torch.Tensor | None]] = {}
 ROUNDS = 3  # timed calls of each per decision (interleaved; the median decides)
 
 
@@ -119,12 +120,19 @@ def _packed(w: torch.Tensor, kn: bool = False) -> torch.Tensor | None:
     the micro-kernel is worth a copy), repacked when it is written in place; None where the target has none.
     ``kn``: ``w`` is stored [K, N] (its transpose is packed)."""
     found = _PACKED.get(id(w))
-    if found is not None and found[0]() is w and found[1] == w._version:
+    stamp = (w._version, w.data_ptr())  # `w.data = new` keeps the version but not the storage
+    if found is not None and found[0]() is w and found[1] == stamp:
         return found[2]
     key = id(w)
     packed = stdlib().backend.pack_weight((w.t() if kn else w).contiguous())
-    _PACKED[key] = (weakref.ref(w, lambda _: _PACKED.pop(key, None)), w._version, packed)
+    _PACKED[key] = (weakref.ref(w, lambda _: _PACKED.pop(key, None)), stamp, packed)
     return packed
+
+
+def repack() -> None:
+    """Forget every weight packed for ``torch.compile(backend="arke")``: the next call packs again. Needed only
+    after a write through ``w.data`` in place (``w.data.mul_(2)``), which torch's version counter does not see."""
+    _PACKED.clear()
 
 
 def _linear_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str, kn: bool = False

@@ -24,6 +24,7 @@ while an operator without autograd costs one dispatcher hop (the call overhead i
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,8 @@ class _Op:
 
     def call(self, args: tuple[Any, ...], out: Any = None) -> Any:
         lead = len(self.tensors)
+        if None in args:  # a `float?` scalar left out: its default is ±inf or NaN, which a schema cannot spell
+            args = tuple(self.defaults.get(i) if a is None and i in self.defaults else a for i, a in enumerate(args))
         if self.tensors[-1:] == [lead - 1] and all(args[i] == d for i, d in self.defaults.items() if i < len(args)):
             # the kernel's fast path: tensors only
             return self.kernel(*args[:lead]) if out is None else self.kernel(*args[:lead], out=out)
@@ -78,9 +81,12 @@ def _scalar_type(p: ir.Param) -> str:
 def _literal(value: Any) -> str:
     if isinstance(value, bool):
         return "True" if value else "False"
-    if isinstance(value, float):
-        return repr(value) if value == value and abs(value) != float("inf") else "None"
     return str(value)
+
+
+def _finite(value: Any) -> bool:
+    """Whether a schema can spell default ``value`` (it has no literal for ±inf or NaN)."""
+    return not isinstance(value, float) or math.isfinite(value)
 
 
 def _signature(fn: ir.Function) -> tuple[str, list[int], dict[int, Any]]:
@@ -95,8 +101,11 @@ def _signature(fn: ir.Function) -> tuple[str, list[int], dict[int, Any]]:
             parts.append(f"Tensor {p.name}")
             tensors.append(i)
         else:
-            default = "" if p.default is None else f"={_literal(p.default)}"
-            parts.append(f"{_scalar_type(p)} {p.name}{default}")
+            if _finite(p.default):
+                default = "" if p.default is None else f"={_literal(p.default)}"
+                parts.append(f"{_scalar_type(p)} {p.name}{default}")
+            else:  # `lo: f32 = -inf`: optional, None standing for the kernel's default (_Op.call)
+                parts.append(f"{_scalar_type(p)}? {p.name}=None")
             defaults[i] = p.default
     return ", ".join(parts), tensors, defaults
 
@@ -161,6 +170,10 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
     outs = ", ".join(f"Tensor({letters[k]}!) out{k if results > 1 else ''}" for k in range(results))
     out_rets = "()"  # a mutating operator returns nothing: one returning its aliased out= cannot be compiled
     schema = f"({params}) -> {rets}"
+    out_names = [f"out{k if results > 1 else ''}" for k in range(results)]
+    if clash := sorted({p.name for p in fn.params} & set(out_names)):
+        raise ValueError(f"kernel `{name}` has a parameter named `{clash[0]}`, the name its `.out` overload gives "
+                         f"{'an' if results > 1 else 'its'} output: rename the parameter to register the kernel")
     found = _DEFINED.get((namespace, name))
     if found is not None:
         if found.schema != schema:
@@ -190,7 +203,7 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
         return op.call(args)
 
     def real_out(*args: Any, **outputs: Any) -> None:
-        given = [outputs[k] for k in sorted(outputs)]
+        given = [outputs[k] for k in out_names]
         op.call(args, given[0] if len(given) == 1 else tuple(given))
 
     def fake(*args: Any) -> Any:
@@ -201,10 +214,14 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
         return made[0] if len(made) == 1 else tuple(made)
 
     def fake_out(*args: Any, **outputs: Any) -> Any:
-        given = [outputs[k] for k in sorted(outputs)]
+        given = [outputs[k] for k in out_names]
         bound = op.bound(args)
         metas = result_meta(_function(op.kernel, bound), bound)
+        device = _device_of(args)
         for t, (shape, dtype) in zip(given, metas):
+            if t.device != device:
+                raise GuardError(name, f"out= is on {t.device}, but the arguments are on {device}", rule="out",
+                                 param="out")
             if t.dtype != dtype or len(t.shape) != len(shape):
                 raise GuardError(name, f"out= needs {str(dtype).removeprefix('torch.')} with {len(shape)} axes, "
                                  f"but was given {str(t.dtype).removeprefix('torch.')} {tuple(t.shape)}",

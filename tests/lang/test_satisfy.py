@@ -32,7 +32,14 @@ def rel(op: str, lhs: object, rhs: object) -> ir.Rel:
     ([ir.BoolOp("or", (rel("<", N, 1), rel("==", N, 3))), rel(">", N, 2)], True),
     ([ir.BoolOp("or", (rel("<", N, 1), rel("<", M, 1)))], False),
     ([rel("<", N, M), rel(">", N, M)], True),  # two dims in one relation: not reasoned about (no false proof)
-    ([ir.BoolOp("not", (rel(">", N, 0),))], True),  # `not`: not reasoned about either
+    ([ir.BoolOp("not", (rel(">", N, 0),))], False),  # `not` pushed down to the comparisons
+    ([ir.BoolOp("not", (rel("==", N, N),))], False),
+    ([ir.BoolOp("not", (ir.BoolOp("or", (rel("<", N, 3), rel(">", N, 9))),)), rel(">", N, 9)], False),
+    ([ir.BoolOp("not", (ir.BoolOp("and", (rel(">", N, 3), rel("<", N, 9))),)), rel("==", N, 5)], False),
+    ([ir.BoolOp("not", (ir.BoolOp("and", (rel(">", N, 3), rel("<", N, 9))),)), rel("==", N, 9)], True),
+    ([ir.BoolOp("not", (ir.InSet(N, (sympy.Integer(1), sympy.Integer(2))),)), rel("<=", N, 2)], False),
+    ([ir.BoolOp("not", (ir.InSet(N, (sympy.Integer(1), sympy.Integer(2))),)), rel("<=", N, 3)], True),
+    ([ir.BoolOp("not", (ir.BoolOp("not", (rel("<", N, 1),)),))], False),
 ])
 def test_contradictions_are_proved(conds: list[ir.Cond], holds: bool) -> None:
     assert may_hold(conds) is holds

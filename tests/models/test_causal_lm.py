@@ -298,7 +298,7 @@ def test_akc_generate_streams_ids_and_text(tmp_path: Path, capsys: pytest.Captur
     from arke.cli.app import main
 
     folder, hf = saved("llama")
-    assert main(["generate", str(folder), "--ids", "1,2,3", "--max-new-tokens", "5"]) == 0
+    assert main(["generate", str(folder), "--ids", "1,2,3", "--max-new-tokens", "5", "--eos", "none"]) == 0
     out = capsys.readouterr()
     want = hf_generate(hf, torch.tensor([[1, 2, 3]]), 5)[0, 3:].tolist()
     assert out.out.strip() == ",".join(map(str, want))
@@ -310,7 +310,7 @@ def test_akc_generate_streams_ids_and_text(tmp_path: Path, capsys: pytest.Captur
     with_tok = tmp_path / "m"
     hf.save_pretrained(with_tok)
     tok.save(str(with_tok / "tokenizer.json"))
-    assert main(["generate", str(with_tok), "--prompt", "w1 w2 w3", "--max-new-tokens", "5"]) == 0
+    assert main(["generate", str(with_tok), "--prompt", "w1 w2 w3", "--max-new-tokens", "5", "--eos", "none"]) == 0
     text = capsys.readouterr().out
     assert text.split() == ["w1", "w2", "w3"] + [f"w{i}" for i in want]
     assert main(["generate", str(folder), "--prompt", "hi"]) == 2  # no tokenizer.json: a usage error

@@ -98,3 +98,22 @@ def test_unsupported_configs_are_refused(tmp_path: Path) -> None:
         arke.models.from_pretrained(tmp_path, max_seq=16)
     with pytest.raises(ValueError, match="f32 activations"):
         arke.models.from_pretrained(saved()[0], max_seq=16, dtype=torch.bfloat16)
+
+
+
+@pytest.mark.parametrize(("fields", "match"), [
+    ({"n_shared_experts": 0}, "n_shared_experts 0"),
+    ({"num_experts_per_tok": 5}, "num_experts_per_tok must be a whole number from 1 to n_routed_experts"),
+    ({"topk_method": "group_limited_greedy", "n_group": 2, "topk_group": 3}, "topk_group must be from 1"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}, "max_position_embeddings": 8}, "load the model with "
+     "max_seq=8 or less"),
+])
+def test_configs_transformers_runs_differently_are_refused_by_field(tmp_path: Path, fields: dict[str, Any],
+                                                                     match: str) -> None:
+    base = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=1,
+                num_attention_heads=2, num_key_value_heads=2, n_routed_experts=4, num_experts_per_tok=2,
+                n_shared_experts=1, kv_lora_rank=8, q_lora_rank=None, qk_nope_head_dim=4, qk_rope_head_dim=4,
+                v_head_dim=4, max_position_embeddings=64)
+    transformers.DeepseekV2ForCausalLM(transformers.DeepseekV2Config(**{**base, **fields})).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=match):
+        arke.models.from_pretrained(tmp_path, max_seq=16)

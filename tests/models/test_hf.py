@@ -511,3 +511,26 @@ def test_calls_from_two_threads_are_serialised() -> None:
     for t in threads:
         t.join()
     assert len(got) == 8 and all(torch.equal(g, want) for g in got)
+
+
+@pytest.mark.parametrize("top_k", [0, 9])
+def test_a_mixtral_top_k_outside_its_experts_is_refused_by_name(top_k: Any) -> None:
+    """k = 0 was read as 2 (`or 2`), k past the experts failed in torch.topk at the first call."""
+    with pytest.raises(ValueError, match="num_experts_per_tok must be a whole number from 1 to num_local_experts"):
+        arke.models.layer_config(config("mixtral", num_experts_per_tok=top_k))
+
+
+@pytest.mark.parametrize(("rope", "limit"), [
+    ({"rope_type": "dynamic", "factor": 2.0}, 256),
+    ({"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8,
+      "original_max_position_embeddings": 32}, 32),
+])
+def test_rope_types_that_change_with_the_length_bound_max_seq(rope: dict[str, Any], limit: int) -> None:
+    """transformers rescales dynamic rope past max_position_embeddings and switches longrope to its long
+    factors past the original length; the layers keep the frequencies of load time, so a longer cache is refused."""
+    from arke.models.hf import check_rope_reach
+
+    cfg = config("llama", rope_scaling=rope)
+    check_rope_reach(cfg, limit)
+    with pytest.raises(ValueError, match=f"max_seq={limit} or less"):
+        check_rope_reach(cfg, limit + 1)

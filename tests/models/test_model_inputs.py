@@ -134,10 +134,26 @@ def test_akc_generate_needs_a_readable_tokenizer_only_for_text(tmp_path: Path,
     bad = tmp_path / "m"
     shutil.copytree(folder, bad)
     (bad / "tokenizer.json").write_text("{not json")
-    assert main(["generate", str(bad), "--ids", "1,2,3", "--max-new-tokens", "3"]) == 0
+    assert main(["generate", str(bad), "--ids", "1,2,3", "--max-new-tokens", "3", "--eos", "none"]) == 0
     want = hf_generate(hf, torch.tensor([[1, 2, 3]]), 3)[0, 3:].tolist()
     assert capsys.readouterr().out.strip() == ",".join(map(str, want))
     assert main(["generate", str(bad), "--prompt", "hi", "--max-new-tokens", "3"]) == 2
     assert "cannot be read as a tokenizer" in capsys.readouterr().err
     assert main(["generate", str(folder), "--ids", "\u00b2", "--max-new-tokens", "3"]) == 2
     assert "--ids takes token ids" in capsys.readouterr().err
+
+
+def test_akc_generate_stops_at_the_folders_eos_unless_told(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As transformers' generate: the folder's eos_token_id (generation_config.json, then config.json) ends it."""
+    from arke.cli.app import main
+
+    folder, _ = saved("llama")
+    assert main(["generate", str(folder), "--ids", "1,2,3", "--max-new-tokens", "6", "--eos", "none"]) == 0
+    free = [int(t) for t in capsys.readouterr().out.strip().split(",")]
+    stop = tmp_path / "m"
+    shutil.copytree(folder, stop)
+    (stop / "generation_config.json").write_text(json.dumps({"eos_token_id": [free[1]]}))
+    assert main(["generate", str(stop), "--ids", "1,2,3", "--max-new-tokens", "6"]) == 0
+    assert capsys.readouterr().out.strip() == ",".join(map(str, free[:free.index(free[1]) + 1]))
+    assert main(["generate", str(stop), "--ids", "1,2,3", "--max-new-tokens", "6", "--eos", "x"]) == 2
+    assert "--eos takes token ids" in capsys.readouterr().err

@@ -36,6 +36,18 @@ def test_a_weight_written_in_place_is_repacked() -> None:
     torch.testing.assert_close(torch.ops.arke_fx.linear(x, w, None, "arke"), F.linear(x, w), rtol=1e-5, atol=1e-4)
 
 
+def test_new_storage_is_repacked_and_repack_forgets_writes_through_data() -> None:
+    import arke.torch
+
+    x, w = torch.randn(4, 24), torch.nn.Parameter(torch.randn(40, 24))
+    torch.ops.arke_fx.linear(x, w, None, "arke")
+    w.data = torch.randn(40, 24)  # new storage, the same version
+    torch.testing.assert_close(torch.ops.arke_fx.linear(x, w, None, "arke"), F.linear(x, w), rtol=1e-5, atol=1e-4)
+    w.data.mul_(2.0)  # unseen by torch's version counter: forgotten by hand
+    arke.torch.repack()
+    torch.testing.assert_close(torch.ops.arke_fx.linear(x, w, None, "arke"), F.linear(x, w), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize(("h", "g", "s", "t", "causal"), [(4, 2, 3, 3, True), (4, 4, 1, 37, False), (6, 2, 5, 9, True)])
 def test_sdpa_matches_torch(h: int, g: int, s: int, t: int, causal: bool) -> None:
     q, k, v = torch.randn(2, h, s, 8), torch.randn(2, g, t, 8), torch.randn(2, g, t, 8)

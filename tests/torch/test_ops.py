@@ -147,3 +147,33 @@ def test_registering_again_repoints_and_a_different_signature_is_refused() -> No
     lib.define("twice(Tensor x) -> Tensor")
     with pytest.raises(ValueError, match="already exists"):
         arke.torch.register(other, namespace="arke_taken")
+
+
+def test_an_infinite_default_is_an_optional_float_that_means_the_kernels_default() -> None:
+    src = "kernel clampish(x: f32[N], lo: f32 = -inf, hi: f32 = inf) -> f32[N] { return max(min(x[n], hi), lo) }\n"
+    arke.torch.register(arke.build(arke.loads(src)), namespace="arke_test_inf")
+    op = torch.ops.arke_test_inf.clampish
+    assert "float? lo=None" in str(op.default._schema)
+    x = torch.tensor([-5.0, 0.0, 5.0])
+    assert op(x, hi=1.0).tolist() == [-5.0, 0.0, 1.0]
+    assert torch.compile(lambda a: op(a), backend="eager", fullgraph=True)(x).tolist() == [-5.0, 0.0, 5.0]
+
+
+def test_a_parameter_named_like_the_out_argument_is_refused_and_out_on_another_device_too() -> None:
+    src = "kernel twice_out(out: f32[N]) -> f32[N] { return out * 2.0 }\n"
+    with pytest.raises(ValueError, match="parameter named `out`"):
+        arke.torch.register(arke.build(arke.loads(src)), namespace="arke_test_outname")
+    arke.torch.register(arke.build(arke.loads("kernel twice_dev(x: f32[N]) -> f32[N] { return x * 2.0 }\n")),
+                        namespace="arke_test_outdev")
+    with pytest.raises(GuardError, match="out= is on meta"):
+        torch.ops.arke_test_outdev.twice_dev.out(torch.ones(4), out=torch.empty(4, device="meta"))
+
+
+def test_many_outputs_fill_out_in_order() -> None:
+    outs = ", ".join(f"y{k}: f32[N]" for k in range(11))
+    body = "; ".join(f"y{k}[n] = x[n] + {k}.0" for k in range(11))
+    arke.torch.register(arke.build(arke.loads(f"kernel eleven(x: f32[N]) -> ({outs}) {{ {body} }}\n")),
+                        namespace="arke_test_eleven")
+    got = [torch.empty(3) for _ in range(11)]
+    torch.ops.arke_test_eleven.eleven.out(torch.zeros(3), **{f"out{k}": t for k, t in enumerate(got)})
+    assert [float(t[0]) for t in got] == [float(k) for k in range(11)]
