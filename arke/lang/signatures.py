@@ -22,7 +22,7 @@ from arke.lang import ast
 from arke.lang import generics as gen
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
 from arke.lang.hints import NOT_YET_DTYPES
-from arke.lang.satisfy import may_hold
+from arke.lang.satisfy import linear_verdict, may_hold
 from arke.lang.source import Source, Span
 
 if TYPE_CHECKING:
@@ -136,6 +136,8 @@ def decide_cond(c: ir.Cond, subst: dict[sympy.Symbol, Dim] | None = None) -> boo
     """:func:`decide` of :func:`cond_sympy`, with a set membership decided by :func:`decide_in`
     (linear in the set) instead of SymPy's ``Or`` of one ``Eq`` a value."""
     s = subst or {}
+    if isinstance(c, ir.Rel) and (fast := linear_verdict(c.op, _subs(c.lhs, s), _subs(c.rhs, s))) is not None:
+        return fast[0]
     if not _has_set(c):
         return decide(cond_sympy(c, s))
     if isinstance(c, ir.InSet):
@@ -411,7 +413,8 @@ def _type(t: ast.TypeExpr, dims: dict[str, Dim], error: ErrorFn, what: str) -> i
         if value is None:
             return None
         if value.is_number and int(value) < 1:
-            error("AK3015", f"a {what} dim must be at least 1, not {dim_str(value)}", d.span)
+            article = "an" if what[0] in "aeiou" else "a"
+            error("AK3015", f"{article} {what} dim must be at least 1, not {dim_str(value)}", d.span)
             return None
         shape.append(value)
     return ir.TensorType(dtype, tuple(shape))

@@ -64,6 +64,8 @@ class Report:
     fused: list[int] = field(default_factory=list)  # the operations each fused Arke kernel replaced
     unfused: list[tuple[str, str]] = field(default_factory=list)  # (first node, reason) of regions not built
     small: int = 0  # regions too small to be worth a call (left to Inductor)
+    foreign: list[str] = field(default_factory=list)  # the graph's ATen operators without a .ak definition
+    untranslated: list[tuple[str, str]] = field(default_factory=list)  # (node, reason): defined, operands ruled out
 
     def __str__(self) -> str:
         took = ", ".join(f"{n} × {k}" for k, n in sorted(self.taken.items())) or "nothing"
@@ -73,6 +75,10 @@ class Report:
         if self.small:
             text += f"; {self.small} regions too small for a kernel call of their own"
         text += f"; Inductor compiles the other {self.others} operations"
+        if self.foreign:
+            text += f" (without a .ak definition: {', '.join(self.foreign)})"
+        if self.untranslated:
+            text += "; not translated: " + "; ".join(f"`{n}` ({why})" for n, why in self.untranslated)
         if self.unfused:
             text += "; regions not fused: " + "; ".join(f"at `{n}` ({why})" for n, why in self.unfused)
         if self.slower:
@@ -88,6 +94,13 @@ _REPORTS: collections.deque[Report] = collections.deque(maxlen=64)
 def reports() -> list[Report]:
     """The reports of the graphs compiled most recently in this process (oldest first)."""
     return list(_REPORTS)
+
+
+def _tensors(node: fx.Node) -> bool:
+    """Whether ``node`` makes tensors (not a size computed from symbolic sizes)."""
+    value = aten_ak.meta(node)
+    values = value if isinstance(value, tuple | list) else (value,)
+    return any(isinstance(v, torch.Tensor) for v in values)
 
 
 def _meta(node: Any) -> Any:
@@ -292,9 +305,11 @@ def rewrite(gm: fx.GraphModule, mode: str = "measured", real_inputs: list[Any] |
 
         done = fuse_regions(gm, fake_mode, 1 if fuse == "all" else regions.MIN_ELEMENTS)
         report.fused = [n for _, n in done.regions]
-        report.unfused, report.small = done.left, done.small
-    report.others = sum(1 for n in graph.nodes if n.op == "call_function" and n.target is not operator.getitem
-                        and not str(n.target).startswith(("arke_fx.", "arke_gen.")))
+        report.unfused, report.small, report.untranslated = done.left, done.small, done.untranslated
+    rest = [n for n in graph.nodes if n.op == "call_function" and n.target is not operator.getitem
+            and not str(n.target).startswith(("arke_fx.", "arke_gen."))]
+    report.others = len(rest)
+    report.foreign = sorted({str(n.target) for n in rest if n.target not in aten_ak.TABLE and _tensors(n)})
     return report
 
 

@@ -48,6 +48,7 @@ class Fused:
 
     regions: list[tuple[str, int]] = field(default_factory=list)  # (operator, nodes replaced)
     left: list[tuple[str, str]] = field(default_factory=list)  # (first node, reason) of regions not built
+    untranslated: list[tuple[str, str]] = field(default_factory=list)  # (node, reason): its operands rule it out
     small: int = 0  # regions left to Inductor for their size (MIN_ELEMENTS)
 
 
@@ -126,7 +127,7 @@ def _sources(node: fx.Node) -> list[fx.Node]:
     return out
 
 
-def _grow(graph: fx.Graph) -> list[Region]:
+def _grow(graph: fx.Graph, skipped: list[tuple[str, str]] | None = None) -> list[Region]:
     """The regions of ``graph``, each with the place its call will go (``pos``): after every node it reads.
 
     Positions are the nodes' places in the graph, a region's call counting at its ``pos``. A node joins a
@@ -167,7 +168,9 @@ def _grow(graph: fx.Graph) -> list[Region]:
         fresh = Region(max([order[node] - 0.5, *(eff(s) + 1e-6 for s in sources)]))
         try:
             fresh.add(node)
-        except Untranslatable:
+        except Untranslatable as why:  # defined in .ak, but not with these operands: said in the report
+            if skipped is not None:
+                skipped.append((node.name, str(why)))
             continue
         region_of[node] = fresh
         regions.append(fresh)
@@ -328,7 +331,7 @@ def fuse(gm: fx.GraphModule, fake_mode: Any, min_elements: int = MIN_ELEMENTS) -
     graph = gm.graph
     done = Fused()
     renamed: dict[fx.Node, fx.Node] = {}  # a region's output -> what replaced it (a later region's parameter)
-    for region in _grow(graph):
+    for region in _grow(graph, done.untranslated):
         inside = set(region.nodes)
         outputs = [n for n in region.nodes if _read_outside(n, inside)]
         if not outputs:

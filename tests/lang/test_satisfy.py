@@ -77,3 +77,33 @@ def test_two_dims_are_bounded_each() -> None:
     for a, b in itertools.product((1, 5), (1, 5)):
         assert may_hold([rel(">=", N, a), rel(">=", M, b)])
     assert not may_hold([rel(">=", N, 5), rel("<=", M, 0)])
+
+
+def test_linear_verdicts_are_sound_and_agree_with_sympy() -> None:
+    """The fast verdict of a one-dim linear clause (signatures.decide_cond's first try) never contradicts
+    the values it claims, nor SymPy's decision where SymPy makes one."""
+    from arke.ir.shapes import decide
+    from arke.lang.satisfy import linear_verdict
+    from arke.lang.signatures import cond_sympy
+
+    rng = random.Random(11)
+    pos = sympy.Symbol("N", integer=True, positive=True)
+    for _ in range(120):
+        op = rng.choice(["==", "!=", "<", "<=", ">", ">="])
+        a = rng.choice([-3, -2, -1, 1, 2, 3, sympy.Rational(1, 2)])
+        lhs, rhs = a * pos + rng.randint(-6, 6), sympy.Integer(rng.randint(-6, 6))
+        verdict = linear_verdict(op, lhs, rhs)
+        assert verdict is not None
+        truth = [bool(ir_holds(op, lhs.subs(pos, v), rhs)) for v in range(1, 200)]
+        if verdict[0] is True:
+            assert all(truth), (op, lhs, rhs)
+        elif verdict[0] is False:
+            assert not any(truth), (op, lhs, rhs)
+        else:
+            assert any(truth) and not all(truth), (op, lhs, rhs)
+        slow = decide(cond_sympy(ir.Rel(op, lhs, rhs)))
+        assert slow is None or slow == verdict[0], (op, lhs, rhs, slow, verdict)
+
+
+def ir_holds(op: str, a: sympy.Expr, b: sympy.Expr) -> bool:
+    return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]

@@ -306,3 +306,15 @@ def test_comparisons_and_logic_in_regions() -> None:
     assert got[1].dtype == torch.bool and torch.equal(got[1], want[1])
     report = backend.reports()[-1]
     assert len(report.fused) == 1 and report.others == 0, str(report)
+
+
+def test_the_report_names_what_was_not_translated_and_what_has_no_definition() -> None:
+    def f(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        return torch.exp(x + i) + torch.sort(x, dim=1).values
+
+    x, i = torch.randn(8, 16), torch.randint(0, 4, (8, 16))
+    torch.testing.assert_close(torch.compile(f, backend="arke", options=OPTIONS)(x, i), f(x, i))
+    report = backend.reports()[-1]
+    assert any("int64" in why for _, why in report.untranslated), report
+    assert any("sort" in op for op in report.foreign), report
+    assert "not translated" in str(report) and "without a .ak definition" in str(report)

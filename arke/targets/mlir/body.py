@@ -13,6 +13,7 @@ kept in :attr:`Body.flags`, as is every integer divisor's ``!= 0``, so a check o
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -98,8 +99,10 @@ class Body:
                 self._memo[key] = self.let(f"arith.constant {text}")
             elif ty == "f32":
                 self._memo[key] = self.let(f"arith.constant {float_literal(float(value))} : f32")
-            elif ty == "f64":
-                self._memo[key] = self.let(f"arith.constant {float(value)!r} : f64")
+            elif ty == "f64":  # an infinity or NaN as its bits (MLIR has no literal word for them)
+                text = repr(float(value)) if math.isfinite(value) else \
+                    f"0x{struct.unpack('<Q', struct.pack('<d', float(value)))[0]:016X}"
+                self._memo[key] = self.let(f"arith.constant {text} : f64")
             else:
                 self._memo[key] = self.let(f"arith.constant {int(value)} : {ty}")
         return self._memo[key]
@@ -268,6 +271,9 @@ class Body:
             return self._int_unary(op, x, ty, e.dtype.is_unsigned)
         if op == "neg":
             return self.let(f"arith.negf {x} : f32")
+        if op == "exp2":  # IREE's f32 exp2 is exp(x ln 2): 2x the tolerance off past |x| = 20; f64 is exact enough
+            w = self.let(f"math.exp2 {self.let(f'arith.extf {x} : f32 to f64')} : f64")
+            return self.let(f"arith.truncf {w} : f64 to f32")
         if op in _MATH:
             return self.let(f"{_MATH[op]} {x} : f32")
         if op in ("sin", "cos"):
@@ -352,17 +358,43 @@ class Body:
                   "max": "arith.maximumf", "min": "arith.minimumf"}
         if op in simple:
             return self.let(f"{simple[op]} {a}, {b} : f32")
-        if op == "pow":  # exp(y log x) in f32 is 7e-7 off for y log x near -9 (rope frequencies): f64
-            wa = self.let(f"arith.extf {a} : f32 to f64")
-            wb = self.let(f"arith.extf {b} : f32 to f64")
-            p = self.let(f"math.powf {wa}, {wb} : f64")
-            return self.let(f"arith.truncf {p} : f64 to f32")
+        if op == "pow":
+            return self._float_pow(a, b)
         if op == "floordiv":
             q = self.let(f"arith.divf {a}, {b} : f32")
             return self.let(f"math.floor {q} : f32")
         if op == "mod":  # Python's %: fmod, then moved into the divisor's sign (exact)
             return self._divisor_sign(self.let(f"arith.remf {a}, {b} : f32"), b, "f32")
         raise UnsupportedError(f"mlir: binary `{op}` on floats")
+
+    def _float_pow(self, a: str, b: str) -> str:
+        """C's ``pow``: ``|x| ** y`` in f64 (exp(y log x) in f32 is 7e-7 off for y log x near -9: rope frequencies),
+        which is all IREE's expansion computes, then the sign of a negative base to an odd integer power, NaN for
+        a finite negative base to a non-integer power, and 1 for ``y == 0``, ``x == 1`` and ``(±1) ** ±inf``."""
+        x = self.let(f"arith.extf {a} : f32 to f64")
+        y = self.let(f"arith.extf {b} : f32 to f64")
+        one, zero = self.const(1.0, "f64"), self.const(0.0, "f64")
+        ax = self.let(f"math.absf {x} : f64")
+        m = self.let(f"math.powf {ax}, {y} : f64")
+        whole = self.let(f"arith.cmpf oeq, {self.let(f'math.floor {y} : f64')}, {y} : f64")  # ±inf: even, whole
+        half = self.let(f"arith.mulf {y}, {self.const(0.5, 'f64')} : f64")
+        twice = self.let(f"arith.mulf {self.let(f'math.floor {half} : f64')}, {self.const(2.0, 'f64')} : f64")
+        odd = self.let(f"arith.andi {whole}, {self.let(f'arith.cmpf one, {twice}, {y} : f64')} : i1")
+        negative = self.let(f"arith.cmpf olt, {self.let(f'math.copysign {one}, {x} : f64')}, {zero} : f64")
+        r = self.let(f"arith.select {self.let(f'arith.andi {odd}, {negative} : i1')}, "
+                     f"{self.let(f'arith.negf {m} : f64')}, {m} : f64")
+        finite = self.let(f"arith.cmpf olt, {ax}, {self.const(math.inf, 'f64')} : f64")
+        bad = self.let(f"arith.andi {self.let(f'arith.cmpf olt, {x}, {zero} : f64')}, {finite} : i1")
+        fraction = self.let(f"arith.xori {whole}, {self.const(True, 'i1')} : i1")
+        bad = self.let(f"arith.andi {bad}, {fraction} : i1")
+        r = self.let(f"arith.select {bad}, {self.const(math.nan, 'f64')}, {r} : f64")
+        ay = self.let(f"math.absf {y} : f64")
+        endless = self.let(f"arith.cmpf oeq, {ay}, {self.const(math.inf, 'f64')} : f64")
+        unit = self.let(f"arith.andi {self.let(f'arith.cmpf oeq, {ax}, {one} : f64')}, {endless} : i1")
+        ones = self.let(f"arith.ori {self.let(f'arith.cmpf oeq, {y}, {zero} : f64')}, "
+                        f"{self.let(f'arith.cmpf oeq, {x}, {one} : f64')} : i1")
+        r = self.let(f"arith.select {self.let(f'arith.ori {ones}, {unit} : i1')}, {one}, {r} : f64")
+        return self.let(f"arith.truncf {r} : f64 to f32")
 
     def _int_binary(self, op: str, a: str, b: str, ty: str, safe: bool = False, unsigned: bool = False) -> str:
         simple = {"add": "arith.addi", "sub": "arith.subi", "mul": "arith.muli", "and": "arith.andi",

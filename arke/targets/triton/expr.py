@@ -74,12 +74,12 @@ def _ak_tanh(x):
 
 @triton.jit
 def _ak_pow(a, b):
-    m = tl.exp2(b * tl.log2(tl.abs(a)))
+    lg = tl.log2(tl.abs(a))
+    m = tl.exp2(tl.where(lg == 0, 0.0, b * lg))  # (±1) ** inf and 1 ** nan are 1, not exp2(inf * 0)
     whole = tl.floor(b) == b
     odd = whole & (tl.abs(b - 2.0 * tl.floor(b * 0.5)) == 1.0)
-    neg = tl.where(odd, -m, m)
-    bad = (a < 0) & (~whole)
-    r = tl.where(a < 0, tl.where(bad, float("nan"), neg), m)
+    r = tl.where(odd & (a.to(tl.int32, bitcast=True) < 0), -m, m)  # the sign bit: -0 to an odd power too
+    r = tl.where((a < 0) & (a > float("-inf")) & (~whole), float("nan"), r)
     return tl.where(b == 0, 1.0, r)
 '''
 
