@@ -71,7 +71,7 @@ def _dtype(x: Any) -> DType:
     return DTYPES[x]
 
 
-def _encode_scalar(v: float | int | bool) -> Any:
+def encode_scalar(v: float | int | bool) -> Any:
     if isinstance(v, (bool, int)):
         return v
     v = float(v)
@@ -81,7 +81,7 @@ def _encode_scalar(v: float | int | bool) -> Any:
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
-def _decode_scalar(x: Any) -> float | int | bool:
+def decode_scalar(x: Any) -> float | int | bool:
     if isinstance(x, str):
         if x not in _NON_FINITE:
             raise ValueError(f"expected a number, true/false, or 'inf', '-inf', 'nan'; got {x!r}")
@@ -126,7 +126,7 @@ def _dim(x: Any) -> shapes.Dim:
 
 DIM = _Codec(dim_str, _dim)
 DTYPE = _Codec(lambda v: v.value, _dtype)
-SCALAR = _Codec(_encode_scalar, _decode_scalar)
+SCALAR = _Codec(encode_scalar, decode_scalar)
 DECISION_VALUE = _Codec(lambda v: v, lambda x: x if x is None or isinstance(x, str) else _int(x))
 
 

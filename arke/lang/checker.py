@@ -151,6 +151,7 @@ def _check_text(text: str, path: str, _stack: tuple[str, ...], _prefix: str) -> 
     for k in module.kernels:
         if declare_kernel(k, own, diags):
             own[k.name] = build_signature(k, source, _prefix + k.name, diags)
+    _specialisation_names(own, diags)
     scope = {**imported.scope, **own}  # a file's own kernels shadow imported ones
     calls: dict[str, list[tuple[str, Span]]] = {}
     own_functions: list[semantic.Function] = []
@@ -206,6 +207,19 @@ def resolve_imports(imports: tuple[ast.Import, ...], path: str, diags: list[Diag
         imported_strategies.extend(loaded.strategies.strategies)
         indices.update(loaded.indices)
     return Imported(scope, tuple(functions), tuple(imported_strategies), indices, import_failed)
+
+
+def _specialisation_names(own: dict[str, Signature], diags: list[Diagnostic]) -> None:
+    """AK2003 for a kernel named like a generic kernel's specialisation (``scaled__W_f32``): both would be one
+    IR function, and calls of either would run the one defined last."""
+    taken = {m.ir_name: sig.name for sig in own.values() if sig.generic is not None
+             for m in sig.generic.members.values()}
+    for sig in own.values():
+        if sig.generic is None and sig.ir_name in taken:
+            diags.append(make("AK2003", f"kernel `{sig.name}` has the name of a specialisation of the generic kernel "
+                                        f"`{taken[sig.ir_name]}`", sig.node.name_span,
+                              related=[Related(own[taken[sig.ir_name]].node.name_span, "the generic kernel")],
+                              hint="rename the kernel"))
 
 
 def declare_kernel(k: ast.Kernel, own: dict[str, Signature], diags: list[Diagnostic]) -> bool:

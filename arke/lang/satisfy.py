@@ -89,9 +89,9 @@ def linear_verdict(op: str, lhs: Dim, rhs: Dim) -> tuple[bool | None] | None:
     ``a * x + b`` (True: holds for all, False: for none, None: for some); None where it is not of that form.
     What SymPy's assumptions decide too, without their cost (~5 ms a clause)."""
     diff = sympy.expand(sympy.sympify(lhs) - sympy.sympify(rhs))
-    if diff.is_Number:
-        return ({"==": diff == 0, "!=": diff != 0, "<": diff < 0, "<=": diff <= 0, ">": diff > 0,
-                 ">=": diff >= 0}[op],)
+    if diff.is_Number:  # bool(): SymPy's comparisons give its own true and false
+        return (bool({"==": diff == 0, "!=": diff != 0, "<": diff < 0, "<=": diff <= 0, ">": diff > 0,
+                      ">=": diff >= 0}[op]),)
     found = _linear(diff)
     if found is None:
         return None
@@ -99,18 +99,18 @@ def linear_verdict(op: str, lhs: Dim, rhs: Dim) -> tuple[bool | None] | None:
     first = a + b  # the value at x = 1; from there it only grows (a > 0) or only falls (a < 0)
     if op in ("==", "!="):
         root = -b / a
-        some = root.is_integer and root >= 1
+        some = bool(root.is_integer and root >= 1)
         return (None if some else op == "!=",)
     if a < 0:  # a x + b op 0  <=>  (-a) x + (-b) op' 0
         op, first = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op], -first
     # now increasing from `first`: `> 0` / `>= 0` hold for all or eventually; `< 0` / `<= 0` for none or some
     if op == ">":
-        return (True if first > 0 else None,)
+        return (True if bool(first > 0) else None,)
     if op == ">=":
-        return (True if first >= 0 else None,)
+        return (True if bool(first >= 0) else None,)
     if op == "<":
-        return (False if first >= 0 else None,)
-    return (False if first > 0 else None,)
+        return (False if bool(first >= 0) else None,)
+    return (False if bool(first > 0) else None,)
 
 
 def _narrow(ranges: dict[sympy.Symbol, _Range], c: ir.Cond) -> bool:

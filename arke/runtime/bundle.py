@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from arke.ir.serialize import decode_scalar
 from arke.runtime.bundle_files import BundleError as BundleError  # what load_bundle raises, for its callers
 from arke.runtime.bundle_files import bundle_error as _fail
 from arke.runtime.bundle_files import read_manifest
@@ -105,15 +106,20 @@ class Bundle:
             self.kernels = {r["name"]: BundleKernel(self, r) for r in manifest["kernels"]}
         except (KeyError, TypeError, AttributeError) as err:
             raise _fail(path, f"the manifest's kernel records cannot be read ({err!r}); rebuild the bundle") from None
+        from arke.runtime.bundle_generic import generics_of
 
-    def __getattr__(self, name: str) -> BundleKernel:
-        kernels = self.__dict__.get("kernels", {})
+        self.generics = generics_of(self.kernels)  # `lib.scaled` runs `scaled__W_f32` or `scaled__W_f16`
+
+    def __getattr__(self, name: str) -> Any:
+        kernels, generics = self.__dict__.get("kernels", {}), self.__dict__.get("generics", {})
         if name in kernels:
             return kernels[name]
-        raise AttributeError(f"no kernel `{name}` in this bundle; it has: {', '.join(kernels)}")
+        if name in generics:
+            return generics[name]
+        raise AttributeError(f"no kernel `{name}` in this bundle; it has: {', '.join([*kernels, *generics])}")
 
     def __dir__(self) -> list[str]:
-        return [*super().__dir__(), *self.kernels]
+        return [*super().__dir__(), *self.kernels, *self.generics]
 
     def __repr__(self) -> str:
         return f"<arke bundle {self.path} ({self.manifest['cpu']}): {', '.join(self.kernels)}>"
@@ -218,7 +224,8 @@ class BundleKernel:
         any_torch = any(isinstance(v, torch.Tensor) for v in given.values())
         out: list[torch.Tensor] = []
         for p in self.params:
-            value = given.get(p["name"], p["default"])
+            default = decode_scalar(p["default"]) if isinstance(p["default"], str) else p["default"]  # "inf": JSON
+            value = given.get(p["name"], default)
             if p["dim"]:
                 out.append(torch.tensor(self._dim(p, value), dtype=torch.int64))
             elif not p["shape"]:

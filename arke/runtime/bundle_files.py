@@ -75,11 +75,25 @@ def _bundle_files(folder: Path, mark: str) -> set[str]:
     """The names in ``folder`` its bundle wrote: ``mark`` and the files its checksums list (nothing more where
     ``mark`` cannot be read)."""
     try:
-        files = json.loads((folder / mark).read_text()).get("files", {})
+        record = json.loads((folder / mark).read_text())
+        files = record.get("files", {})
     except (OSError, ValueError, AttributeError):
         return {mark}
+    if not str(record.get("format", "")).startswith("arke."):  # another tool's manifest.json: its files are not ours
+        return set()
     return {mark} | {Path(str(name)).parts[0] for name in files if Path(str(name)).parts} if isinstance(
         files, dict) else {mark}
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask sets it: a race with other threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 @contextmanager
@@ -93,6 +107,9 @@ def staged(out: Path, mark: str) -> Iterator[Path]:
             raise BundleError(f"{out} exists and is not a folder: name a new folder for the bundle (nothing "
                               "was written)")
         found = sorted(p.name for p in out.iterdir())
+        if found and mark not in _bundle_files(out, mark):
+            raise BundleError(f"{out} holds a {mark} that is not an Arke bundle's: saving would replace the folder; "
+                              "name a new or empty folder (nothing was written)")
         if found and mark not in found:
             raise BundleError(f"{out} is a folder with files in it and no {mark}: it is not a bundle, and "
                               "saving would replace it; name a new or empty folder (nothing was written)")
@@ -103,6 +120,7 @@ def staged(out: Path, mark: str) -> Iterator[Path]:
                               "name another folder (nothing was written)")
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    stage.chmod(0o777 & ~_umask())  # mkdtemp's folder is private (0700); a bundle is shipped: the umask's mode
     try:
         yield stage
         if out.exists():
@@ -168,11 +186,21 @@ def _malformed(manifest: dict[str, Any]) -> str | None:
     kernels = manifest.get("kernels")
     if not isinstance(kernels, list) or not kernels:
         return "no list of kernels"
+    def default(p: dict[str, Any]) -> bool:  # a number, true/false, null, or "inf", "-inf", "nan"
+        d = p.get("default")
+        return d is None or isinstance(d, bool | int | float) or d in ("inf", "-inf", "nan")
+
+    seen: set[str] = set()
     for k in kernels:
         if not isinstance(k, dict) or not all(isinstance(k.get(f), str) for f in ("name", "function", "symbol")):
             return "a kernel without a name, function and symbol"
+        if k["name"] in seen:
+            return f"kernel {k['name']!r} is listed twice"
+        seen.add(k["name"])
         if not isinstance(k.get("params"), list) or not all(tensor(p, True) for p in k["params"]):
             return f"kernel {k['name']!r}: a parameter without a name, a known dtype, a shape and a dim flag"
+        if not all(default(p) for p in k["params"]):
+            return f"kernel {k['name']!r}: a parameter default that is not a number, true/false or \"inf\""
         if not isinstance(k.get("results"), list) or not k["results"] or not all(tensor(r, False) for r in
                                                                                   k["results"]):
             return f"kernel {k['name']!r}: a result without a known dtype and a shape"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arke.ir import semantic as S
-from arke.ir.serialize import to_json
+from arke.ir.serialize import encode_scalar, to_json
 from arke.ir.shapes import dim_str
 from arke.ir.text import cond_text
 from arke.runtime import bundle_files
@@ -153,6 +153,17 @@ def build_bundle(module: Module, out: str | os.PathLike[str], kernels: list[str]
             raise BundleError(f"kernel `{n}` is generic: bundle a specialisation (akc build --dtypes W=bf16 ...)")
     if not names:
         raise BundleError("the module defines no kernel to bundle")
+    owners: dict[str, str] = {"arke_bundle_abi_version": "the bundle's ABI version function"}
+
+    def claim(symbol: str, name: str) -> None:  # every exported C symbol has one owner
+        if symbol in owners:
+            raise BundleError(f"kernel `{name}` would export the C symbol `{symbol}`, which {owners[symbol]} "
+                              "exports too: rename the kernel (nothing was written)")
+        owners[symbol] = f"kernel `{name}`"
+
+    for n in names:
+        claim(f"arke_{c_name(n)}", n)
+        claim(f"arke_{c_name(n)}_result_shape", n)
     backend = targets.get("llvm")
     objects: dict[str, bytes] = {}
     c_parts, records = [], []
@@ -168,6 +179,8 @@ def build_bundle(module: Module, out: str | os.PathLike[str], kernels: list[str]
                     warnings.warn(StrategyDowngradeWarning(found), stacklevel=2)
             artifact = renderer.render(plan)
             symbols = {spec.entry: f"arke_e_{k}_{j}_{x}" for x, spec in enumerate(artifact.launches)}
+            for symbol in symbols.values():
+                claim(symbol, name)
             objects[f"{k}_{j}.o"] = compile_variant(artifact.source, symbols, tm)
             units = [u for u in artifact.meta.get("units", "").split(",") if u]
             variants.append(Variant(plan, artifact, tuple(symbols.values()), strategy.when if strategy else None,
@@ -177,7 +190,7 @@ def build_bundle(module: Module, out: str | os.PathLike[str], kernels: list[str]
         c_parts.append(render_kernel(name, fn, variants))
         records.append(_record(name, k, fn, described, any(v.may_fail for v in variants)))
     functions = _closure(module.semantic, [module.kernel_map[n] for n in names])
-    return _write(Path(out), m, objects, c_parts, records, functions)
+    return _write(Path(out).absolute(), m, objects, c_parts, records, functions)  # the link runs elsewhere
 
 
 def _closure(semantic: S.Module, roots: list[str]) -> tuple[S.Function, ...]:
@@ -206,7 +219,8 @@ def _record(name: str, k: str, fn: S.Function, variants: list[dict[str, Any]], m
     return {
         "name": name, "function": fn.name, "symbol": f"arke_{k}",
         "params": [{"name": p.name, "dtype": str(p.type.dtype), "shape": [dim_str(d) for d in p.type.shape],
-                    "dim": p.name in as_dims, "default": p.default} for p in fn.params],
+                    "dim": p.name in as_dims, "default": None if p.default is None else encode_scalar(p.default)}
+                   for p in fn.params],
         "results": [{"dtype": str(t.dtype), "shape": [dim_str(d) for d in t.shape]} for t in fn.result_types],
         "where": [g.text for g in fn.guards], "variants": variants, "may_fail": may_fail,
     }
@@ -214,7 +228,8 @@ def _record(name: str, k: str, fn: S.Function, variants: list[dict[str, Any]], m
 
 def _header(records: list[dict[str, Any]]) -> str:
     lines = [(HERE / HEADER).read_text(), "", "/* ---- the kernels of this bundle ---- */", "",
-             "int32_t arke_bundle_abi_version(void);", ""]
+             "#ifndef ARKE_BUNDLE_KERNELS_H", "#define ARKE_BUNDLE_KERNELS_H", "#ifdef __cplusplus",
+             'extern "C" {  /* C linkage from C++ */', "#endif", "", "int32_t arke_bundle_abi_version(void);", ""]
     codes = {str(d): c for d, c in DTYPE_CODES.items()}
     for r in records:
         params = ", ".join(f"{p['name']}: {'dim' if p['dim'] else p['dtype']}"
@@ -234,6 +249,7 @@ def _header(records: list[dict[str, Any]]) -> str:
         lines.append(f"int {r['symbol']}_result_shape(const arke_tensor *args, int64_t n_args, int64_t result, "
                      "int64_t *shape, arke_error *err);")
         lines.append("")
+    lines += ["#ifdef __cplusplus", "}", "#endif", "#endif", ""]
     return "\n".join(lines)
 
 
@@ -266,5 +282,5 @@ def _write(out: Path, m: Machine, objects: dict[str, bytes], c_parts: list[str],
             "semantic": json.loads(to_json(S.Module(functions))),
             "files": {f: sha256(stage / f) for f in (LIBRARY, HEADER)},
         }
-        (stage / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, allow_nan=False) + "\n")  # plain JSON
     return manifest

@@ -1,0 +1,100 @@
+"""Bundles and names: a relative folder, C symbols two kernels (or a kernel and the ABI) would share, a
+generic kernel called by its own name, a manifest that is plain JSON with infinite defaults and names each
+kernel once, another tool's manifest.json left alone, a folder with the umask's mode, and a header C++
+includes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import arke
+from arke.runtime.bundle import BundleError, load_bundle
+from arke.targets.llvm.bundle.build import BundleError as BuildError
+from arke.targets.llvm.bundle.build import build_bundle
+
+CLAMP = "kernel clampish(x: f32[N], lo: f32 = -inf, hi: f32 = inf) -> f32[N] { return max(min(x[n], hi), lo) }\n"
+
+
+def test_a_relative_folder_is_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    build_bundle(arke.loads(CLAMP, "<clamp>"), "out/clamp")
+    assert load_bundle(tmp_path / "out" / "clamp").clampish(np.array([-5.0, 5.0], np.float32), hi=1.0).tolist() == \
+        [-5.0, 1.0]
+
+
+@pytest.mark.parametrize("source", [
+    "kernel bundle_abi_version(x: f32[N]) -> f32[N] { return x }\n",
+    "kernel foo(x: f32[N]) -> f32[N] { return x }\nkernel foo_result_shape(x: f32[N]) -> f32[N] { return x }\n",
+])
+def test_kernels_whose_c_symbols_collide_are_refused_by_name(source: str, tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match="would export the C symbol"):
+        build_bundle(arke.loads(source, "<names>"), tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_generic_kernel_is_called_by_its_name(tmp_path: Path) -> None:
+    src = "kernel scaled(w: W[N], s: f32) -> W[N] where W in {f32, f16} { return W(f32(w[n]) * s) }\n"
+    mod = arke.loads(src, "<scaled>")
+    build_bundle(mod, tmp_path / "b", kernels=[n for n in mod.kernel_map if n.startswith("scaled__")])
+    lib = load_bundle(tmp_path / "b")
+    assert lib.scaled(np.ones(3, np.float32), 2.0).dtype == np.float32
+    half = lib.scaled(np.ones(3, np.float16), 2.0)
+    assert half.dtype == np.float16 and half.tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(arke.GuardError, match="no specialisation"):
+        lib.scaled(np.ones(3, np.int32), 2.0)
+
+
+def test_infinite_defaults_keep_the_manifest_plain_json(tmp_path: Path) -> None:
+    build_bundle(arke.loads(CLAMP, "<clamp>"), tmp_path / "b")
+    text = (tmp_path / "b" / "manifest.json").read_text()
+    manifest = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert [p["default"] for p in manifest["kernels"][0]["params"][1:]] == ["-inf", "inf"]
+    assert load_bundle(tmp_path / "b").clampish(np.array([-5.0, 5.0], np.float32)).tolist() == [-5.0, 5.0]
+
+
+def test_a_kernel_listed_twice_in_the_manifest_is_refused(tmp_path: Path) -> None:
+    build_bundle(arke.loads(CLAMP + CLAMP.replace("clampish", "other"), "<two>"), tmp_path / "b")
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    manifest["kernels"][1]["name"] = manifest["kernels"][0]["name"]
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="listed twice"):
+        load_bundle(tmp_path / "b")
+
+
+def test_another_tools_manifest_is_not_replaced(tmp_path: Path) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "manifest.json").write_text(json.dumps({"name": "web-app", "files": {"precious.dat": "x"}}))
+    (app / "precious.dat").write_text("keep me")
+    with pytest.raises(BundleError, match="not an Arke bundle's"):
+        build_bundle(arke.loads(CLAMP, "<clamp>"), app)
+    assert (app / "precious.dat").read_text() == "keep me"
+
+
+def test_the_folder_has_the_umask_mode(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        build_bundle(arke.loads(CLAMP, "<clamp>"), tmp_path / "b")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "b").stat().st_mode & 0o777 == 0o755
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (g++) to include the header from C++")
+def test_the_header_links_from_cpp(tmp_path: Path) -> None:
+    build_bundle(arke.loads(CLAMP, "<clamp>"), tmp_path / "b")
+    main = tmp_path / "main.cpp"
+    main.write_text('#include "arke_bundle.h"\n#include <cstdio>\n'
+                    'int main() { std::printf("%d\\n", (int)arke_bundle_abi_version()); return 0; }\n')
+    done = subprocess.run(["g++", "-I", str(tmp_path / "b"), str(main), "-o", str(tmp_path / "m"), "-L",
+                           str(tmp_path / "b"), "-larke_bundle", f"-Wl,-rpath,{tmp_path / 'b'}"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert subprocess.run([str(tmp_path / "m")], capture_output=True, text=True, check=True).stdout.strip() == "1"
