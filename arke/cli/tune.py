@@ -101,18 +101,38 @@ def _write(args: argparse.Namespace, result: Any) -> None:
     before = path.read_text(encoding="utf-8") if path.exists() else ""
     if not before and Path(args.path).resolve() != path.resolve():
         before = Path(args.path).read_text(encoding="utf-8")  # a new file: the kernel, then its strategy
-    text = before + ("\n" if before and not before.endswith("\n\n") else "") + block
+    text = _replaced(before, block)
+    if text is None:  # no block of the same kernel, target and condition yet: appended
+        text = before + ("\n" if before and not before.endswith("\n\n") else "") + block
     try:
         arke.loads(text, path=str(path))  # never write a file that does not check
     except arke.CheckError as err:
         from arke.cli.app import UsageError
 
-        first = err.diagnostics[0].message if getattr(err, "diagnostics", None) else str(err)
-        raise UsageError(f"the tuned strategy is in the database but cannot be written to {path}: {first} (a "
-                         "kernel written without named indices, as `a @ b`, cannot name them in a strategy: write "
-                         "it with them, as sum(a[m, k] * b[k, n] for k))") from None
+        first = err.diagnostics[0] if getattr(err, "diagnostics", None) else None
+        hint = (" (a kernel written without named indices, as `a @ b`, cannot name them in a strategy: write it "
+                "with them, as sum(a[m, k] * b[k, n] for k))") if first is not None and first.code in (
+                    "AK4002", "AK4003") else ""
+        raise UsageError(f"the tuned strategy is in the database but cannot be written to {path}: "
+                         f"{first.message if first is not None else err}{hint}") from None
     path.write_text(text, encoding="utf-8")
     print(f"wrote the strategy to {path}", file=sys.stderr)
+
+
+def _replaced(before: str, block: str) -> str | None:
+    """``before`` with its block of the same header as ``block`` (kernel, target, `when`) replaced by ``block``,
+    with the `# akc tune:` comment above it; None where it has none (re-tuning updates its own block)."""
+    header = next((line for line in block.splitlines() if line.startswith("@strategy(")), None)
+    lines = before.splitlines(keepends=True)
+    start = next((k for k, line in enumerate(lines) if line.rstrip() == header), None) if header else None
+    if start is None:
+        return None
+    end = next((k for k in range(start, len(lines)) if lines[k].rstrip() == "}"), None)
+    if end is None:
+        return None
+    if start > 0 and lines[start - 1].startswith("# akc tune:"):
+        start -= 1
+    return "".join(lines[:start]) + block + "".join(lines[end + 1:])
 
 
 def _table(result: Any) -> None:
@@ -157,5 +177,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         from arke.cli.app import UsageError
 
         raise UsageError(f"akc mcp needs the mcp package: pip install 'arke[tune]' ({err})") from None
-    serve(args.db, args.log)
+    try:
+        serve(args.db, args.log)
+    except ValueError as err:  # a trajectory log that cannot be written: said before serving
+        from arke.cli.app import UsageError
+
+        raise UsageError(str(err)) from None
     return 0

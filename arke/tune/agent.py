@@ -17,6 +17,7 @@ import json
 import random
 import statistics
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,11 +44,27 @@ class Agent:
     def close(self) -> None:
         self.worker.stop()
 
+    def check_log(self) -> None:
+        """Raise a ValueError now (before serving) where the trajectory log cannot be appended to."""
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.log_path.open("a", encoding="utf-8"):
+                pass
+        except OSError as err:
+            raise ValueError(f"the trajectory log {self.log_path} cannot be written ({err.strerror or err}): give "
+                             "another file with --log") from None
+
     def _log(self, tool: str, arguments: Mapping[str, Any], result: Any) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"time": time.time(), "tool": tool, "arguments": dict(arguments), "result": result},
-                               default=str) + "\n")
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.log_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"time": time.time(), "tool": tool, "arguments": dict(arguments),
+                                    "result": result}, default=str) + "\n")
+        except OSError as err:  # the tool's answer stands; a log that fails is said once, not per call
+            if not getattr(self, "_log_failed", False):
+                self._log_failed = True
+                warnings.warn(f"arke agent: the trajectory log {self.log_path} cannot be written ({err})",
+                              RuntimeWarning, stacklevel=3)
 
     def call(self, tool: str, **arguments: Any) -> Any:
         """Run one tool by name (what the MCP server and the tests call); errors come back as ``{"error"}``."""
@@ -93,7 +110,7 @@ class Agent:
         from arke.tune.space import knobs
 
         module = arke.load(path)
-        space = knobs(module, _ir_name(module, kernel), target, {k: int(v) for k, v in dims.items()})
+        space = knobs(module, _ir_name(module, kernel), target, _dims(module, kernel, dims))
         return {"kernel": kernel, "target": target, "decisions": [
             {"decision": k.decision, "subject": k.subject, "values": [v for v in k.values if v != "default"]}
             for k in space]}
@@ -105,11 +122,22 @@ class Agent:
         from arke.lang.checker import check_text
         from arke.tune.space import prune
 
-        text, source_path, full = self._with_strategy(path, kernel, strategy, target)
+        _, source_path, full = self._with_strategy(path, kernel, strategy, target)
         result = check_text(full, source_path)
+        header = full[:full.rindex("@strategy(")].count("\n") + 1  # the generated `@strategy(...) {` line
+        lines = strategy.splitlines()
+        kept = [(n + 1, len(line) - len(line.lstrip())) for n, line in enumerate(lines) if line.strip()]
+
+        def where(line: int, col: int) -> tuple[int, int]:  # in the agent's own text (the block re-indents it)
+            k = line - header - 1
+            if 0 <= k < len(kept):
+                return kept[k][0], max(1, col - 2 + kept[k][1])
+            return 0, col  # the generated header or closing brace
+
         diagnostics = [{"code": d.code, "severity": d.severity.name.lower(), "message": d.message,
-                        "line": d.span.line - text.count("\n"), "column": d.span.col, "hint": d.hint}
-                       for d in result.diagnostics if d.span.line > text.count("\n")]
+                        "line": where(d.span.line, d.span.col)[0], "column": where(d.span.line, d.span.col)[1],
+                        "hint": d.hint}
+                       for d in result.diagnostics if d.span.line >= header]
         errors = [d for d in diagnostics if d["severity"] == "error"]
         dropped = None
         if not errors:
@@ -127,15 +155,16 @@ class Agent:
                      target: str = "llvm") -> dict[str, Any]:
         """Check the strategy against the interpreter on fresh inputs, then time it and the defaults in
         interleaved rounds; the speedup counts only beyond the measured noise."""
+        import arke
+
+        dims = _dims(arke.load(path), kernel, dims)
         checked = self.tool_check_strategy(path, kernel, strategy, target, dims)
         if not checked["ok"]:
             return {"outcome": "rejected", **checked}
-        import arke
 
         text, source_path, full = self._with_strategy(path, kernel, strategy, target)
         module = arke.loads(full, path=source_path)
         mine = module.strategies.for_kernel(_ir_name(module, kernel), target)[-1]
-        dims = {k: int(v) for k, v in dims.items()}
         seed = random.SystemRandom().randrange(1 << 30)  # fresh inputs every call
         base = {"source": text, "path": source_path, "kernel": kernel, "target": target, "dims": dims,
                 "samples": SAMPLES}
@@ -161,8 +190,8 @@ class Agent:
         noise) also becomes the key's choice, which ``arke.build`` uses."""
         import arke
 
-        dims = {k: int(v) for k, v in dims.items()}
         text = Path(path).read_text(encoding="utf-8")
+        dims = _dims(arke.loads(text, path=path), kernel, dims)
         asked = (path, kernel, target, json.dumps(dims, sort_keys=True), strategy.strip())
         found = self.measured.get((*asked, _digest(text)))
         if found is None:
@@ -194,12 +223,25 @@ class Agent:
 
 
 def _ir_name(module: Any, kernel: str) -> str:
-    """The IR name of ``kernel`` in ``module``, or a ValueError naming the kernels there are."""
-    found = module.kernel_map.get(kernel)
+    """The IR name of ``kernel`` in ``module``, or a ValueError naming the kernels there are (a generic kernel
+    is refused: the tuner takes kernels of fixed dtypes, as ``akc tune`` does)."""
+    found = module.kernel_map.get(kernel) if kernel in module.names else None
     if found is None:
-        raise ValueError(f"no kernel `{kernel}` in the file; it has: {', '.join(module.kernel_map) or 'none'} "
+        raise ValueError(f"no kernel `{kernel}` in the file; it has: {', '.join(module.names) or 'none'} "
                          "(list_kernels describes them)")
+    if found in module.generics:
+        raise ValueError(f"`{kernel}` is generic (a kernel per dtype set): the tools take kernels with fixed dtypes; "
+                         "write the specialisation you run as a kernel of its own")
     return str(found)
+
+
+def _dims(module: Any, kernel: str, dims: Mapping[str, Any]) -> dict[str, int]:
+    """``dims`` checked as ``akc tune`` checks them (every dim, positive integers, nothing else)."""
+    from arke.tune.search import checked_dims
+
+    if not isinstance(dims, Mapping):
+        raise ValueError(f"dims is an object of dim names and positive integers, not {dims!r}")
+    return checked_dims(module.semantic.get(_ir_name(module, kernel)), kernel, dims)
 
 
 def _digest(text: str) -> str:
@@ -221,6 +263,7 @@ def serve(db: str | None = None, log: str | None = None) -> None:
     from mcp.server.mcpserver import MCPServer
 
     agent = Agent(db, log)
+    agent.check_log()
     server = MCPServer("arke")
 
     @server.tool(description=Agent.tool_list_kernels.__doc__)
@@ -232,8 +275,10 @@ def serve(db: str | None = None, log: str | None = None) -> None:
         return dict(agent.call("legal_decisions", path=path, kernel=kernel, dims=dims, target=target))
 
     @server.tool(description=Agent.tool_check_strategy.__doc__)
-    def check_strategy(path: str, kernel: str, strategy: str, target: str = "llvm") -> dict[str, Any]:
-        return dict(agent.call("check_strategy", path=path, kernel=kernel, strategy=strategy, target=target))
+    def check_strategy(path: str, kernel: str, strategy: str, target: str = "llvm",
+                       dims: dict[str, int] | None = None) -> dict[str, Any]:
+        return dict(agent.call("check_strategy", path=path, kernel=kernel, strategy=strategy, target=target,
+                               dims=dims))
 
     @server.tool(description=Agent.tool_measure.__doc__)
     def measure(path: str, kernel: str, dims: dict[str, int], strategy: str, target: str = "llvm") -> dict[str, Any]:

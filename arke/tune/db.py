@@ -212,7 +212,13 @@ class Database:
                     raise TuningDatabaseError(f"the tuning database {self.shown()} is locked by another process "
                                               f"(for more than {LOCK_TIMEOUT_S:g} s): try again when it is done") \
                         from None
-                if path is None or not path.exists() or not self.writer or not _is_sqlite(path):
+                if "readonly" in text or "read-only" in text or "permission" in text or "unable to open" in text:
+                    raise TuningDatabaseError(f"the tuning database {self.shown()} cannot be written "
+                                              f"({str(err).splitlines()[0]}): make the file and its folder writable, "
+                                              "or give another with --db or ARKE_TUNING_DB (nothing was moved)") \
+                        from None
+                damaged = any(w in text for w in ("not a database", "malformed", "corrupt"))
+                if path is None or not path.exists() or not self.writer or not _is_sqlite(path) or not damaged:
                     raise TuningDatabaseError(f"cannot use the tuning database {self.shown()}: "
                                               f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
                 engine = self._set_aside(sa, path, err)
@@ -314,7 +320,7 @@ class Database:
                 strategy = None if layer else strategy_from(row.strategy)
                 samples = tuple(float(x) for x in json.loads(row.samples))
                 dims = {str(a): int(b) for a, b in json.loads(row.dims).items()}
-            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as err:
                 self.notes.append(f"record {row.id} of {self.shown()} is damaged ({err}); skipped")
                 continue
             found = key or Key(row.kernel, row.target, row.options, row.dims_bucket, row.machine, row.versions,

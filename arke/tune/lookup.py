@@ -84,6 +84,10 @@ def _usable(strategy: sir.Strategy, module: S.Module, url: str) -> sir.Strategy 
     from arke.tune.space import legal_decision
 
     why = next((r for d in strategy.decisions if (r := legal_decision(d, module, strategy.kernel)) is not None), None)
+    pairs = [(d.kind, d.subject) for d in strategy.decisions]
+    if why is None and len(set(pairs)) < len(pairs):
+        twice = next(p for p in pairs if pairs.count(p) > 1)
+        why = f"`{twice[0]}{' ' + twice[1] if twice[1] else ''}` is given twice"
     if why is None:
         return strategy
     note = (f"the tuning database {url.split('@')[-1]} holds a strategy for `{strategy.kernel}` that cannot be used "

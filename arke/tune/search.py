@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from arke.ir import semantic as S
 from arke.ir import strategy as sir
 from arke.runtime.host import cores
@@ -152,6 +154,28 @@ def _source_of(source: str | Path | Any) -> tuple[str, str]:
     return str(source), "<tune>"
 
 
+def checked_dims(fn: S.Function, kernel: str, dims: Mapping[str, Any]) -> dict[str, int]:
+    """``dims`` as a call of ``fn`` keys its lookups (spec/tuning.md): every dim of its tensors, and every dim
+    parameter (``G: dim``; its default where it is not given), each a positive integer; nothing else."""
+    from arke.runtime.guards import dim_params
+
+    params = dim_params(fn)
+    defaults = {p.name: p.default for p in fn.params if p.name in params and p.default is not None}
+    given = {**defaults, **dims}
+    bad = [f"{k}={v!r}" for k, v in given.items()
+           if isinstance(v, bool) or not isinstance(v, int | np.integer) or not 1 <= int(v) < 2**63]
+    if bad:
+        raise ValueError(f"dims are positive whole numbers, not {', '.join(bad)}")
+    own = {s.name for p in fn.params for d in p.type.shape for s in getattr(d, "free_symbols", ())} | set(params)
+    missing = sorted(own - set(given))
+    if missing:
+        raise ValueError(f"give every dim of `{kernel}` (missing: {', '.join(missing)})")
+    stray = sorted(set(given) - own)
+    if stray:  # a record keyed by them would match no call
+        raise ValueError(f"`{kernel}` has no dim {', '.join(stray)}; its dims are {', '.join(sorted(own))}")
+    return {k: int(v) for k, v in given.items()}
+
+
 def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, target: str = "llvm",
          budget: int | None = 40, time_s: float | None = None, db: str | None = None, seed: int = 0,
          timeout_s: float = 120.0, progress: Callable[[str], None] | None = None,
@@ -176,18 +200,16 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
         raise ValueError(f"`{kernel}` is generic (a kernel per dtype set, spec/language.md §5.6): akc tune takes "
                          "kernels with fixed dtypes for now; write the specialisation you run as a kernel of its own")
     fn = module.semantic.get(ir_name)
-    dims = {k: int(v) for k, v in dims.items()}
-    own = {s.name for p in fn.params for d in p.type.shape for s in getattr(d, "free_symbols", ())}
-    missing = sorted(own - set(dims))
-    if missing:
-        raise ValueError(f"give every dim of `{kernel}` (missing: {', '.join(missing)})")
-    stray = sorted(set(dims) - own - {p.name for p in fn.params if not p.type.rank})
-    if stray:  # a record keyed by them would match no call
-        raise ValueError(f"`{kernel}` has no dim {', '.join(stray)}; its dims are {', '.join(sorted(own))}")
+    dims = checked_dims(fn, kernel, dims)
     if budget is not None and budget < 1:
         raise ValueError(f"the budget is a number of measurements, at least 1 (the defaults'), not {budget}")
     if time_s is not None and not time_s > 0:
         raise ValueError(f"the time is a number of seconds above 0, not {time_s}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s <= 1e6:
+        raise ValueError(f"the timeout is the seconds one candidate may take, above 0 and at most 1e6, not "
+                         f"{timeout_s}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ValueError(f"the seed is a whole number from 0 to 2**32 - 1, not {seed}")
     say = progress or (lambda _: None)
     database = tdb.Database(db)
     database.count()  # a database that cannot be used is said now, before anything is measured
@@ -399,7 +421,7 @@ def confirm(result: TuneResult, again: Callable[[Trial], Trial], record: Callabl
     result.noise = max([MIN_WIN, *spreads])
     result.confirmed = medians
     best = min(finalists, key=lambda t: medians[name(t)])
-    if medians[name(best)] < medians[""] * (1 - result.noise):
+    if medians[name(best)] * (1 + result.noise) < medians[""]:  # a speedup beyond 1 + noise, as the agent asks
         result.chosen = dataclasses.replace(best, outcome="ok", samples=tuple(rounds[name(best)]))
     else:
         result.chosen = dataclasses.replace(result.default, outcome="ok", samples=tuple(rounds[""]))

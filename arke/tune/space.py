@@ -130,6 +130,7 @@ def legal_decision(d: sir.Decision, module: Any, kernel: str) -> str | None:
     if isinstance(v, bool) or not isinstance(v, int):
         return f"`{d.kind}` takes a whole number, not {v!r}"
     low = 2 if spec.values == "split" else 1
-    if v < low or (spec.maximum is not None and v > spec.maximum) or (spec.values == "pow2" and v & (v - 1)):
+    if v < low or v >= 2**63 or (spec.maximum is not None and v > spec.maximum) or (spec.values == "pow2"
+                                                                                   and v & (v - 1)):
         return f"`{d.kind} = {v}` is out of its range"
     return None

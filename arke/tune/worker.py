@@ -86,7 +86,7 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
     others = tuple(s for s in module.strategies.strategies if s.kernel != ir_name)
     mine = (strategy,) if strategy is not None else ()
     module = dataclasses.replace(module, strategies=sir.StrategySet(others + mine))
-    lib = arke.build(module, target=target)
+    lib = arke.build(module, target=target, tuning="off")  # the defaults are the target's, never a stored choice
     kernel, reference = lib.kernels[name], module.kernels[name]
     fn = reference.function
     dims = {k: int(v) for k, v in request["dims"].items()}
