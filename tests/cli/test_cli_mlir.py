@@ -167,3 +167,18 @@ def test_run_on_the_mlir_target(kernels: Path, capsys: pytest.CaptureFixture[str
                            "--repeat", "2")
     assert status == 0, err
     assert "rms on mlir" in out and "max |mlir - interpreter|" in out
+
+
+@needs_iree
+@pytest.mark.parametrize(("body", "says"), [
+    ("kernel am(x: f32[M, N]) -> i64[M] { return argmax(x[m, n] for n) }", "reduction of positions"),
+    ("kernel cnt(x: f32[N]) -> i64 { return sum(x[n] > 0.0 for n) }", "count of booleans"),
+    ("kernel top(x: f32[M, N]) -> v: f32[M, 2] { v[m, j] = topk(x[m, n] for n, j) }", "top-k"),
+])
+def test_what_iree_cannot_distribute_for_cuda_is_refused_before_compiling(body: str, says: str, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "k.ak"
+    path.write_text(body + "\n", encoding="utf-8")
+    status, _, err = run(capsys, "build", str(path), "--target", "mlir", "--emit", "vmfb", "--device", "cuda",
+                         "-o", str(tmp_path / "out") + "/")
+    assert status == 1 and says in err and "please report it" not in err, err

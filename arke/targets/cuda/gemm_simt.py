@@ -53,6 +53,17 @@ def thread_grid(bm: int, bn: int, threads: int) -> tuple[int, int] | None:
     return (min(found)[1], min(found)[2]) if found else None
 
 
+def _default_warps(bm: int, bn: int) -> int:
+    """:data:`SIMT_WARPS`, or where a ``bm × bn`` block cannot be shared out that way (``tile m = 1``), the
+    most warps up to it that can, else the fewest above it: the user chose the tile, not the warps."""
+    def fits(w: int) -> bool:
+        return thread_grid(bm, bn, 32 * w) is not None and bm * bn // (32 * w) <= MAX_OUTPUTS
+
+    ok = [w for w in (1, 2, 4, 8, 16, 32) if fits(w)]
+    below = [w for w in ok if w <= SIMT_WARPS]
+    return max(below) if below else min(ok) if ok else SIMT_WARPS
+
+
 class _Simt:
     """Emits the SIMT tiled entry (see the module doc)."""
 
@@ -63,7 +74,7 @@ class _Simt:
         dm, dn, dk = SIMT_BLOCKS
         self.bm, self.bn, self.bk = (decided(plan, "tile", c.m) or dm, decided(plan, "tile", c.n) or dn,
                                      decided(plan, "tile", c.k) or dk)
-        warps = decided(plan, "warps", None) or SIMT_WARPS
+        warps = decided(plan, "warps", None) or _default_warps(self.bm, self.bn)
         self.threads = 32 * warps
         self.double = (decided(plan, "stages", None) or 2) >= 2
         where = f"{entry} (f32 SIMT tiles)"

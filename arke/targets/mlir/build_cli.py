@@ -135,6 +135,11 @@ def cmd_build_mlir(args: argparse.Namespace) -> int:
             elif args.emit == "transform":
                 texts.append(f"// {name} ({label})\n{artifact.meta.get('transform', '')}")
             else:
+                why = iree.cuda_unsupported(plan) if device == "cuda" else None
+                if why is not None:  # refused before IREE runs, as arke.build refuses it
+                    print(f"akc: `{name}` ({label}): {why}", file=sys.stderr)
+                    failed += 1
+                    continue
                 try:
                     built.append((_file_name(name, label, device, arch), iree.compile_vmfb(artifact.source, device,
                                                                                            arch)))

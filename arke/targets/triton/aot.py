@@ -259,9 +259,40 @@ def compile_requests(requests: Sequence[Request], aligned: bool = True,
     return out
 
 
+def least_shared(launch: LaunchSpec, free: Sequence[str] = ()) -> int:
+    """A lower bound of the shared memory (bytes) a launch's block needs: a dot's two operand tiles staged
+    there, one byte an element, once per pipeline stage but the one in registers (0 where it has no dot).
+    ``free``: options a fit may still lower (taken at their least: one stage, blocks of 16)."""
+    o = dict(launch.options)
+    if not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= o.keys():
+        return 0
+    for k in free:
+        o[k] = 1 if k == "num_stages" else min(o[k], 16) if k.startswith("BLOCK_") else o[k]
+    return max(1, o.get("num_stages", 1) - 1) * (o["BLOCK_M"] + o["BLOCK_N"]) * o["BLOCK_K"]
+
+
+def refuse_early(artifact: Artifact, plan: KernelPlan, archs: Sequence[str], fit: bool = False) -> None:
+    """:class:`ResourceError` before compiling where a launch cannot fit even :func:`least_shared` (``fit``:
+    with the options a fit may lower at their least): Triton takes minutes over tiles of 512 × 512 × 512
+    that no architecture can hold."""
+    from arke.targets.triton.fit import free_options
+
+    for arch in archs:
+        _, limit = arch_of(arch)
+        for launch in artifact.launches:
+            need = least_shared(launch, free_options(launch) if fit else ())
+            if need > limit:
+                o = dict(launch.options)
+                entry = CompiledEntry(plan.name, launch.entry, arch, "", b"", 0, 0, 0, need,
+                                      int(o.get("num_warps", 4)), int(o.get("num_stages", 1)), tuple(launch.options))
+                raise ResourceError(entry, "shared memory", need, limit, sizing_decisions(plan))
+
+
 def compile_artifact_archs(artifact: Artifact, plan: KernelPlan, archs: list[str], check: bool = True,
                            aligned: bool = True) -> list[CompiledEntry]:
     """Compile every launch of a Triton artifact for each of ``archs``, in that order (one worker at most)."""
+    if check:
+        refuse_early(artifact, plan, archs)
     entries = [e for e in compile_requests([(artifact, plan, archs, None)], aligned)[0]
                if isinstance(e, CompiledEntry)]
     if check:

@@ -334,3 +334,18 @@ def test_every_stdlib_contraction_assembles_without_spills() -> None:
             assert 0 < e.registers <= 255
             assert opts.get("shared", 0) <= 99 * 1024
     assert mma(source) == {"ak_mma_bf16", "ak_mma_f16"}
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_a_small_tile_m_takes_warps_that_share_it_out(rows: int) -> None:
+    """`tile m = 1` with the warps left to the target: the default 8 warps cannot split a 1 × 64 block into
+    equal parts, so fewer are taken (the user chose the tile, not the warps)."""
+    src = ("kernel mm1(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return sum(a[m, k] * b[k, n] for k) }\n"
+           f"@strategy(mm1, target = cuda) {{\n  tile m = {rows}\n}}\n")
+    module = arke.loads(src)
+    dims = {"M": 5, "N": 70, "K": 9}
+    args = random_inputs(module.kernels["mm1"], dims, seeded("mm1", rows))
+    got, err = cuda_host.run(module, "mm1", *args, renderer=RENDERER,
+                             strategy=module.strategies.for_kernel("mm1", "cuda")[0])
+    assert err == 0
+    assert_conforms(got, module.kernels["mm1"], *args)

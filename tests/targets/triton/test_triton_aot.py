@@ -163,3 +163,12 @@ def test_stdlib_kernels_compile(file: str, name: str) -> None:
         artifact, entries = fitted.artifact, fitted.entries
     assert [e.arch for e in entries] == ["sm_90"] * len(artifact.launches) + ["sm_80"] * len(artifact.launches)
     assert all(e.cubin and ".entry" in e.ptx for e in entries)
+
+
+def test_tiles_no_architecture_holds_are_refused_before_compiling() -> None:
+    """512 × 512 × 512 blocks in 8 stages: Triton would take minutes to find they need megabytes of shared
+    memory; a lower bound (one byte an element) refuses them at once."""
+    plan = plan_of(MM_AK, "mm")
+    with pytest.raises(triton_aot.ResourceError) as info:
+        triton_aot.compile_artifact(mm_artifact(512, 512, 512, 32, 8), plan, "sm_80")
+    assert info.value.need > info.value.limit and not info.value.entry.cubin  # refused, not compiled
