@@ -436,20 +436,12 @@ def cuda_unsupported(plan: KernelPlan) -> str | None:
             return (f"{plan.name}: the mlir target cannot compile this kernel for device='cuda': IREE's CUDA "
                     "pipeline does not distribute a reduction bounded by a length (paged attention's); build "
                     "it for device='cpu', or with the cuda or triton target")
-        if isinstance(op, ir.ReduceOp) and op.kind in ir.TOPK_KINDS:
-            return (f"{plan.name}: the mlir target cannot compile this kernel for device='cuda': IREE's CUDA "
-                    "pipeline does not distribute a top-k selection; build it for device='cpu', or with the cuda "
-                    "or triton target")
         if not (isinstance(op, ir.ReduceOp) and op.dtype is DType.I64):
             continue
         if _position_valued(op.body, {a.name for a in op.reduce_axes}):
             return (f"{plan.name}: the mlir target cannot compile this kernel for device='cuda': IREE's CUDA "
                     "pipeline does not distribute a 64-bit reduction of positions (an argmax, argmin or top-k); "
                     "build it for device='cpu', or with the cuda or triton target")
-        if any(getattr(x, "dtype", None) is DType.BOOL for x in ir.walk(op.body)):
-            return (f"{plan.name}: the mlir target cannot compile this kernel for device='cuda': IREE's CUDA "
-                    "pipeline does not distribute a 64-bit count of booleans (a sum of comparisons); build it for "
-                    "device='cpu', or with the cuda or triton target, or count in i32 (`sum(i32(x[n] > 0.0) for n)`)")
     return None
 
 
