@@ -44,6 +44,14 @@ class _Range:
 
 
 _NEGATED = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+#: ``a op b`` as ``b op' a`` (both sides multiplied by -1)
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _holds(op: str, diff: sympy.Expr) -> bool:
+    """``diff op 0`` for a number ``diff`` (a Python bool: SymPy's comparisons give its own true and false)."""
+    return bool({"==": diff == 0, "!=": diff != 0, "<": diff < 0, "<=": diff <= 0, ">": diff > 0,
+                 ">=": diff >= 0}[op])
 
 
 def _parts(c: ir.Cond) -> list[ir.Cond]:
@@ -89,9 +97,8 @@ def linear_verdict(op: str, lhs: Dim, rhs: Dim) -> tuple[bool | None] | None:
     ``a * x + b`` (True: holds for all, False: for none, None: for some); None where it is not of that form.
     What SymPy's assumptions decide too, without their cost (~5 ms a clause)."""
     diff = sympy.expand(sympy.sympify(lhs) - sympy.sympify(rhs))
-    if diff.is_Number:  # bool(): SymPy's comparisons give its own true and false
-        return (bool({"==": diff == 0, "!=": diff != 0, "<": diff < 0, "<=": diff <= 0, ">": diff > 0,
-                      ">=": diff >= 0}[op]),)
+    if diff.is_Number:
+        return (_holds(op, diff),)
     found = _linear(diff)
     if found is None:
         return None
@@ -102,15 +109,11 @@ def linear_verdict(op: str, lhs: Dim, rhs: Dim) -> tuple[bool | None] | None:
         some = bool(root.is_integer and root >= 1)
         return (None if some else op == "!=",)
     if a < 0:  # a x + b op 0  <=>  (-a) x + (-b) op' 0
-        op, first = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op], -first
-    # now increasing from `first`: `> 0` / `>= 0` hold for all or eventually; `< 0` / `<= 0` for none or some
-    if op == ">":
-        return (True if bool(first > 0) else None,)
-    if op == ">=":
-        return (True if bool(first >= 0) else None,)
-    if op == "<":
-        return (False if bool(first >= 0) else None,)
-    return (False if bool(first > 0) else None,)
+        op, first = _FLIPPED[op], -first
+    # now increasing from `first`: `>`/`>=` hold for all where they hold at x = 1 (else eventually);
+    # `<`/`<=` hold for none where they fail at x = 1 (else for some)
+    at_one = _holds(op, first)
+    return ((True if at_one else None) if op in (">", ">=") else (None if at_one else False),)
 
 
 def _narrow(ranges: dict[sympy.Symbol, _Range], c: ir.Cond) -> bool:
@@ -126,13 +129,12 @@ def _narrow(ranges: dict[sympy.Symbol, _Range], c: ir.Cond) -> bool:
             return True
         diff = lhs - rhs
         if diff.is_Number:
-            return bool({"==": diff == 0, "!=": diff != 0, "<": diff < 0, "<=": diff <= 0, ">": diff > 0,
-                         ">=": diff >= 0}[c.op])
+            return _holds(c.op, diff)
         found = _linear(diff)
         if found is None:
             return True
         x, a, b = found
-        op = c.op if a > 0 else {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(c.op, c.op)
+        op = c.op if a > 0 else _FLIPPED.get(c.op, c.op)
         t = -b / a  # a x + b op 0  <=>  x op' t
         r = ranges.setdefault(x, _Range())
         if op == "==":

@@ -21,6 +21,7 @@ from arke.ir.shapes import Dim, const, decide, decide_in, dim_str, floordiv, mod
 from arke.lang import ast
 from arke.lang import generics as gen
 from arke.lang.diagnostics import Diagnostic, Related, did_you_mean, make
+from arke.lang.exprs import REDUCTIONS
 from arke.lang.hints import NOT_YET_DTYPES
 from arke.lang.satisfy import linear_verdict, may_hold
 from arke.lang.source import Source, Span
@@ -309,8 +310,6 @@ def _name_span(source: Source, o: ast.Output) -> Span:
 def _output_clash(name: str, sig: Signature) -> str | None:
     """What an output's name already names (spec §6: a new name is not a dim, a literal, a reduction or a
     scan; like a parameter it may share a function's name), or None."""
-    from arke.lang.exprs import REDUCTIONS  # exprs imports this module's neighbours: imported when checked
-
     if name in sig.dims:
         return "a dim"
     if name in RESERVED:
@@ -377,11 +376,13 @@ def _where(sig: Signature, node: ast.Kernel, error: ErrorFn) -> None:
     together = refuted or may_hold(c for c, _, _ in conds)  # each holds alone: can they hold together?
     for k in range(len(conds) if not together else 0):  # the first clause that no longer can, marked
         if not may_hold(c for c, _, _ in conds[:k + 1]):
-            alone = k == 0 or may_hold([conds[k][0]])
-            error("AK3007", f"where clause `{conds[k][1]}` can never hold" + (
-                  " together with the clauses before it" if k and alone else ""),
-                  conds[k][2], hint="no positive dims satisfy all of them; check the clauses" if k and alone else
-                  "every dim is a positive integer; check the clause")
+            with_others = k > 0 and may_hold([conds[k][0]])  # it could hold alone: the ones before rule it out
+            if with_others:
+                error("AK3007", f"where clause `{conds[k][1]}` can never hold together with the clauses before it",
+                      conds[k][2], hint="no positive dims satisfy all of them; check the clauses")
+            else:
+                error("AK3007", f"where clause `{conds[k][1]}` can never hold", conds[k][2],
+                      hint="every dim is a positive integer; check the clause")
             break
     sig.conds = tuple((c, text) for c, text, _ in conds)
     sig.guards = tuple(guards)

@@ -53,8 +53,8 @@ def mla_config(config: Any, layer_index: int) -> MlaConfig:
         raise ValueError("config.json: n_shared_experts 0 (no shared expert) is not supported: DeepSeek-V2's "
                          "MoE layers add a shared expert's output to the routed ones")
     return MlaConfig(intermediate=int(config.moe_intermediate_size), experts=experts,
-                     shared=int(config.moe_intermediate_size) * int(config.n_shared_experts or 0),
-                     top_k=int(config.num_experts_per_tok), routed_scale=float(config.routed_scaling_factor),
+                     shared=int(config.moe_intermediate_size) * int(config.n_shared_experts),
+                     top_k=top_k, routed_scale=float(config.routed_scaling_factor),
                      topk_method=method, groups=groups, topk_groups=int(getattr(config, "topk_group", None) or 1),
                      **common)
 

@@ -115,7 +115,7 @@ def layer_config(config: Any, layer_index: int = 0) -> LayerConfig:
     return LayerConfig(hidden=int(config.hidden_size), heads=heads, kv_heads=kv, head_dim=head_dim,
                        intermediate=int(config.intermediate_size), eps=float(config.rms_norm_eps),
                        inv_freq=inv_freq, rope_scale=scale, window=int(window) if window else None,
-                       experts=experts, top_k=int(top_k) if experts else 2)
+                       experts=experts, top_k=top_k if experts else 2)
 
 
 def _linear(module: Any, into: dict[str, torch.Tensor], name: str) -> None:

@@ -156,6 +156,9 @@ class BundleKernel:
         self.name: str = record["name"]
         self.params: list[dict[str, Any]] = record["params"]
         self._names = [p["name"] for p in self.params]
+        # read once: a ±inf or NaN default is a string in the (plain JSON) manifest
+        self._defaults = [decode_scalar(p["default"]) if isinstance(p["default"], str) else p["default"]
+                          for p in self.params]
         self._dim_slots = frozenset(k for k, p in enumerate(self.params) if p["dim"])  # their values set shapes
         self._results = [(len(r["shape"]), _TORCH[r["dtype"]], r["dtype"]) for r in record["results"]]
         self._entry = _argtypes(getattr(bundle._lib, record["symbol"]))
@@ -223,8 +226,7 @@ class BundleKernel:
                              param=missing[0])
         any_torch = any(isinstance(v, torch.Tensor) for v in given.values())
         out: list[torch.Tensor] = []
-        for p in self.params:
-            default = decode_scalar(p["default"]) if isinstance(p["default"], str) else p["default"]  # "inf": JSON
+        for p, default in zip(self.params, self._defaults):
             value = given.get(p["name"], default)
             if p["dim"]:
                 out.append(torch.tensor(self._dim(p, value), dtype=torch.int64))

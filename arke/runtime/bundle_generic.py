@@ -11,14 +11,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from arke.ir.dtypes import DTYPES
 from arke.runtime.errors import GuardError
+from arke.runtime.guards import dtype_of
 
-_DTYPES = "bool|i8|i32|i64|u8|u16|u32|f16|bf16|f32"
 #: One specialisation suffix (``__W_f32``), as arke.lang.generics.mangle writes it.
-_SUFFIX = re.compile(rf"__([A-Za-z][A-Za-z0-9_]*?)_({_DTYPES})$")
-_NAMES = {torch.bool: "bool", torch.int8: "i8", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
-          torch.uint16: "u16", torch.uint32: "u32", torch.float16: "f16", torch.bfloat16: "bf16",
-          torch.float32: "f32"}
+_SUFFIX = re.compile(rf"__([A-Za-z][A-Za-z0-9_]*?)_({'|'.join(DTYPES)})$")
 
 
 def generic_base(name: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
@@ -31,14 +29,9 @@ def generic_base(name: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
 
 
 def _dtype_name(value: Any) -> str | None:
-    if isinstance(value, torch.Tensor):
-        return _NAMES.get(value.dtype)
-    if isinstance(value, np.ndarray):
-        try:
-            return _NAMES.get(torch.from_numpy(value[:0].reshape(-1)).dtype)
-        except TypeError:
-            return None
-    return None
+    """The Arke dtype name of a tensor or array argument (None for anything else)."""
+    found = dtype_of(value) if isinstance(value, torch.Tensor | np.ndarray) else None
+    return None if found is None else str(found)
 
 
 class GenericBundleKernel:

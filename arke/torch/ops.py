@@ -63,7 +63,8 @@ class _Op:
 
     def call(self, args: tuple[Any, ...], out: Any = None) -> Any:
         lead = len(self.tensors)
-        if None in args:  # a `float?` scalar left out: its default is ±inf or NaN, which a schema cannot spell
+        if any(i < len(args) and args[i] is None for i in self.defaults):  # a `float?` scalar left out: its
+            # default is ±inf or NaN, which a schema cannot spell (only scalars are looked at: never a tensor's ==)
             args = tuple(self.defaults.get(i) if a is None and i in self.defaults else a for i, a in enumerate(args))
         if self.tensors[-1:] == [lead - 1] and all(args[i] == d for i, d in self.defaults.items() if i < len(args)):
             # the kernel's fast path: tensors only

@@ -44,22 +44,23 @@ class Agent:
     def close(self) -> None:
         self.worker.stop()
 
+    def _append(self, text: str) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("a", encoding="utf-8") as f:
+            f.write(text)
+
     def check_log(self) -> None:
         """Raise a ValueError now (before serving) where the trajectory log cannot be appended to."""
         try:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with self.log_path.open("a", encoding="utf-8"):
-                pass
+            self._append("")
         except OSError as err:
             raise ValueError(f"the trajectory log {self.log_path} cannot be written ({err.strerror or err}): give "
                              "another file with --log") from None
 
     def _log(self, tool: str, arguments: Mapping[str, Any], result: Any) -> None:
         try:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with self.log_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps({"time": time.time(), "tool": tool, "arguments": dict(arguments),
-                                    "result": result}, default=str) + "\n")
+            self._append(json.dumps({"time": time.time(), "tool": tool, "arguments": dict(arguments),
+                                     "result": result}, default=str) + "\n")
         except OSError as err:  # the tool's answer stands; a log that fails is said once, not per call
             if not getattr(self, "_log_failed", False):
                 self._log_failed = True
@@ -135,9 +136,9 @@ class Agent:
             return 0, col  # the generated header or closing brace
 
         diagnostics = [{"code": d.code, "severity": d.severity.name.lower(), "message": d.message,
-                        "line": where(d.span.line, d.span.col)[0], "column": where(d.span.line, d.span.col)[1],
-                        "hint": d.hint}
-                       for d in result.diagnostics if d.span.line >= header]
+                        "line": line, "column": col, "hint": d.hint}
+                       for d in result.diagnostics if d.span.line >= header
+                       for line, col in (where(d.span.line, d.span.col),)]
         errors = [d for d in diagnostics if d["severity"] == "error"]
         dropped = None
         if not errors:

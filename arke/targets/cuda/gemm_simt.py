@@ -53,13 +53,16 @@ def thread_grid(bm: int, bn: int, threads: int) -> tuple[int, int] | None:
     return (min(found)[1], min(found)[2]) if found else None
 
 
+def _fitting_warps(bm: int, bn: int) -> list[int]:
+    """The warps that share a ``bm × bn`` block out in equal micro-tiles that fit in registers."""
+    return [w for w in (1, 2, 4, 8, 16, 32)
+            if thread_grid(bm, bn, 32 * w) is not None and bm * bn // (32 * w) <= MAX_OUTPUTS]
+
+
 def _default_warps(bm: int, bn: int) -> int:
     """:data:`SIMT_WARPS`, or where a ``bm × bn`` block cannot be shared out that way (``tile m = 1``), the
     most warps up to it that can, else the fewest above it: the user chose the tile, not the warps."""
-    def fits(w: int) -> bool:
-        return thread_grid(bm, bn, 32 * w) is not None and bm * bn // (32 * w) <= MAX_OUTPUTS
-
-    ok = [w for w in (1, 2, 4, 8, 16, 32) if fits(w)]
+    ok = _fitting_warps(bm, bn)
     below = [w for w in ok if w <= SIMT_WARPS]
     return max(below) if below else min(ok) if ok else SIMT_WARPS
 
@@ -82,9 +85,7 @@ class _Simt:
             raise UnsupportedError(f"{where}: warps = {warps} is over 32 (1024 threads)")
         grid = thread_grid(self.bm, self.bn, self.threads)
         if grid is None:
-            ok = [w for w in (1, 2, 4, 8, 16, 32) if thread_grid(self.bm, self.bn, 32 * w) is not None
-                  and self.bm * self.bn // (32 * w) <= MAX_OUTPUTS]
-            valid = ", ".join(map(str, ok)) or "none: use tiles with more factors of 2"
+            valid = ", ".join(map(str, _fitting_warps(self.bm, self.bn))) or "none: use tiles with more factors of 2"
             raise UnsupportedError(f"{where}: tile {c.m} = {self.bm}, tile {c.n} = {self.bn} cannot be split "
                                    f"into equal row × column blocks of warps = {warps} ({self.threads} threads); "
                                    f"warps can be {valid}")

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -259,28 +259,34 @@ def compile_requests(requests: Sequence[Request], aligned: bool = True,
     return out
 
 
+#: The smallest block a fit makes (what ``tl.dot`` needs; arke.targets.triton.fit's moves stop there).
+MIN_BLOCK = 16
+
+
 def least_shared(launch: LaunchSpec, free: Sequence[str] = ()) -> int:
     """A lower bound of the shared memory (bytes) a launch's block needs: a dot's two operand tiles staged
     there, one byte an element, once per pipeline stage but the one in registers (0 where it has no dot).
-    ``free``: options a fit may still lower (taken at their least: one stage, blocks of 16)."""
+    ``free``: options a fit may still lower (taken at their least: one stage, blocks of :data:`MIN_BLOCK`)."""
     o = dict(launch.options)
     if not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= o.keys():
         return 0
     for k in free:
-        o[k] = 1 if k == "num_stages" else min(o[k], 16) if k.startswith("BLOCK_") else o[k]
+        if k == "num_stages":
+            o[k] = 1
+        elif k.startswith("BLOCK_"):
+            o[k] = min(o[k], MIN_BLOCK)
     return max(1, o.get("num_stages", 1) - 1) * (o["BLOCK_M"] + o["BLOCK_N"]) * o["BLOCK_K"]
 
 
-def refuse_early(artifact: Artifact, plan: KernelPlan, archs: Sequence[str], fit: bool = False) -> None:
-    """:class:`ResourceError` before compiling where a launch cannot fit even :func:`least_shared` (``fit``:
-    with the options a fit may lower at their least): Triton takes minutes over tiles of 512 × 512 × 512
+def refuse_early(artifact: Artifact, plan: KernelPlan, archs: Sequence[str],
+                 free: Callable[[LaunchSpec], Sequence[str]] = lambda launch: ()) -> None:
+    """:class:`ResourceError` before compiling where a launch cannot fit even :func:`least_shared` (``free``: the
+    options a fit may still lower, taken at their least): Triton takes minutes over tiles of 512 × 512 × 512
     that no architecture can hold."""
-    from arke.targets.triton.fit import free_options
-
     for arch in archs:
         _, limit = arch_of(arch)
         for launch in artifact.launches:
-            need = least_shared(launch, free_options(launch) if fit else ())
+            need = least_shared(launch, free(launch))
             if need > limit:
                 o = dict(launch.options)
                 entry = CompiledEntry(plan.name, launch.entry, arch, "", b"", 0, 0, 0, need,

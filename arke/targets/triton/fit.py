@@ -31,12 +31,17 @@ from dataclasses import dataclass
 from arke.plan.dispatch import KernelPlan
 from arke.targets.artifact import Artifact, LaunchSpec, Renderer
 from arke.targets.nvidia.cubin import CompiledEntry, arch_of
-from arke.targets.triton.aot import ResourceError, check_resources, compile_requests, interpreted, refuse_early
+from arke.targets.triton.aot import (
+    MIN_BLOCK,
+    ResourceError,
+    check_resources,
+    compile_requests,
+    interpreted,
+    refuse_early,
+)
 
 #: Rounds of moves tried from a spilling launch's configuration.
 ROUNDS = 4
-#: The smallest block a move makes (what ``tl.dot`` needs).
-MIN_BLOCK = 16
 #: The most warps a move makes.
 MAX_WARPS = 16
 #: The diagnostic code of a launch that spills whatever the fit tries.
@@ -206,7 +211,7 @@ def fit_plan(plan: KernelPlan, archs: Sequence[str], renderer: Renderer | None =
     archs = list(archs)
     artifact = renderer.render(plan)
     if check:  # tiles the fit cannot shrink that no architecture holds: AK4012 now, not after minutes
-        refuse_early(artifact, plan, archs, fit=True)
+        refuse_early(artifact, plan, archs, free_options)
     base = [e for e in compile_requests([(artifact, plan, archs, None)], aligned)[0] if isinstance(e, CompiledEntry)]
     per_entry: dict[str, list[CompiledEntry]] = {}
     for e in base:
