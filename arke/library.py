@@ -19,6 +19,7 @@ import torch
 from arke import knobs
 from arke.ir import strategy as sir
 from arke.runtime.guards import dim_params, eval_cond, prepare_args
+from arke.runtime.limits import in_memory
 from arke.runtime.pool import evict_oldest
 from arke.targets import base as targets
 
@@ -149,8 +150,9 @@ class Kernel:
                     return None
                 key.append(a)
                 continue
-            if type(a) is not torch.Tensor or a.requires_grad or a.layout != torch.strided or a.is_neg():
-                return None  # (a lazily negated view is resolved by the full checks)
+            if (type(a) is not torch.Tensor or a.requires_grad or a.layout != torch.strided or a.is_neg()
+                    or not in_memory(a)):
+                return None  # (a lazily negated view is resolved by the full checks, which refuse the others)
             if where is None:
                 where = a.device
                 if where.type != "cpu" and (self.library.on_host or where.type == "meta"):

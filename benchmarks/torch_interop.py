@@ -149,12 +149,19 @@ def overhead(rounds: int = 20000) -> dict[str, float]:
 BLOCK = 3
 
 
-def backend_rows(prefill: int = 128, context: int = 512, rounds: int = 6) -> list[tuple[str, float, float, float]]:
-    """(phase, eager ms, inductor ms, arke ms) for a 2-layer Qwen2-0.5B-shaped model."""
-    from transformers import AutoModelForCausalLM, DynamicCache
+def backend_model() -> Any:
+    """The backend rows' model: a 2-layer Qwen2-0.5B-shaped transformers model, random weights."""
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(_qwen2_config(layers=2)).eval()
+    return AutoModelForCausalLM.from_config(_qwen2_config(layers=2)).eval()
+
+
+def backend_rows(model: Any, prefill: int = 128, context: int = 512, rounds: int = 6
+                 ) -> list[tuple[str, float, float, float]]:
+    """(phase, eager ms, inductor ms, arke ms) for ``model`` (:func:`backend_model`)."""
+    from transformers import DynamicCache
+
     ids = torch.randint(0, 32000, (1, prefill))
     ctx_ids = torch.randint(0, 32000, (1, context))
     forms = {"eager": model, "inductor": torch.compile(model, dynamic=True),
@@ -223,11 +230,25 @@ def main() -> None:
         _backend_table()
 
 
-def _backend_table() -> None:
-    print("\n3. torch.compile(backend='arke'), 2-layer Qwen2-0.5B-shaped model (ms, median of rounds)")
-    print(f"{'':<10}{'eager':>9}{'inductor':>10}{'arke':>9}{'vs eager':>10}{'vs inductor':>13}")
-    for phase, e, i, a in backend_rows():
-        print(f"{phase:<10}{e:>9.2f}{i:>10.2f}{a:>9.2f}{e / a:>9.2f}×{i / a:>12.2f}×")
+def _backend_table(prefill: int = 128, context: int = 512) -> None:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bounds import decode_bytes, forward_flops
+    from cpu import fma_peak, read_bandwidth
+
+    model = backend_model()
+    bandwidth, peak = read_bandwidth(1 << 30, 3.0), fma_peak(torch.get_num_threads(), 0.5)
+    print(f"\n3. torch.compile(backend='arke'), 2-layer Qwen2-0.5B-shaped model (ms, median of rounds); this run "
+          f"measured {bandwidth / 1e9:.1f} GB/s of read bandwidth (1 GiB) and an FMA peak of {peak / 1e9:.0f} GFLOP/s")
+    print(f"{'':<10}{'eager':>9}{'inductor':>10}{'arke':>9}{'vs eager':>10}{'vs inductor':>13}{'limit':>8}"
+          f"{'eager÷limit':>13}{'arke÷limit':>12}{'1.4× eager needs':>18}")
+    # the least time each phase can take here: prefill's flops (every position's logits, as the graph returns
+    # them) at the FMA peak; a decode step's weight and cache bytes at the read bandwidth
+    limits = {"prefill": forward_flops(model, prefill, prefill) / peak,
+              "decode": decode_bytes(model, context) / bandwidth}
+    for phase, e, i, a in backend_rows(model, prefill, context):
+        bound = limits[phase] * 1e3
+        print(f"{phase:<10}{e:>9.2f}{i:>10.2f}{a:>9.2f}{e / a:>9.2f}×{i / a:>12.2f}×{bound:>8.2f}"
+              f"{e / bound:>12.2f}×{a / bound:>11.2f}×{e / 1.4 / bound:>11.2f}× limit")
     seen: list[str] = []
     for r in backend.reports():  # each graph arke compiled (prefill, the first decode, decode with a symbolic length)
         if str(r) not in seen:

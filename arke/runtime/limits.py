@@ -3,7 +3,8 @@
 * :func:`check_threads`: ``threads=`` is None or a whole number from 1 to :data:`MAX_THREADS`
   (a request: a target starts no more workers than :func:`arke.runtime.host.worker_limit`
   and than a launch has chunks; results do not depend on it).
-* :func:`check_tensor_kind`: tensors are dense (strided) and hold data (not on the meta device).
+* :func:`check_tensor_kind`: tensors are dense (strided) and hold data (not on the meta device, not a
+  ZeroTensor, every element inside the tensor's storage).
 * :func:`refuse_huge_broadcast`: a target whose kernels read dense memory copies a non-contiguous
   input first; a broadcast (stride-0) view that would grow beyond :data:`BROADCAST_COPY_LIMIT`
   bytes is refused instead of silently materialised.
@@ -63,6 +64,37 @@ def check_tensor_kind(kernel: str, what: str, param: str, t: torch.Tensor) -> No
     if t.device.type == "meta":
         raise GuardError(kernel, f"{what} is on the meta device, which holds no values; pass a tensor with data "
                          "(on the CPU, or on the device the kernel runs on)", rule="device", param=param)
+    _check_memory(kernel, what, param, t)
+
+
+def in_memory(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements lie inside memory it holds: a kernel reads and writes raw memory, and a storage
+    torch shrank (``untyped_storage().resize_(0)``) or never allocated (a ZeroTensor) would be read out of
+    bounds. Cheap for a contiguous tensor (the calls' fast path checks every argument with it)."""
+    if t._is_zerotensor():  # type: ignore[attr-defined]  # its storage claims its bytes at address 0
+        return not t.numel()
+    held = t.untyped_storage().nbytes()
+    if held >= t.nbytes and not t.storage_offset() and t.is_contiguous():
+        return True
+    return not t.numel() or held >= _end(t) * t.element_size()
+
+
+def _end(t: torch.Tensor) -> int:
+    """One past the last element ``t`` reaches in its storage (in elements)."""
+    return t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True) if n > 1)
+
+
+def _check_memory(kernel: str, what: str, param: str, t: torch.Tensor) -> None:
+    """:func:`in_memory`, or a :class:`GuardError` saying what to pass instead."""
+    if in_memory(t):
+        return
+    if t._is_zerotensor():  # type: ignore[attr-defined]
+        raise GuardError(kernel, f"{what} is one of torch's ZeroTensors, which hold no memory; pass "
+                         "`torch.zeros_like(...)` (a tensor with memory) instead", rule="type", param=param)
+    held, end = t.untyped_storage().nbytes(), _end(t) * t.element_size()
+    raise GuardError(kernel, f"{what} has elements outside its storage ({held} bytes for elements up to byte "
+                     f"{end}: the storage was resized after the tensor was made); pass a tensor whose "
+                     "storage holds it (`.clone()` of one that does)", rule="size", param=param)
 
 
 def resolved(t: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,8 @@ the buffers it allocated and hands one out again once it is provably unshared:
 * its Python object is referenced only by the pool (``sys.getrefcount``),
 * no other tensor object shares its ``TensorImpl`` (``Tensor._use_count``: DLPack exports,
   C++ holders), and
-* no other tensor, view or NumPy array shares its storage (the storage's use count).
+* no other tensor, view or NumPy array shares its storage (the storage's use count), and nobody
+  holds the storage's Python object (``y.untyped_storage()``, ``y.storage()``).
 
 A result the caller still holds (directly, as a view, or as the NumPy array it was returned
 as) is therefore never overwritten. ``ARKE_NO_REUSE=1`` turns reuse off.
@@ -32,15 +33,17 @@ KEEP = 4
 SHAPES = 16
 
 
-def _storage_uses(t: torch.Tensor) -> int:
-    return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))
-
-
 def _unshared(t: torch.Tensor) -> bool:
     # references: the pool's list, this frame's argument, getrefcount's own argument
     if sys.getrefcount(t) > 3 or t._use_count() != 1:  # type: ignore[attr-defined]
         return False
-    return _storage_uses(t) <= 2  # the tensor and the temporary wrapper untyped_storage() made
+    storage = t.untyped_storage()
+    # torch keeps one Python object per storage, referenced from the storage itself: a caller holding
+    # `y.untyped_storage()` (or `y.storage()`) holds that object, which the storage's use count does not show
+    # (references when nobody does: the storage's, `storage`, getrefcount's argument)
+    if sys.getrefcount(storage) > 3:
+        return False
+    return int(torch._C._storage_Use_Count(storage._cdata)) <= 2  # the tensor and that Python object
 
 
 def evict_oldest(memo: dict[Any, Any]) -> None:
@@ -60,6 +63,11 @@ def _calibrated() -> bool:
         pool = [held]
         if _unshared(pool[0]):  # `held` still refers to it: must read as shared
             return False
+        stored = [torch.empty(1)]
+        storage = stored[0].untyped_storage()
+        if _unshared(stored[0]):  # its storage's Python object is held: must read as shared
+            return False
+        del storage
         free = [torch.empty(1)]
         return _unshared(free[0])  # only the list refers to it: must read as unshared
     except (AttributeError, RuntimeError):  # a torch without these introspection hooks

@@ -284,3 +284,35 @@ def test_a_tensor_with_the_negative_bit_is_read_as_its_values(target: str) -> No
     with pytest.raises(GuardError, match="negative bit"):
         call(x, out=out)
     assert torch.equal(out, torch.tensor([-5.0]))
+
+
+def _zero_tensor() -> torch.Tensor:
+    return torch._efficientzerotensor(4, 6)
+
+
+def _shrunk() -> torch.Tensor:
+    t = torch.ones(4, 6)
+    t.untyped_storage().resize_(0)
+    return t
+
+
+@pytest.mark.parametrize("make", [_zero_tensor, _shrunk], ids=["zerotensor", "shrunk-storage"])
+@pytest.mark.parametrize("where", ["argument", "out"])
+def test_a_tensor_without_its_memory_is_refused_not_read(make: Callable[[], torch.Tensor], where: str) -> None:
+    """A ZeroTensor (address 0) or a tensor whose storage was resized away would be read or written out of
+    bounds (the process died): refused, also after the same shapes took the calls' fast path."""
+    k = _lib("llvm").scaled
+    good = torch.ones(4, 6)
+    k(good)  # the signature is now known: the fast path must check memory too
+    with pytest.raises(GuardError, match=r"ZeroTensor|outside its storage"):
+        k(make()) if where == "argument" else k(good, out=make())
+
+
+def test_in_memory_sees_views_inside_and_past_their_storage() -> None:
+    base = torch.arange(24.0)
+    assert limits.in_memory(base[4:].view(4, 5)) and limits.in_memory(base.view(4, 6).t())
+    assert limits.in_memory(torch.empty(0, 3)) and limits.in_memory(torch._efficientzerotensor(0))
+    past = torch.arange(24.0).view(4, 6)[1:, ::2]  # elements 6 .. 22
+    assert limits.in_memory(past)
+    past.untyped_storage().resize_(22 * 4)  # 22 elements left
+    assert not limits.in_memory(past)

@@ -578,13 +578,14 @@ HOLDERS = {
     "view": lambda t: t[3:7],
     "numpy": lambda t: t.numpy(),
     "dlpack": lambda t: __import__("torch.utils.dlpack").utils.dlpack.to_dlpack(t),
+    "storage": lambda t: t.untyped_storage(),  # torch keeps one Python object per storage
 }
 
 
 @pytest.mark.parametrize("holder", HOLDERS)
 def test_results_are_reused_only_once_the_caller_lets_go(holder: str) -> None:
     """A result buffer comes back on a later call only when nothing holds it: not the tensor,
-    not a view of it, not the NumPy array it was returned as, not a DLPack export."""
+    not a view of it, not the NumPy array it was returned as, not a DLPack export, not its storage."""
     import gc
 
     import torch.utils.dlpack
@@ -600,7 +601,10 @@ def test_results_are_reused_only_once_the_caller_lets_go(holder: str) -> None:
     gc.collect()
     second = k(x * 2)  # other values: a wrongly shared buffer would change what `keep` sees
     assert second.data_ptr() != ptr
-    seen = torch.utils.dlpack.from_dlpack(keep) if holder == "dlpack" else torch.as_tensor(keep)
+    if holder == "storage":
+        seen = torch.empty(0).set_(keep, 0, tuple(x.shape))
+    else:
+        seen = torch.utils.dlpack.from_dlpack(keep) if holder == "dlpack" else torch.as_tensor(keep)
     part = slice(3, 7) if holder == "view" else slice(None)
     assert_matches(torch.as_tensor(seen), want[part], bound=[None if bound is None else bound[part]])
     freed = {ptr, second.data_ptr()}
