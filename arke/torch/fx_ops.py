@@ -120,7 +120,9 @@ def _packed(w: torch.Tensor, kn: bool = False) -> torch.Tensor | None:
     the micro-kernel is worth a copy), repacked when it is written in place; None where the target has none.
     ``kn``: ``w`` is stored [K, N] (its transpose is packed)."""
     found = _PACKED.get(id(w))
-    stamp = (w._version, w.data_ptr())  # `w.data = new` keeps the version but not the storage
+    # `w.data = new` keeps the version but not the storage; an inference tensor has no version counter (it
+    # is written in place only inside inference_mode: repack() covers that, as it covers `w.data` writes)
+    stamp = (-1 if w.is_inference() else w._version, w.data_ptr())
     if found is not None and found[0]() is w and found[1] == stamp:
         return found[2]
     key = id(w)
@@ -131,7 +133,8 @@ def _packed(w: torch.Tensor, kn: bool = False) -> torch.Tensor | None:
 
 def repack() -> None:
     """Forget every weight packed for ``torch.compile(backend="arke")``: the next call packs again. Needed only
-    after a write through ``w.data`` in place (``w.data.mul_(2)``), which torch's version counter does not see."""
+    after a write through ``w.data`` in place (``w.data.mul_(2)``), which torch's version counter does not see,
+    or an in-place write to an inference tensor (made under ``torch.inference_mode()``: it has no counter)."""
     _PACKED.clear()
 
 

@@ -167,8 +167,7 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
     params, tensors, defaults = _signature(fn)
     results = len(fn.results)
     rets = "Tensor" if results == 1 else f"({', '.join(['Tensor'] * results)})"
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    outs = ", ".join(f"Tensor({letters[k]}!) out{k if results > 1 else ''}" for k in range(results))
+    outs = ", ".join(f"Tensor(a{k}!) out{k if results > 1 else ''}" for k in range(results))
     out_rets = "()"  # a mutating operator returns nothing: one returning its aliased out= cannot be compiled
     schema = f"({params}) -> {rets}"
     out_names = [f"out{k if results > 1 else ''}" for k in range(results)]
@@ -180,7 +179,9 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
         if found.schema != schema:
             raise ValueError(f"torch.ops.{namespace}.{name} is already registered as {name}{found.schema}; "
                              f"this kernel's signature is {name}{schema}: register it under another namespace")
-        found.kernel = kernel  # a newer library's kernel of the same signature takes over
+        # a newer library's kernel of the same signature takes over, with its own defaults (±inf and NaN are
+        # `None` in both schemas: a -inf default and an inf one look alike there)
+        found.kernel, found.defaults = kernel, defaults
         return
     op = _Op(schema, kernel, tensors, defaults)
     lib = _LIBS.get(namespace)
@@ -199,11 +200,15 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
                          f"register this library under another namespace ({str(err).splitlines()[0]})") from None
 
     def real(*args: Any) -> Any:
+        if torch.is_grad_enabled():
+            no_gradients(namespace, name, args)
         if not op.defaults:  # tensors and dims only: straight to the kernel (a call's overhead is the point)
             return op.kernel(*args)
         return op.call(args)
 
     def real_out(*args: Any, **outputs: Any) -> None:
+        if torch.is_grad_enabled():
+            no_gradients(namespace, name, args)
         given = [outputs[k] for k in out_names]
         op.call(args, given[0] if len(given) == 1 else tuple(given))
 
@@ -234,6 +239,16 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
     lib.impl(f"{name}.out", real_out, device_key)
     torch.library.register_fake(f"{namespace}::{name}.out", fake_out, lib=lib)
     _DEFINED[(namespace, name)] = op
+
+
+def no_gradients(namespace: str, name: str, args: tuple[Any, ...]) -> None:
+    """Refuse a call whose result torch would be asked to differentiate: the operators have no derivative,
+    and torch's fallback for an operator without one would give the inputs no gradient from it, silently."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.requires_grad:
+            raise GuardError(name, f"torch.ops.{namespace}.{name} has no derivative, and an argument requires grad "
+                             "with gradients enabled: call it under `torch.no_grad()` (or `torch.inference_mode()`),"
+                             " or pass `.detach()`ed tensors", rule="type")
 
 
 def op_name(kernel_name: str) -> str:

@@ -48,6 +48,17 @@ def test_new_storage_is_repacked_and_repack_forgets_writes_through_data() -> Non
     torch.testing.assert_close(torch.ops.arke_fx.linear(x, w, None, "arke"), F.linear(x, w), rtol=1e-5, atol=1e-4)
 
 
+def test_an_inference_tensor_weight_is_packed() -> None:
+    """A model made under inference_mode has weights without a version counter."""
+    with torch.inference_mode():
+        x, w = torch.randn(8, 16), torch.randn(12, 16)
+        torch.testing.assert_close(torch.ops.arke_fx.linear(x, w, None, "arke"), F.linear(x, w), rtol=1e-5,
+                                   atol=1e-4)
+        lin = torch.nn.Linear(16, 12).eval()
+        compiled = torch.compile(lin, backend="arke", options={"arke.kernels": "arke"})
+        torch.testing.assert_close(compiled(x), lin(x), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize(("h", "g", "s", "t", "causal"), [(4, 2, 3, 3, True), (4, 4, 1, 37, False), (6, 2, 5, 9, True)])
 def test_sdpa_matches_torch(h: int, g: int, s: int, t: int, causal: bool) -> None:
     q, k, v = torch.randn(2, h, s, 8), torch.randn(2, g, t, 8), torch.randn(2, g, t, 8)

@@ -169,11 +169,36 @@ def test_a_parameter_named_like_the_out_argument_is_refused_and_out_on_another_d
         torch.ops.arke_test_outdev.twice_dev.out(torch.ones(4), out=torch.empty(4, device="meta"))
 
 
-def test_many_outputs_fill_out_in_order() -> None:
-    outs = ", ".join(f"y{k}: f32[N]" for k in range(11))
-    body = "; ".join(f"y{k}[n] = x[n] + {k}.0" for k in range(11))
-    arke.torch.register(arke.build(arke.loads(f"kernel eleven(x: f32[N]) -> ({outs}) {{ {body} }}\n")),
-                        namespace="arke_test_eleven")
-    got = [torch.empty(3) for _ in range(11)]
-    torch.ops.arke_test_eleven.eleven.out(torch.zeros(3), **{f"out{k}": t for k, t in enumerate(got)})
-    assert [float(t[0]) for t in got] == [float(k) for k in range(11)]
+@pytest.mark.parametrize("count", [11, 27])
+def test_many_outputs_fill_out_in_order(count: int) -> None:
+    outs = ", ".join(f"y{k}: f32[N]" for k in range(count))
+    body = "; ".join(f"y{k}[n] = x[n] + {k}.0" for k in range(count))
+    arke.torch.register(arke.build(arke.loads(f"kernel many(x: f32[N]) -> ({outs}) {{ {body} }}\n")),
+                        namespace=f"arke_test_many{count}")
+    got = [torch.empty(3) for _ in range(count)]
+    getattr(torch.ops, f"arke_test_many{count}").many.out(torch.zeros(3), **{f"out{k}": t for k, t in enumerate(got)})
+    assert [float(t[0]) for t in got] == [float(k) for k in range(count)]
+
+
+def test_registering_again_takes_the_new_kernels_infinite_defaults() -> None:
+    """-inf and inf defaults are both `float? =None` in a schema: the re-pointed op must use the new ones."""
+    low = "kernel clip(x: f32[N], lim: f32 = -inf, s: f32 = 1.0) -> f32[N] { return max(x[i], lim) * s }\n"
+    high = "kernel clip(x: f32[N], lim: f32 = inf, s: f32 = 1.0) -> f32[N] { return min(x[i], lim) * s }\n"
+    arke.torch.register(arke.build(arke.loads(low)), namespace="arke_test_redefault")
+    arke.torch.register(arke.build(arke.loads(high)), namespace="arke_test_redefault")
+    x = torch.tensor([1.0, -2.0, 3.0])
+    assert torch.ops.arke_test_redefault.clip(x, s=2.0).tolist() == [2.0, -4.0, 6.0]
+
+
+def test_an_op_refuses_inputs_that_need_gradients_it_cannot_give() -> None:
+    arke.torch.register(arke.build(arke.loads("kernel axpy(a: f32, x: f32[N], y: f32[N]) -> f32[N] "
+                                              "{ return a * x[n] + y[n] }\n")), namespace="arke_test_grad")
+    op = torch.ops.arke_test_grad.axpy
+    x, y = torch.randn(4, requires_grad=True), torch.randn(4)
+    with pytest.raises(GuardError, match="no derivative"):
+        op(1.0, x, y)
+    with pytest.raises(GuardError, match="no derivative"):
+        op.out(1.0, x, y, out=torch.empty(4))
+    with torch.no_grad():
+        torch.testing.assert_close(op(1.0, x, y), x + y)
+    torch.testing.assert_close(op(1.0, x.detach(), y), x.detach() + y)
