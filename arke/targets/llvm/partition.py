@@ -26,6 +26,9 @@ from arke.passes.rewrite import map_expr
 
 #: At most this many breakpoints (pieces: one more); a body with more keeps the generic loop.
 MAX_BREAKPOINTS = 7
+#: The largest constant a tracked expression may hold: with dims and indices far below 2**62, ``±d + b`` then
+#: never wraps, and the breakpoints, computed exactly, are where the i64 values change.
+SMALL = 1 << 31
 #: The float dtypes a partitioned map may compute (its vector loads and stores widen and narrow them).
 VECTOR_DTYPES = (DType.F32, DType.BF16, DType.F16)
 _COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
@@ -79,7 +82,9 @@ def _has(e: ir.SExpr, axis: str) -> bool:
 def plain(e: ir.SExpr, axis: str) -> bool:
     """Whether ``e`` is integer arithmetic of dims, constants and outer indices that cannot fail: the
     emitter computes it once per row (or once per call when it has no index) before any piece runs."""
-    if isinstance(e, ir.Const | ir.DimRef):
+    if isinstance(e, ir.Const):  # a huge offset could wrap (spec §9.3) where the pieces' exact arithmetic would not
+        return e.dtype == DType.I64 and abs(int(e.value)) <= SMALL
+    if isinstance(e, ir.DimRef):
         return e.dtype == DType.I64
     if isinstance(e, ir.Idx):
         return e.name != axis

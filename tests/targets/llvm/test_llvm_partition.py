@@ -57,6 +57,9 @@ kernel gates(x: f32[M, N], a: f32[A], b: f32[B]) -> y: f32[M, N] {
 }
 kernel unguarded(x: f32[M, N]) -> y: f32[M, N] { y[i, j] = x[i, j - 1] if j > 0 else 0.0 }
 kernel by_dim(x: f32[M, N], s: f32[S]) -> y: f32[M, N] { y[i, j] = x[i, j % (S - 2)] }
+kernel wraps_past_i64(x: f32[M, N]) -> y: f32[M, N] {
+  y[i, j] = x[i, (j + 9223372036854775807) % N] if j + 9223372036854775000 < 9223372036854775790 else -x[i, j]
+}
 """
 
 
@@ -94,6 +97,13 @@ def test_divisors_and_offsets_from_dims(m: int, n: int, s: int) -> None:
     x = normal(rng, m, n)
     run("roll", x, normal(rng, s))
     run("mirror", x, normal(rng, s))
+
+
+@pytest.mark.parametrize("n", [5, 37, 4097])
+def test_offsets_that_wrap_i64_are_not_partitioned(n: int) -> None:
+    """`j + (2**63 - 1)` wraps (spec §9.3): the pieces' exact breakpoints would be wrong there."""
+    rng = seeded("wraps_past_i64", n)
+    run("wraps_past_i64", normal(rng, 2, n))
 
 
 @pytest.mark.parametrize(("m", "k", "kg"), [(2, 4096, 2), (3, 96, 3), (2, 5, 5), (1, 64, 1)])
