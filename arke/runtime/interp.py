@@ -364,8 +364,11 @@ class _Frame:
             if e.name not in dom.pos:
                 raise InterpError(f"{self.fn.name}: index `{e.name}` is not an axis of {self.where}")
             return torch.arange(dom.sizes[dom.pos[e.name]], dtype=compute(e.dtype)).view(dom.axis_shape(e.name))
-        if isinstance(e, S.DimRef):
-            return torch.full(dom.ones, self.dim(e.dim), dtype=compute(e.dtype))
+        if isinstance(e, S.DimRef):  # a `let` of dims is exact in SymPy, and wraps as i64 arithmetic (spec §9.3)
+            value = self.dim(e.dim)
+            if e.dtype == DType.I64:
+                value = (value + (1 << 63)) % (1 << 64) - (1 << 63)
+            return torch.full(dom.ones, value, dtype=compute(e.dtype))
         if isinstance(e, S.Load):
             return self.load(e, dom).to(compute(e.dtype))
         if isinstance(e, S.Unary):

@@ -362,3 +362,14 @@ def test_gelu_at_large_values_and_infinity(n: int) -> None:
     np.testing.assert_array_equal(np.asarray(k(x)), x)
     small = np.linspace(-6, 6, max(n, 16)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(k(small)), F.gelu(torch.from_numpy(small)).numpy(), rtol=0, atol=0)
+
+
+def test_a_let_of_dims_wraps_as_i64_arithmetic() -> None:
+    """`let a = N * N * N * N * N` is exact in SymPy: its value wraps as i64 arithmetic does (spec §9.3)."""
+    import arke
+
+    module = arke.loads("kernel f(x: f32[N]) -> i64 {\n  let a = N * N * N * N * N\n  return a\n}\n"
+                        "kernel g(x: f32[N]) -> i64 {\n  let a = 9223372036854775807 + N\n  return a\n}\n")
+    x = np.zeros(10000, np.float32)
+    assert int(module.kernels["f"](x)) == (10000**5 + 2**63) % 2**64 - 2**63
+    assert int(module.kernels["g"](x)) == -(2**63) + 9999
