@@ -132,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = cast(IO[str], _Stdout(stdout))
     try:
         status = handler(args)
-        sys.stdout.flush()  # a full disk shows here, not in Python's final flush
+        if not sys.stdout.closed:  # (the language server closes it when the client says exit)
+            sys.stdout.flush()  # a full disk shows here, not in Python's final flush
         return status
     except UsageError as err:
         print(f"akc: error: {err}", file=sys.stderr)

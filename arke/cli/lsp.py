@@ -41,7 +41,8 @@ def cmd_lsp(args: argparse.Namespace) -> int:
 
     server = create_server()
     server.start_io()
-    return 0
+    # the protocol's status: 1 for an exit without a shutdown first; 0 otherwise (the client's end of input too)
+    return 1 if "exit" in server.said and "shutdown" not in server.said else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

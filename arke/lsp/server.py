@@ -136,6 +136,7 @@ class ArkeLanguageServer(LanguageServer):
         super().__init__("akc-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
                          protocol_cls=ArkeProtocol)
         self.docs: dict[str, DocState] = {}
+        self.said: set[str] = set()  # "shutdown" and "exit", once the client sent them (the exit status)
         self.debounce = DEBOUNCE_S
         self.check_timeout = CHECK_TIMEOUT_S
         self.format_timeout = FORMAT_TIMEOUT_S
@@ -382,6 +383,14 @@ def create_server() -> ArkeLanguageServer:
     @server.feature(types.INITIALIZE)
     def _initialize(ls: ArkeLanguageServer, params: types.InitializeParams) -> None:
         read_options(ls, params.initialization_options)
+
+    @server.feature(types.SHUTDOWN)
+    def _shutdown(ls: ArkeLanguageServer, params: Any) -> None:
+        ls.said.add("shutdown")
+
+    @server.feature(types.EXIT)
+    def _exit(ls: ArkeLanguageServer, params: Any) -> None:
+        ls.said.add("exit")
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def _did_open(ls: ArkeLanguageServer, params: types.DidOpenTextDocumentParams) -> None:

@@ -337,3 +337,15 @@ def test_a_lone_surrogate_is_a_diagnostic_not_an_internal_error() -> None:
     text = "kernel f(x: f32[N]) -> f32[N] { return x[i] \ud800 }"
     sources = Sources({"<s>": text})
     assert lsp_position("<s>", 1, len(text), sources)["character"] == len(text) - 1
+
+
+@pytest.mark.parametrize(("shutdown", "status"), [(True, 0), (False, 1)])
+def test_akc_lsp_exits_with_the_protocols_status(tmp_path: Path, shutdown: bool, status: int) -> None:
+    """`exit` after `shutdown` is status 0, without it 1 (the protocol's rule); never an internal error."""
+    w = Wire([sys.executable, "-m", "arke", "lsp"], cwd=tmp_path)
+    w.initialize()
+    if shutdown:
+        assert w.call("shutdown")["result"] is None
+    w.notify("exit", None)
+    assert w.stop(30) == status
+    assert b"internal error" not in w.stderr and b"Traceback" not in w.stderr, w.stderr.decode(errors="replace")
