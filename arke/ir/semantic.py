@@ -187,6 +187,16 @@ def children(e: SExpr) -> tuple[SExpr, ...]:
     return ()
 
 
+def depth(e: SExpr) -> int:
+    """How deeply ``e`` nests (a leaf: 1), counted without recursion (a chain of thousands of ``+`` is one)."""
+    deepest, stack = 0, [(e, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((c, d + 1) for c in children(node))
+    return deepest
+
+
 def walk(e: SExpr) -> Iterator[SExpr]:
     """Every node of ``e``, parents before children."""
     yield e

@@ -370,3 +370,25 @@ def test_too_long_expression_is_reported_where_it_is() -> None:
             + " + ".join(["x[i]"] * 6000) + "\n}\n\nkernel bad(x: f32[N]) -> f32[N]\n{\n  return y\n}\n")
     got = [(d.code, d.span.line) for d in arke.check(text) if d.is_error]
     assert ("AK1006", 8) in got and ("AK2001", 13) in got, got
+
+
+@pytest.mark.parametrize("terms", [200, 300, 1000])
+def test_what_check_accepts_builds_and_prints(terms: int) -> None:
+    """A long chain of operators either checks and then builds and prints as IR, or is AK1006 at the check:
+    the checker may go deeper than the passes and renderers after it, and what it accepts must get through."""
+    import numpy as np
+
+    from arke.ir import serialize
+    from arke.ir.text import print_module
+    from arke.lang.checker import MAX_EXPR_DEPTH
+
+    text = _HEADER + " + ".join(["x[i]"] * terms) + "\n}\n"
+    codes = {d.code for d in arke.check(text) if d.is_error}
+    if terms + 1 > MAX_EXPR_DEPTH:
+        assert codes == {"AK1006"}, codes
+        return
+    assert not codes
+    module = arke.loads(text)
+    assert print_module(module.semantic) and serialize.to_json(module.semantic)
+    x = np.arange(5, dtype=np.float32)
+    np.testing.assert_allclose(arke.build(module).f(x), x * terms)
