@@ -289,7 +289,7 @@ def _op_depth(op: semantic.Op) -> int:
 def _listed(value: object) -> list[semantic.SExpr]:
     kinds = typing.get_args(semantic.SExpr)
     if isinstance(value, kinds):
-        return [value]  # type: ignore[list-item]
+        return [value]
     if isinstance(value, tuple):
         return [v for v in value if isinstance(v, kinds)]
     return []

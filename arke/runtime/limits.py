@@ -71,7 +71,7 @@ def in_memory(t: torch.Tensor) -> bool:
     """Whether ``t``'s elements lie inside memory it holds: a kernel reads and writes raw memory, and a storage
     torch shrank (``untyped_storage().resize_(0)``) or never allocated (a ZeroTensor) would be read out of
     bounds. Cheap for a contiguous tensor (the calls' fast path checks every argument with it)."""
-    if t._is_zerotensor():  # type: ignore[attr-defined]  # its storage claims its bytes at address 0
+    if t._is_zerotensor():  # its storage claims its bytes at address 0
         return not t.numel()
     held = t.untyped_storage().nbytes()
     if held >= t.nbytes and not t.storage_offset() and t.is_contiguous():
@@ -81,14 +81,14 @@ def in_memory(t: torch.Tensor) -> bool:
 
 def _end(t: torch.Tensor) -> int:
     """One past the last element ``t`` reaches in its storage (in elements)."""
-    return t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True) if n > 1)
+    return int(t.storage_offset()) + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True) if n > 1)
 
 
 def _check_memory(kernel: str, what: str, param: str, t: torch.Tensor) -> None:
     """:func:`in_memory`, or a :class:`GuardError` saying what to pass instead."""
     if in_memory(t):
         return
-    if t._is_zerotensor():  # type: ignore[attr-defined]
+    if t._is_zerotensor():
         raise GuardError(kernel, f"{what} is one of torch's ZeroTensors, which hold no memory; pass "
                          "`torch.zeros_like(...)` (a tensor with memory) instead", rule="type", param=param)
     held, end = t.untyped_storage().nbytes(), _end(t) * t.element_size()
