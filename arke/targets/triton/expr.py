@@ -272,6 +272,8 @@ class Emitter:
         return self.load(e)
 
     def _x_Cast(self, e: ir.Cast) -> str:
+        if e.dtype in (DType.F16, DType.BF16) and e.x.dtype == e.dtype:  # a computed 16-bit value, held in f32:
+            return self.rounded(self.expr(e.x), e.dtype)  # the cast is its store's rounding (passes/fuse.py)
         return self.convert(self.expr(e.x), e.x.dtype, e.dtype)
 
     def convert(self, v: str, src: DType, dst: DType) -> str:
