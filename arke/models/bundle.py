@@ -42,7 +42,7 @@ FORMAT, VERSION = "arke.model-bundle", 1
 MODEL, WEIGHTS = "model.json", "weights.safetensors"
 #: The model's own kernels (arke.models.lm's LM_SOURCE) a generation may call.
 LM_KERNELS = ("embed", "embed_panels", "embed_pos", "embed_pos_panels", "head", "head_ln", "greedy", "penalized",
-              "candidates", "candidates_k", "pick")
+              "candidates", "candidates_k", "pick", "sample_all")
 _DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.int32, torch.int64,
                                torch.uint8, torch.bool)}
 

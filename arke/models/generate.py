@@ -2,12 +2,14 @@
 
 Every step runs Arke kernels only: the model's forward pass, then ``std.nn.greedy`` (the argmax), or
 ``std.lm.candidates`` (the repetition penalty and each row's 64 best tokens) and ``std.lm.pick``
-(temperature, top-k, top-p and the draw). The draws are uniform numbers from a ``torch.Generator``
+(temperature, top-k, top-p and the draw), or with ``top_k=0`` ``std.lm.sample_all`` (the draw from every
+token). The draws are uniform numbers from a ``torch.Generator``
 seeded with ``seed``, one per sequence and step, so a seed reproduces a generation exactly.
 
-The options follow transformers' ``generate``: ``do_sample``, ``temperature``, ``top_k`` (0: no limit
-but the 64 candidates), ``top_p``, ``repetition_penalty``, ``eos_token_id`` (one id or several: a
-sequence that produced one is finished, and is padded with ``pad_token_id`` while the others go on).
+The options follow transformers' ``generate``: ``do_sample``, ``temperature``, ``top_k`` (at most 64; 0: no
+limit, every token, where ``top_p`` is 1), ``top_p``, ``repetition_penalty``, ``eos_token_id`` (one id or
+several: a sequence that produced one is finished, and is padded with ``pad_token_id`` while the others go
+on). Greedy decoding ignores the sampling options, as transformers does.
 """
 
 from __future__ import annotations
@@ -43,18 +45,27 @@ class Sampling:
     def __post_init__(self) -> None:
         if not isinstance(self.do_sample, bool):
             raise ValueError(f"do_sample must be True or False, not {self.do_sample!r}")
-        if self.do_sample and not self.temperature > 0:  # greedy decoding ignores it, as transformers does
-            raise ValueError(f"temperature must be positive, not {self.temperature!r}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be a non-negative integer (0: no limit), not {self.top_k!r}")
-        if self.top_k > CANDIDATES:
-            raise ValueError(f"top_k is at most {CANDIDATES} (the candidates sampling draws from), not {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must lie in (0, 1], not {self.top_p!r}")
+        if self.do_sample:  # greedy decoding ignores the sampling options, as transformers does
+            self._check_sampling()
         if not self.repetition_penalty > 0:
             raise ValueError(f"repetition_penalty must be positive, not {self.repetition_penalty!r}")
         if self.seed is not None and not 0 <= self.seed < 2 ** 64:
             raise ValueError(f"seed must be an integer in [0, 2**64), not {self.seed!r}")
+
+    def _check_sampling(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be positive, not {self.temperature!r}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be a non-negative integer (0: no limit), not {self.top_k!r}")
+        if self.top_k > CANDIDATES:
+            raise ValueError(f"top_k is at most {CANDIDATES} (the candidates sampling draws from), not {self.top_k}; "
+                             "top_k=0 samples from the whole vocabulary")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must lie in (0, 1], not {self.top_p!r}")
+
+    def whole_vocabulary(self, vocab: int) -> bool:
+        """Whether a sample draws from every token (``top_k=0`` over more than the candidates)."""
+        return self.do_sample and self.top_k == 0 and vocab > CANDIDATES
 
     @classmethod
     def of(cls, vocab: int, do_sample: Any = False, temperature: Any = 1.0, top_k: Any = 50, top_p: Any = 1.0,
@@ -65,9 +76,16 @@ class Sampling:
         pad = _ids(pad_token_id, vocab, "pad_token_id")
         top = _whole(top_k, "top_k", 50)
         assert top is not None
-        return cls(do_sample, _number(temperature, "temperature", 1.0), top,
-                   _number(top_p, "top_p", 1.0), _number(repetition_penalty, "repetition_penalty", 1.0), eos,
-                   pad[0] if pad else (eos[0] if eos else None), _whole(seed, "seed", None))
+        how = cls(do_sample, _number(temperature, "temperature", 1.0), top,
+                  _number(top_p, "top_p", 1.0), _number(repetition_penalty, "repetition_penalty", 1.0), eos,
+                  pad[0] if pad else (eos[0] if eos else None), _whole(seed, "seed", None))
+        if how.whole_vocabulary(vocab) and how.top_p < 1:
+            # the nucleus would need every token sorted (the candidates are the 64 best): refused, never
+            # silently drawn from a smaller set than transformers draws from
+            raise ValueError(f"top_p={how.top_p} with top_k=0 (no limit) is not supported over a vocabulary of "
+                             f"{vocab} tokens: give top_k from 1 to {CANDIDATES} (top_p then applies within them), or "
+                             "top_p=1.0 to sample from every token")
+        return how
 
 
 def _scalar(value: Any) -> Any:
@@ -186,6 +204,9 @@ class _Chooser:
         how, call = self.how, self.model.call
         if not how.do_sample and not self.penalised:
             token = call("greedy", logits)
+        elif how.whole_vocabulary(self.model.vocab):  # top_k=0: no limit, every token may be drawn
+            u = torch.rand(logits.shape[0], generator=self.generator).to(self.model.device)
+            token = call("sample_all", logits, self.seen, u, how.repetition_penalty, how.temperature)
         else:
             if self.slots is None:
                 c, ids = call("candidates", logits, self.seen, how.repetition_penalty)

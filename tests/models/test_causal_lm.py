@@ -177,6 +177,35 @@ def test_the_sampling_kernels_follow_their_definition(temperature: float, top_k:
     assert got.tolist() == _pick_reference(c, ids, u, temperature, top_k, top_p).tolist()
 
 
+def test_top_k_0_samples_from_every_token() -> None:
+    """transformers' top_k=0 is no limit: draws at a high temperature land outside the 64 best tokens; the
+    draw is std.lm.sample_all's definition (the first cumulative probability past u times the total)."""
+    lm = loaded("qwen2")
+    ids = prompt(3, seed=4)
+    drawn = {int(lm.generate(ids, 1, do_sample=True, top_k=0, temperature=50.0, seed=s)[0, -1]) for s in range(40)}
+    logits = lm(ids, lm.new_cache(1)).reshape(-1, VOCAB)[-1]
+    assert drawn - set(torch.topk(logits, 64).indices.tolist())
+    g = torch.Generator().manual_seed(5)
+    logits, u = torch.randn(3, VOCAB, generator=g) * 3, torch.rand(3, generator=g)
+    seen = torch.rand(3, VOCAB, generator=g) < 0.1
+    got = lm.call("sample_all", logits, seen, u, 1.2, 0.7)
+    pen = torch.where(seen, torch.where(logits > 0, logits / 1.2, logits * 1.2), logits)
+    p = torch.exp((pen - pen.max(1, keepdim=True).values) / 0.7)
+    want = [int(torch.nonzero(torch.cumsum(p[b], 0) > u[b] * p[b].sum())[0]) for b in range(3)]
+    assert got.tolist() == want
+
+
+def test_sampling_options_are_checked_only_when_sampling() -> None:
+    lm = loaded("qwen2")
+    ids = prompt(3, seed=4)
+    greedy = lm.generate(ids, 4).tolist()
+    assert lm.generate(ids, 4, top_k=100, top_p=0.0, temperature=0.0).tolist() == greedy  # as transformers
+    with pytest.raises(ValueError, match="top_k is at most 64"):
+        lm.generate(ids, 4, do_sample=True, top_k=100)
+    with pytest.raises(ValueError, match=r"top_p=0\.9 with top_k=0"):
+        lm.generate(ids, 4, do_sample=True, top_k=0, top_p=0.9)
+
+
 def test_a_vocabulary_under_64_samples_from_all_of_it(tmp_path: Path) -> None:
     cfg = config("llama", num_hidden_layers=1, vocab_size=32)
     model = transformers.LlamaForCausalLM(cfg).eval()

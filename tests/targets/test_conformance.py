@@ -165,6 +165,7 @@ CASES: list[Case] = [
     *cases(LM, "candidates_k", [{"B": 1, "V": 1, "K": 1}, {"B": 3, "V": 17, "K": 5}]),
     *cases(LM, "pick", [{"B": 1, "K": 1}, {"B": 5, "K": 64}], ids={"ids": 1000}),
     Case(LM, "pick", {"B": 5, "K": 64}, ids={"ids": 1000}, scalars={"temperature": 0.7, "top_k": 10, "top_p": 0.8}),
+    *cases(LM, "sample_all", [{"B": 1, "V": 1}, {"B": 3, "V": 4097}], scalars={"penalty": 1.3, "temperature": 0.7}),
     # GPT-2's block and embeddings
     *generic_cases(GPT2, "embed_pos", "W", "f32 bf16", [{"N": 1, "V": 1, "S": 1, "D": 1},
                                                          {"N": 9, "V": 33, "S": 17, "D": 5}],

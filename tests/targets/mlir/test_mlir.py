@@ -115,10 +115,13 @@ def test_kernels_iree_cannot_compile_for_cuda_are_refused_first() -> None:
 
     refused = [f"{m}.{k}" for m, k in KERNELS if cuda_unsupported(plan_of(m, k))]
     assert refused == ["std.decoder.attn_paged", "std.decoder.attn_paged_window", "std.deepseek.mla_paged__W_f32",
-                       "std.deepseek.mla_paged__W_bf16", "std.lm.candidates", "std.lm.candidates_k", "std.lm.pick",
+                       "std.deepseek.mla_paged__W_bf16", "std.lm.candidates", "std.lm.candidates_k",
+                       "std.lm.sample_all", "std.lm.pick",
                        "std.nn.greedy", "std.nn.route_top2"]
     with pytest.raises(IREEError, match="failed to distribute"):
         compile_vmfb(rendered("std.nn", "greedy"), device="cuda", arch="sm_80")
+    with pytest.raises(IREEError, match="failed to distribute"):
+        compile_vmfb(rendered("std.lm", "sample_all"), device="cuda", arch="sm_80")
     with pytest.raises(IREEError, match="failed to distribute"):
         compile_vmfb(rendered("std.decoder", "attn_paged"), device="cuda", arch="sm_80")
 
