@@ -87,7 +87,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         ids = _ids(args.ids)
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
-    max_seq = args.max_seq or len(ids) + args.max_new_tokens
+    max_seq = args.max_seq if args.max_seq is not None else len(ids) + args.max_new_tokens
     try:
         model = arke.models.from_pretrained(folder, target=args.target, dtype=dtype, max_seq=max_seq,
                                             weights=args.weights, layers=args.layers)
@@ -101,9 +101,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
         model([ids], warm)
         if len(ids) < max_seq:
             model([ids[-1:]], warm)
+        eos = _eos(args.eos, folder)
+        if args.eos is None and eos:  # the folder's own ids past the vocabulary: transformers warns and goes on
+            outside = [i for i in eos if not 0 <= i < model.vocab]
+            if outside:
+                print(f"# the folder's eos_token_id {', '.join(map(str, outside))} lies outside the vocabulary "
+                      f"({model.vocab} tokens): no stop there", file=sys.stderr)
+                eos = [i for i in eos if 0 <= i < model.vocab] or None
         steps = model.stream([ids], args.max_new_tokens, do_sample=args.sample, temperature=args.temperature,
                              top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
-                             seed=args.seed, eos_token_id=_eos(args.eos, folder))
+                             seed=args.seed, eos_token_id=eos)
     except (ValueError, GuardError) as err:
         raise UsageError(str(err)) from None
     made: list[int] = []

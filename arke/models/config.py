@@ -21,7 +21,7 @@ class LayerConfig:
     head_dim: int
     intermediate: int
     eps: float
-    inv_freq: tuple[float, ...]  # head_dim / 2 rotary frequencies (any rope type's, precomputed)
+    inv_freq: tuple[float, ...]  # head_dim / 2 rotary frequencies (any rope type's, precomputed); () for none
     rope_scale: float = 1.0  # the rope type's attention scaling of cos and sin
     window: int | None = None  # sliding-window attention: the keys a query sees, its own included
     experts: int = 0  # 0: a dense SwiGLU MLP; else a mixture of this many SwiGLU experts
@@ -30,7 +30,7 @@ class LayerConfig:
     def __post_init__(self) -> None:
         if self.heads % self.kv_heads:
             raise ValueError(f"{self.heads} query heads cannot share {self.kv_heads} KV heads evenly")
-        if len(self.inv_freq) * 2 != self.head_dim:
+        if self.inv_freq and len(self.inv_freq) * 2 != self.head_dim:  # (GPT-2 has no rotary embedding)
             raise ValueError(f"{len(self.inv_freq)} rotary frequencies for a head dim of {self.head_dim}")
 
 

@@ -41,7 +41,7 @@ def gpt2_config(config: Any) -> LayerConfig:
     inner = int(getattr(config, "n_inner", None) or 4 * d)
     # no rotary embedding: the frequencies are zeros (never read by these kernels)
     return LayerConfig(hidden=d, heads=h, kv_heads=h, head_dim=e, intermediate=inner,
-                       eps=float(config.layer_norm_epsilon), inv_freq=(0.0,) * (e // 2))
+                       eps=float(config.layer_norm_epsilon), inv_freq=())
 
 
 class Gpt2Layer(CompiledLayer):

@@ -52,11 +52,17 @@ def gpt2_from_pretrained(path: Path, config: Any, target: str, dtype: torch.dtyp
             raise FileNotFoundError(f"no safetensors file in {path} holds {prefix + name}")
         return found[""]
 
-    wte, wpe = one("wte.weight"), one("wpe.weight")
     vocab, hidden = int(config.vocab_size), spec.hidden
-    if wte.dim() != 2 or wte.shape[1] != hidden or wte.shape[0] < vocab:
-        raise ValueError(f"{path}: the token embeddings are {list(wte.shape)}, but config.json says vocabulary "
-                         f"{vocab} and hidden size {hidden}")
+
+    def shaped(name: str, *shape: int) -> torch.Tensor:
+        """``one(name)``, refused by name unless it has ``shape`` (as transformers refuses the folder)."""
+        t = one(name)
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{path}: {prefix + name} is {list(t.shape)}, but config.json makes it {list(shape)} "
+                             f"(vocabulary {vocab}, hidden size {hidden}, {config.n_positions} positions)")
+        return t
+
+    wte, wpe = shaped("wte.weight", vocab, hidden), shaped("wpe.weight", int(config.n_positions), hidden)
     blocks = []
     for index in range(count):
         found = _tensors(path, f"{prefix}h.{index}.")
@@ -71,5 +77,9 @@ def gpt2_from_pretrained(path: Path, config: Any, target: str, dtype: torch.dtyp
         head = _tensors(path, "lm_head.weight").get("")
         if head is None:
             raise FileNotFoundError(f"no safetensors file in {path} holds lm_head.weight (the head is not tied)")
-    return CausalLM("GPT2LMHeadModel", blocks, wte, one("ln_f.weight"), head, float(config.layer_norm_epsilon),
-                    threads=threads, tuning=tuning, norm_bias=one("ln_f.bias"), positions=wpe)
+        if tuple(head.shape) != (vocab, hidden):
+            raise ValueError(f"{path}: lm_head.weight is {list(head.shape)}, but config.json makes it "
+                             f"{[vocab, hidden]}")
+    return CausalLM("GPT2LMHeadModel", blocks, wte, shaped("ln_f.weight", hidden), head,
+                    float(config.layer_norm_epsilon), threads=threads, tuning=tuning,
+                    norm_bias=shaped("ln_f.bias", hidden), positions=wpe)

@@ -319,6 +319,37 @@ def test_gpt2_checks_its_own_limits(tmp_path: Path) -> None:
     assert relative_error(lm(ids, lm.new_cache(1), every_token=True), want) < 2e-2
 
 
+def test_gpt2_with_an_odd_head_size(tmp_path: Path) -> None:
+    """GPT-2 has no rotary embedding: a head of 15 (n_embd 60, 4 heads) runs as transformers runs it."""
+    cfg = transformers.GPT2Config(n_embd=60, n_head=4, n_layer=1, vocab_size=VOCAB, n_positions=64,
+                                  bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    randomize(model, seed=6)
+    model.save_pretrained(tmp_path)
+    lm = arke.models.from_pretrained(tmp_path, max_seq=32)
+    ids = prompt(5, seed=3)
+    with torch.no_grad():
+        want = model(ids).logits
+    assert relative_error(lm(ids, lm.new_cache(1), every_token=True), want) <= RTOL
+    assert lm.generate(ids, 8).tolist() == hf_generate(model, ids, 8).tolist()
+
+
+@pytest.mark.parametrize(("name", "shape"), [("transformer.wte.weight", (VOCAB + 20, 64)),
+                                             ("transformer.wpe.weight", (128, 32)),
+                                             ("transformer.ln_f.bias", (32,))])
+def test_gpt2_tensors_of_the_wrong_shape_are_refused_at_load(tmp_path: Path, name: str, shape: tuple[int, ...]
+                                                              ) -> None:
+    from safetensors.torch import load_file, save_file
+
+    folder, _ = saved("gpt2")
+    tensors = load_file(folder / "model.safetensors")
+    tensors[name] = torch.zeros(shape)
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    (tmp_path / "config.json").write_text((folder / "config.json").read_text())
+    with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+        arke.models.from_pretrained(tmp_path, max_seq=32)
+
+
 def test_akc_generate_streams_ids_and_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel

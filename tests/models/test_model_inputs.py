@@ -157,3 +157,10 @@ def test_akc_generate_stops_at_the_folders_eos_unless_told(tmp_path: Path, capsy
     assert capsys.readouterr().out.strip() == ",".join(map(str, free[:free.index(free[1]) + 1]))
     assert main(["generate", str(stop), "--ids", "1,2,3", "--max-new-tokens", "6", "--eos", "x"]) == 2
     assert "--eos takes token ids" in capsys.readouterr().err
+    # the folder's id past the vocabulary (GPT-2's 50256 in a small model): said, and generation goes on
+    (stop / "generation_config.json").write_text(json.dumps({"eos_token_id": 10 ** 6}))
+    assert main(["generate", str(stop), "--ids", "1,2,3", "--max-new-tokens", "6"]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == ",".join(map(str, free)) and "outside the vocabulary" in out.err
+    assert main(["generate", str(stop), "--ids", "1,2,3", "--max-new-tokens", "2", "--max-seq", "0"]) == 2
+    assert "max_seq" in capsys.readouterr().err
