@@ -150,8 +150,8 @@ class Kernel:
                     return None
                 key.append(a)
                 continue
-            if (type(a) is not torch.Tensor or a.requires_grad or a.layout != torch.strided or a.is_neg()
-                    or not in_memory(a)):
+            if (type(a) is not torch.Tensor or a.requires_grad or a.is_nested or a.layout != torch.strided
+                    or a.is_neg() or not in_memory(a)):
                 return None  # (a lazily negated view is resolved by the full checks, which refuse the others)
             if where is None:
                 where = a.device

@@ -221,7 +221,11 @@ def read_model(path: str | os.PathLike[str]) -> dict[str, Any]:
         file = folder / name
         if not file.is_file():
             raise _fail(folder, f"{name} is missing; save the bundle again")
-        if sha256(file) != digest:
+        try:
+            found = sha256(file)
+        except (OSError, ValueError) as err:
+            raise _fail(folder, f"{name} cannot be read ({err}); save the bundle again") from None
+        if found != digest:
             raise _fail(folder, f"{name} does not match its checksum in {MODEL}: the file was changed or damaged; "
                                 "save the bundle again")
     return record

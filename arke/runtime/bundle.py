@@ -32,11 +32,13 @@ from arke.runtime.bundle_files import BundleError as BundleError  # what load_bu
 from arke.runtime.bundle_files import bundle_error as _fail
 from arke.runtime.bundle_files import read_manifest
 from arke.runtime.errors import GuardError
-from arke.runtime.limits import check_tensor_kind, check_threads, refuse_huge_broadcast, resolved
+from arke.runtime.limits import check_tensor_kind, check_threads, numpy_out, refuse_huge_broadcast, resolved
 from arke.runtime.panels import _PANELS, VNNI_KEY, panels_of
 from arke.runtime.pool import BufferPool, evict_oldest
 
 #: The ABI's dtype codes (arke_bundle.h) by dtype name, and the torch dtype of each (``TORCH_BY_NAME``).
+#: Slots past a result's rank in the buffer its shape is written to, and what they hold until written.
+SHAPE_SLACK, _UNSET = 16, -(2**63)
 _CODES = {"bool": 0, "i8": 1, "i32": 2, "i64": 3, "u8": 4, "u16": 5, "u32": 6, "f16": 7, "bf16": 8, "f32": 9}
 _TORCH = {"bool": torch.bool, "i8": torch.int8, "i32": torch.int32, "i64": torch.int64, "u8": torch.uint8,
           "u16": torch.uint16, "u32": torch.uint32, "f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
@@ -164,7 +166,7 @@ class BundleKernel:
         self._entry = _argtypes(getattr(bundle._lib, record["symbol"]))
         self._result_shape = _shape_fn(getattr(bundle._lib, record["symbol"] + "_result_shape"))
         self._shapes: dict[tuple[Any, ...], list[tuple[int, ...]]] = {}  # argument shapes -> result shapes
-        self._pool = BufferPool()
+        self._pool = BufferPool(self.name)
 
     def __repr__(self) -> str:
         return f"<arke bundled kernel {self.name} ({self.bundle.manifest['cpu']})>"
@@ -254,6 +256,8 @@ class BundleKernel:
 
     def _scalar(self, p: dict[str, Any], value: Any) -> torch.Tensor:
         name, dt = p["name"], p["dtype"]
+        if isinstance(value, torch.Tensor):
+            check_tensor_kind(self.name, f"parameter `{name}`", name, value)  # (a meta one has no value to read)
         if isinstance(value, torch.Tensor | np.ndarray):
             if value.ndim != 0:
                 raise GuardError(self.name, f"parameter `{name}` is {dt} (rank 0), but was given shape "
@@ -264,7 +268,8 @@ class BundleKernel:
         if not isinstance(value, bool | int | float):
             raise GuardError(self.name, f"parameter `{name}` is a {dt} scalar, but was given {type(value).__name__}",
                              rule="type", param=name)
-        shown = f"{value!r} ({type(value).__name__})"
+        shown = (f"an integer of {value.bit_length()} bits" if isinstance(value, int) and value.bit_length() > 64
+                 else f"{value!r} ({type(value).__name__})")  # (repr of a huge int fails past 4300 digits)
         if dt == "bool" and not isinstance(value, bool):
             raise GuardError(self.name, f"parameter `{name}` needs a bool, but was given {shown}", rule="scalar",
                              param=name)
@@ -328,10 +333,15 @@ class BundleKernel:
         c_args = (_Tensor * max(1, len(args)))(*(_tensor(t, keep) for t in args))
         shapes = []
         for r, (rank, _, _) in enumerate(self._results):
-            shape = (ctypes.c_int64 * max(1, rank))()
+            # room past the manifest's rank, marked: the manifest is the one file no checksum covers, and a
+            # rank edited lower must not let the library write past the buffer unnoticed
+            shape = (ctypes.c_int64 * (rank + SHAPE_SLACK))(*([0] * rank + [_UNSET] * SHAPE_SLACK))
             err = _Error()
             if self._result_shape(c_args, len(args), r, shape, ctypes.byref(err)):
                 self._raise(err)
+            if any(shape[k] != _UNSET for k in range(rank, rank + SHAPE_SLACK)):
+                raise BundleError(f"bundle {self.bundle.path}: its manifest gives result {r} of `{self.name}` "
+                                  f"rank {rank}, and its library more; the manifest was changed: rebuild the bundle")
             shapes.append(tuple(shape[:rank]))
         return shapes
 
@@ -345,9 +355,7 @@ class BundleKernel:
         for k, o in enumerate(outs):
             what = f"out[{k}]" if n > 1 else "out"
             if isinstance(o, np.ndarray):
-                if not o.flags.writeable:
-                    raise GuardError(self.name, f"{what} is a read-only array", rule="type", param="out")
-                o = torch.from_numpy(o)
+                o = numpy_out(self.name, what, o, self._results[min(k, len(self._results) - 1)][2])
             if not isinstance(o, torch.Tensor):
                 raise GuardError(self.name, f"{what} must be a tensor or NumPy array, not {type(o).__name__}",
                                  rule="type", param="out")

@@ -56,18 +56,47 @@ def bundle_error(path: Path, what: str) -> BundleError:
 _fail = bundle_error
 
 
+#: The most bytes a bundle's manifest may hold, and any file its checksums list (a library, weights).
+MAX_MANIFEST, MAX_FILE = 64 << 20, 64 << 30
+
+
 def sha256(path: Path) -> str:
-    """The sha256 of a file's bytes (a manifest's checksums)."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """The sha256 of a file's bytes (a manifest's checksums), read in pieces: a regular file of at most
+    :data:`MAX_FILE` bytes, else :class:`ValueError` (a FIFO, a device or a link to one never blocks or streams)."""
+    h = hashlib.sha256()
+    with _opened(path, MAX_FILE) as f:
+        while piece := f.read(1 << 22):
+            h.update(piece)
+    return h.hexdigest()
+
+
+@contextmanager
+def _opened(path: Path, limit: int) -> Iterator[Any]:
+    """``path`` open for reading if it is a regular file of at most ``limit`` bytes (checked on the open file,
+    opened without blocking: a FIFO named like a bundle's file must not hang the load)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("it is not a regular file")
+        if info.st_size > limit:
+            raise ValueError(f"it holds {info.st_size} bytes, more than the {limit} it may")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            yield f
+    finally:
+        os.close(fd)
 
 
 def read_json(folder: Path, name: str, absent: str, what: str = "bundle") -> Any:
     """``folder/name`` parsed, or a :class:`BundleError` saying it is ``absent`` or cannot be read."""
     try:
-        return json.loads((folder / name).read_text())
+        with _opened(folder / name, MAX_MANIFEST) as f:
+            return json.loads(f.read(MAX_MANIFEST + 1).decode())
     except FileNotFoundError:
         raise BundleError(f"{what} {folder}: no {name}: {absent}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (OSError, ValueError, RecursionError) as err:  # (JSON and UTF-8 errors are ValueErrors)
         raise BundleError(f"{what} {folder}: {name} cannot be read ({err}); write it again") from None
 
 
@@ -75,9 +104,10 @@ def _bundle_files(folder: Path, mark: str) -> set[str]:
     """The names in ``folder`` its bundle wrote: ``mark`` and the files its checksums list (nothing more where
     ``mark`` cannot be read)."""
     try:
-        record = json.loads((folder / mark).read_text())
+        with _opened(folder / mark, MAX_MANIFEST) as f:
+            record = json.loads(f.read(MAX_MANIFEST + 1).decode())
         files = record.get("files", {})
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return {mark}
     if not str(record.get("format", "")).startswith("arke."):  # another tool's manifest.json: its files are not ours
         return set()
@@ -154,7 +184,10 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         file = folder / str(name)
         if Path(str(name)).name != name or not file.is_file():
             raise _fail(folder, f"{name} is missing; rebuild the bundle")
-        found = sha256(file)
+        try:
+            found = sha256(file)
+        except (OSError, ValueError) as err:
+            raise _fail(folder, f"{name} cannot be read ({err}); rebuild the bundle") from None
         if found != digest:
             raise _fail(folder, f"{name} does not match its checksum in {MANIFEST} (sha256 {found[:16]}…, recorded "
                                 f"{str(digest)[:16]}…): the file was changed or damaged; rebuild the bundle")

@@ -427,6 +427,8 @@ def to_cpu_tensor(value: torch.Tensor | np.ndarray) -> torch.Tensor:
 
 def _shape_and_dtype(fn: S.Function, p: S.Param, value: Any) -> tuple[tuple[int, ...], AnyDType]:
     if isinstance(value, torch.Tensor):
+        if value.is_nested:  # (it has no one shape)
+            check_tensor_kind(fn.name, f"parameter `{p.name}`", p.name, value)
         return tuple(value.shape), value.dtype
     if isinstance(value, np.ndarray):
         return tuple(value.shape), value.dtype

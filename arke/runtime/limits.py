@@ -53,6 +53,13 @@ def check_tensor_kind(kernel: str, what: str, param: str, t: torch.Tensor) -> No
     """A tensor a kernel reads or writes must be dense (strided) and hold data (not on the meta device); one it
     writes (``param`` ``"out"``) must not be a view with torch's negative bit (its memory holds the values'
     negations: an argument with it is resolved by :func:`resolved`)."""
+    if t.is_nested:
+        raise GuardError(kernel, f"{what} is a nested tensor, but kernels take dense (strided) tensors; pass "
+                         "`.to_padded_tensor(0.0)` or its components one by one", rule="type", param=param)
+    if param == "out" and t.requires_grad and torch.is_grad_enabled():
+        raise GuardError(kernel, f"{what} requires grad, and a kernel writes it outside autograd (as torch refuses an "
+                         "in-place write to such a tensor); pass one that does not, or call under `torch.no_grad()`",
+                         rule="type", param=param)
     if param == "out" and t.is_neg():
         raise GuardError(kernel, f"{what} is a view with torch's negative bit set (as `.conj().imag` makes): its "
                          "memory holds the negated values; write into a fresh tensor, then copy", rule="type",
@@ -117,3 +124,21 @@ def refuse_huge_broadcast(kernel: str, name: str, t: torch.Tensor) -> None:
                      f"{nbytes / 2**30:.1f} GiB (arke expands broadcasts of at most "
                      f"{BROADCAST_COPY_LIMIT / 2**30:g} GiB by itself); pass `{name}.contiguous()` to make that "
                      "copy yourself, or a smaller tensor", rule="size", param=name)
+
+
+def numpy_out(kernel: str, what: str, o: Any, result: str) -> torch.Tensor:
+    """A NumPy ``out`` as a tensor sharing its memory, or a GuardError saying why it cannot be written
+    (``result``: the result's dtype, as the message names it)."""
+    if not o.flags.writeable:
+        raise GuardError(kernel, f"{what} is a read-only array", rule="type", param="out")
+    if o.dtype.kind not in "biuf":
+        raise GuardError(kernel, f"{what} is a NumPy array of {o.dtype}, but the result is {result}",
+                         rule="dtype", param="out")
+    if not o.dtype.isnative:
+        raise GuardError(kernel, f"{what} is a NumPy array in non-native byte order ({o.dtype.str}); results are "
+                         "written in place in the machine's order: pass `np.empty(shape, dtype)` (or "
+                         "`a.astype(a.dtype.newbyteorder('='))`) and convert afterwards", rule="dtype", param="out")
+    if any(st < 0 for st in o.strides):
+        raise GuardError(kernel, f"{what} is a NumPy view with negative strides (strides {list(o.strides)}); pass a "
+                         "contiguous array (write into a fresh one, then copy)", rule="dim", param="out")
+    return torch.from_numpy(o)

@@ -23,7 +23,7 @@ from arke.ir import semantic as ir
 from arke.ir.ranges import facts, in_range
 from arke.ir.shapes import Dim, evaluate
 from arke.runtime.guards import TORCH_DTYPES, GuardError
-from arke.runtime.limits import check_tensor_kind
+from arke.runtime.limits import check_tensor_kind, numpy_out
 
 #: Integer operations a kernel checks as it runs (a zero divisor, a negative power, a shift count).
 _CHECKED = frozenset({"div", "floordiv", "mod", "pow", "shl", "shr"})
@@ -130,17 +130,5 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _from_numpy(fn: ir.Function, what: str, o: Any, rtype: ir.TensorType) -> torch.Tensor:
-    """A NumPy ``out`` as a tensor sharing its memory, or a GuardError saying why it cannot be written."""
-    if not o.flags.writeable:
-        raise GuardError(fn.name, f"{what} is a read-only array", rule="type", param="out")
-    if o.dtype.kind not in "biuf":
-        raise GuardError(fn.name, f"{what} is a NumPy array of {o.dtype}, but the result is {rtype.dtype}",
-                         rule="dtype", param="out")
-    if not o.dtype.isnative:
-        raise GuardError(fn.name, f"{what} is a NumPy array in non-native byte order ({o.dtype.str}); results are "
-                         "written in place in the machine's order: pass `np.empty(shape, dtype)` (or "
-                         "`a.astype(a.dtype.newbyteorder('='))`) and convert afterwards", rule="dtype", param="out")
-    if any(st < 0 for st in o.strides):
-        raise GuardError(fn.name, f"{what} is a NumPy view with negative strides (strides {list(o.strides)}); pass a "
-                         "contiguous array (write into a fresh one, then copy)", rule="dim", param="out")
-    return torch.from_numpy(o)
+    return numpy_out(fn.name, what, o, str(rtype.dtype))
+

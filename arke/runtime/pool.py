@@ -18,6 +18,7 @@ as) is therefore never overwritten. ``ARKE_NO_REUSE=1`` turns reuse off.
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import threading
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 
 from arke import knobs
+from arke.runtime.errors import GuardError
 
 #: Tensors kept per (shape, dtype): enough for a result, a temporary and a call in flight.
 KEEP = 4
@@ -77,7 +79,8 @@ def _calibrated() -> bool:
 class BufferPool:
     """Free tensors by (shape, dtype); ``take`` one (or a new one), ``give`` it back after use."""
 
-    def __init__(self) -> None:
+    def __init__(self, kernel: str = "") -> None:
+        self.kernel = kernel  # whose buffers (an allocation that fails names it)
         self._free: dict[tuple[tuple[int, ...], torch.dtype], list[torch.Tensor]] = {}
         self._lock = threading.Lock()
         self.enabled = not knobs.no_reuse() and _calibrated()  # read when the kernel is built
@@ -90,7 +93,13 @@ class BufferPool:
                 for k in range(len(free)):
                     if _unshared(free[k]):
                         return free.pop(k)
-        return torch.empty(shape, dtype=dtype)
+        try:
+            return torch.empty(shape, dtype=dtype)
+        except RuntimeError as err:  # torch's allocator: "can't allocate memory"
+            nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+            raise GuardError(self.kernel, f"a result or buffer of shape {list(shape)} needs {nbytes / 2**30:.1f} GiB, "
+                             f"more than this machine could allocate ({str(err).splitlines()[0]}); call it on "
+                             "smaller inputs", rule="size") from None
 
     def give(self, t: torch.Tensor) -> None:
         """Offer ``t`` for reuse once nothing else holds it (the oldest offers are dropped first)."""

@@ -39,6 +39,7 @@ kernel idiv(a: i32[N], b: i32[N]) -> i32[N] { return a // b }
 kernel big(x: f32[N]) -> f32[N * 4611686018427387904] { return x[0] }
 kernel scaled(x: f32[M, N], eps: f32 = 1e-5) -> f32[M, N] { return x[m, n] * eps }
 kernel rowsum(x: f32[M, N]) -> f32[M] { return sum(x[m, n] for n) }
+kernel rep(x: f32[N], R: dim) -> y: f32[N, R] { y[n, r] = x[n] }
 """
 
 TARGETS = [t for t in ("llvm", "triton", "mlir") if t in runnable_targets()]
@@ -204,7 +205,10 @@ def _bad_calls() -> dict[str, tuple[Callable[[Any], Any], str, str]]:
         "sparse out": (lambda k: k(x, out=torch.zeros(2, 3).to_sparse()), "out", "to_dense"),
         "meta x": (lambda k: k(torch.ones(2, 3, device="meta")), "x", "meta device"),
         "meta 0-d eps": (lambda k: k(x, eps=torch.tensor(0.5, device="meta")), "eps", "meta device"),
-        "meta out": (lambda k: k(x, out=torch.empty(2, 3, device="meta")), "out", "out is on meta"),
+        "meta out": (lambda k: k(x, out=torch.empty(2, 3, device="meta")), "out", "meta"),
+        "nested x": (lambda k: k(torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(1, 3)])), "x",
+                     "nested tensor"),
+        "out requiring grad": (lambda k: k(x, out=torch.zeros(2, 3, requires_grad=True)), "out", "torch.no_grad()"),
     }
 
 
@@ -216,6 +220,38 @@ def test_a_bad_argument_is_a_guard_error_naming_kernel_and_parameter(target: str
         call(_lib(target).scaled)
     assert err.value.kernel == "scaled" and err.value.param == param, err.value
     assert str(err.value).startswith("kernel `scaled`: ") and advice in str(err.value), err.value
+
+
+@cache
+def _bundled(folder: str) -> Any:
+    from arke.targets.llvm.bundle.build import build_bundle
+
+    build_bundle(_module(), folder)
+    return arke.load_bundle(folder)
+
+
+@pytest.mark.parametrize("case", list(_bad_calls()))
+@pytest.mark.skipif(not X86_LINUX, reason="bundles are built for this machine's CPU (x86-64 Linux here)")
+def test_a_bad_argument_to_a_bundle_is_the_same_guard_error(tmp_path_factory: pytest.TempPathFactory,
+                                                            case: str) -> None:
+    call, param, advice = _bad_calls()[case]
+    lib = _bundled(str(tmp_path_factory.getbasetemp() / "hardening-bundle"))
+    with pytest.raises(GuardError) as err:
+        call(lib.scaled)
+    assert err.value.kernel == "scaled" and err.value.param == param, err.value
+    assert advice in str(err.value), err.value
+
+
+@pytest.mark.parametrize("where", ["build", "bundle"])
+def test_a_result_too_big_to_allocate_is_a_guard_error(tmp_path_factory: pytest.TempPathFactory, where: str
+                                                       ) -> None:
+    """A result within 64-bit sizes that no allocator holds (4 · 2**40 floats): a size error, not torch's."""
+    if where == "bundle" and not X86_LINUX:
+        pytest.skip("bundles are built for this machine's CPU (x86-64 Linux here)")
+    lib = _lib("llvm") if where == "build" else _bundled(str(tmp_path_factory.getbasetemp() / "hardening-bundle"))
+    with pytest.raises(GuardError, match="more than this machine could allocate") as err:
+        lib.rep(torch.ones(4), 2**40)
+    assert err.value.kernel == "rep"
 
 
 def test_a_bad_argument_to_the_interpreter_is_a_guard_error() -> None:

@@ -102,7 +102,7 @@ class CPUKernel:
             for spec in artifact.launches
         ]
         self._sized: dict[tuple[int, ...], _Sizes] = {}
-        self._pool = BufferPool()
+        self._pool = BufferPool(self.name)
         self._own, self._scratch = threading.Lock(), Scratch()  # the replays' scratch, one call at a time
         # contractions that can read B prepacked: launch -> (B's buffer, nr); dims word len(dims) + launch
         self._panel_at = {int(key.split(".")[1]): (int(value.split(",")[0]), value.split(",")[1])

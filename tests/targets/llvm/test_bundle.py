@@ -464,6 +464,44 @@ def test_a_manifest_edited_out_of_shape_is_a_bundle_error(variants: tuple[Path, 
         load_bundle(copy)
 
 
+def test_a_result_rank_edited_lower_is_caught_before_it_is_used(variants: tuple[Path, arke.Module],
+                                                                 tmp_path: Path) -> None:
+    """The library writes a result's whole shape: a manifest that says fewer axes must not let it write past
+    the buffer unnoticed."""
+    path, _ = variants
+    copy = Path(shutil.copytree(path, tmp_path / "b"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    record = next(k for k in manifest["kernels"] if k["name"].startswith("scale"))
+    record["results"][0]["shape"] = record["results"][0]["shape"][:1]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="the manifest was changed"):
+        load_bundle(copy).kernels[record["name"]](torch.randn(3, 8), torch.randn(8))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge"])
+def test_a_manifest_that_is_no_regular_file_is_refused_without_reading_it(
+        variants: tuple[Path, arke.Module], tmp_path: Path, kind: str) -> None:
+    """A FIFO would block the load, /dev/zero would be read until memory runs out, a sparse file of 2**40
+    bytes likewise: each is a BundleError (in a child process, so a regression hangs nothing but it)."""
+    import os
+
+    path, _ = variants
+    copy = Path(shutil.copytree(path, tmp_path / "b"))
+    (copy / "manifest.json").unlink()
+    if kind == "fifo":
+        os.mkfifo(copy / "manifest.json")
+    elif kind == "device":
+        (copy / "manifest.json").symlink_to("/dev/zero")
+    else:
+        with open(copy / "manifest.json", "wb") as f:
+            f.truncate(1 << 40)
+    code = (f"import arke\ntry:\n    arke.load_bundle({str(copy)!r})\n"
+            "except arke.runtime.bundle.BundleError as e:\n    print('refused:', e)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "refused:" in run.stdout, run.stdout + run.stderr
+    assert "not a regular file" in run.stdout or "more than" in run.stdout, run.stdout
+
+
 def test_a_dim_parameter_sets_the_result_shape_at_every_call(tmp_path: Path) -> None:
     mod = arke.loads("kernel tile(x: f32[M], G: dim) -> y: f32[M, G] {\n  y[m, g] = x[m] + f32(g)\n}", "<tile>")
     build_bundle(mod, tmp_path / "b")
