@@ -128,6 +128,7 @@ def stdlib_modules() -> list[str]:
 
 def check_text(text: str, path: str, _stack: tuple[str, ...] = (), _prefix: str = "") -> CheckResult:
     """Check one file's text and what it imports; the IR is built whenever the file is clean."""
+    text = text.removeprefix("\ufeff")  # a byte-order mark: not a column (editors hide it), nor a character
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 6000))  # long operator chains make deep (but finite) trees
     collecting = gc.isenabled()

@@ -64,7 +64,7 @@ class Sources:
 
     def add(self, path: str, text: str) -> None:
         """Record the text of ``path`` (what was checked, which may differ from the disk)."""
-        self._files[path] = Source(path, text)
+        self._files[path] = Source(path, text.removeprefix("\ufeff"))  # as check_text reads it
 
     def get(self, path: str) -> Source | None:
         """The source of ``path``, or None when it is unknown and unreadable."""
@@ -87,7 +87,7 @@ def _read_source(path: str) -> Source | None:
         data = read_source_bytes(path)  # never a FIFO or a device: a diagnostic about one must not hang
     except OSError:
         return None
-    return Source(path, data.decode("utf-8", errors="replace"))
+    return Source(path, data.decode("utf-8", errors="replace").removeprefix("\ufeff"))  # as check_text reads it
 
 
 def _as_sources(sources: Sources | Mapping[str, str] | None) -> Sources:

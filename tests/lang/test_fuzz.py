@@ -392,3 +392,10 @@ def test_what_check_accepts_builds_and_prints(terms: int) -> None:
     assert print_module(module.semantic) and serialize.to_json(module.semantic)
     x = np.arange(5, dtype=np.float32)
     np.testing.assert_allclose(arke.build(module).f(x), x * terms)
+
+
+def test_a_byte_order_mark_is_no_column() -> None:
+    """Editors hide a BOM: a diagnostic's column on the first line is where the editor shows the token."""
+    text = "\ufeffkernel f(x: f32[N]) -> f32[N] { return x + q }\n"
+    (diag,) = [d for d in arke.check(text) if d.is_error]
+    assert (diag.code, diag.span.line, diag.span.col) == ("AK2001", 1, text.index("q"))
