@@ -27,7 +27,7 @@ from arke.ir import strategy as sir
 from arke.targets import space
 from arke.targets.space import FUSED as FUSED  # re-exported: callers ask the registry's module
 from arke.targets.space import SINGLE as SINGLE
-from arke.targets.space import Takes, dispatch_family, family_words, roles_words
+from arke.targets.space import Takes, dispatch_family, family_words, roles_words, rounded_up
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -282,6 +282,10 @@ class Target:
                         decision.subject in roles.get(role, ()):
                     return (f"{what}: at most {most} (`{decision.kind} {decision.subject} = {decision.value}` would "
                             f"run as {most} or less)")
+            least, what = entry.powers
+            if least and isinstance(decision.value, int) and \
+                    (run := rounded_up(decision.value, least)) != decision.value:
+                return f"{what} (`{decision.kind} {decision.subject} = {decision.value}` would run as {run})"
         if entry.values is not None and decision.value not in entry.values:
             return entry.why or (f"{family_words(family)} on `{self.name}` lowers `{decision.kind}` = "
                                  + " or ".join(entry.values) + " only")
@@ -308,6 +312,9 @@ class Target:
                 return ("",)
             extents = dispatch_extents(dispatch, dims)
             found = _values_for(spec, extents[subject], None) if subject in extents else ()
+            if entry.powers[0]:  # blocks run as powers of two: the ones the sampled values run as
+                found = tuple(dict.fromkeys(rounded_up(v, entry.powers[0]) if isinstance(v, int) else v
+                                            for v in found))
             return tuple(v for v in found if self.honoured(sir.Decision(decision, subject, v), dispatch,
                                                            arch=arch) is None)
         values = _values_for(spec, None, self.choices.get(decision))

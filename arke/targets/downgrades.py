@@ -75,6 +75,9 @@ class Downgrade:
 
     def message(self) -> str:
         where = f"target `{self.target}`" if self.target is not None else "any target"
+        if "would run as" in self.reason:  # taken, but not as written (a register block's limit, a GPU block)
+            return f"`{words(self.decision)}` does not run as written for kernel `{self.kernel}` on {where}: " \
+                   f"{self.reason}"
         return f"`{words(self.decision)}` has no effect on kernel `{self.kernel}` on {where}: {self.reason}"
 
 
@@ -197,8 +200,10 @@ def unhonoured(target: targets.Target, module: ir.Module, ir_name: str, strategy
     for dec in strategy.decisions:
         if any(dec in r.applied for r in reports):
             continue
-        hint = f"{where_taken(target, dec.kind, arch)}; the plan has {plan_words(reports) or 'no dispatch'}"
-        out.append(Downgrade(name or ir_name, dec, target.name, _reason(dec, reports, target, arch), hint))
+        reason = _reason(dec, reports, target, arch)
+        hint = "write the value that runs, or one that runs as written" if "would run as" in reason else \
+            f"{where_taken(target, dec.kind, arch)}; the plan has {plan_words(reports) or 'no dispatch'}"
+        out.append(Downgrade(name or ir_name, dec, target.name, reason, hint))
     return out
 
 

@@ -69,16 +69,24 @@ class Takes:
     why: str = ""
     #: the largest value lowered as written, per role of the subject (a register block's rows), and why
     limits: tuple[tuple[str, int, str], ...] = ()
+    #: values run rounded up to a power of two of at least this (0: as written), and why (GPU blocks)
+    powers: tuple[int, str] = (0, "")
 
 
 def takes(roles: str | None = None, *, values: tuple[str, ...] | None = None,
           unless: Mapping[str, tuple[str, ...]] | None = None, why: str = "",
-          limits: Mapping[str, tuple[int, str]] | None = None) -> Takes:
+          limits: Mapping[str, tuple[int, str]] | None = None, powers: tuple[int, str] = (0, "")) -> Takes:
     """A :class:`Takes` with ``roles`` written as one string (``"m n k"``); ``limits``: role -> (the largest
-    value lowered as written, what bounds it)."""
+    value lowered as written, what bounds it); ``powers``: (the least value, why) where values run rounded up
+    to a power of two."""
     return Takes(None if roles is None else frozenset(roles.split()), values,
                  tuple((unless or {}).items()), why,
-                 tuple((role, most, what) for role, (most, what) in (limits or {}).items()))
+                 tuple((role, most, what) for role, (most, what) in (limits or {}).items()), powers)
+
+
+def rounded_up(value: int, least: int) -> int:
+    """The power of two a block of ``value`` runs as: the smallest that is at least ``value`` and ``least``."""
+    return max(least, 1 << max(0, int(value) - 1).bit_length())
 
 
 def uses_of(table: Mapping[str, Mapping[str, Takes]]) -> dict[str, frozenset[str]]:

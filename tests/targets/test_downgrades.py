@@ -247,3 +247,18 @@ def test_a_tile_beyond_what_the_contraction_lowers_warns_and_runs_clamped(decisi
         torch.testing.assert_close(lib.mm(a, b), a @ b, rtol=1e-5, atol=1e-4)
     found = [w for w in caught if issubclass(w.category, StrategyDowngradeWarning)]
     assert (not found) if clamped else (found and "at most" in str(found[0].message))
+
+
+def test_a_triton_block_that_runs_rounded_up_warns_with_the_value_that_runs() -> None:
+    """Triton's blocks are powers of two (tl.dot's at least 16): `tile m = 24` runs as 32, said as AK4014, and
+    the tuner's legal values are the blocks that run."""
+    src = ("kernel mm(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return sum(a[m, k] * b[k, n] for k) }\n"
+           "@strategy(mm, target = triton) { tile m = 24, n = 64, k = 1 }\n")
+    said = {d.span.col: d.message for d in arke.check(src) if d.code == "AK4014"}
+    assert set(said) == {39, 55}, said  # `tile n = 64` runs as written
+    assert "would run as 32" in said[39] and "would run as 16" in said[55] and "does not run as written" in said[39]
+    mod = arke.loads(src.splitlines()[0] + "\n")
+    target = targets.get("triton")
+    (dispatch,) = make_plan(mod.semantic, mod.kernel_map["mm"], None, target.fused_families()).dispatches
+    values = target.legal_values("tile", dispatch, {"M": 5, "K": 40, "N": 8}, "m")
+    assert values and all(v >= 16 and v & (v - 1) == 0 for v in values), values

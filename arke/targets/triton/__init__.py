@@ -23,24 +23,27 @@ _GPU = {"warps": takes(), "stages": takes()}
 _BLOCKS = "a program's blocks run along the innermost result index and the innermost reduced index"
 _ROW_BLOCKS = "a rows program is one row: its blocks run along the indices after the rows and the reduced ones"
 _KEYS = {"algorithm": ("flash", "materialized")}
+#: Triton's blocks are powers of two (tl.arange), and tl.dot's at least 16 (gemm.py, attention.py: pow2)
+_DOT = (16, "Triton's dot blocks are powers of two of at least 16")
+_POW2 = (1, "Triton's blocks are powers of two")
 
 #: What the Triton code reads (render.py: a program's blocks and launch options; gemm.py: the blocking;
 #: attention.py: the algorithm, blocks per role and split_kv's chunks).
 TAKES: dict[str, dict[str, Takes]] = {
     "contraction": {"tile": takes("m n k", why="a contraction program is blocked along its rows, columns and depth "
-                                               "only"), **_GPU},
+                                               "only", powers=_DOT), **_GPU},
     "attention": {
         "algorithm": takes(values=("flash", "split_kv"),
                            why="`algorithm = materialized` runs as flash here (no row of scores is kept)"),
         "tile": takes("query key feature value", why="an attention program is blocked along its query, key, "
-                                                     "feature and value indices only"),
+                                                     "feature and value indices only", powers=_DOT),
         "split": takes("key", unless=_KEYS, why="only the key index is split (into split_kv's chunks)"),
         **_GPU,
     },
-    "rows": {"tile": takes("inner reduced", why=_ROW_BLOCKS), "vectorize": takes("inner reduced", why=_ROW_BLOCKS),
-             **_GPU},
-    SINGLE: {"tile": takes("last last_reduced", why=_BLOCKS), "vectorize": takes("last last_reduced", why=_BLOCKS),
-             **_GPU},
+    "rows": {"tile": takes("inner reduced", why=_ROW_BLOCKS, powers=_POW2),
+             "vectorize": takes("inner reduced", why=_ROW_BLOCKS, powers=_POW2), **_GPU},
+    SINGLE: {"tile": takes("last last_reduced", why=_BLOCKS, powers=_POW2),
+             "vectorize": takes("last last_reduced", why=_BLOCKS, powers=_POW2), **_GPU},
 }
 _GRID = "every program of a GPU grid runs at once: there is no loop to split over workers"
 DROPS: dict[str, dict[str, str]] = {
