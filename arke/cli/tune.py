@@ -78,13 +78,21 @@ def _check_writable(name: str) -> None:
         raise UsageError(f"--write {name} is a folder: name the .ak file to append the strategy to")
     if path.exists():
         try:
-            path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
+            _read(path)
+        except (OSError, ValueError) as err:  # (a FIFO or a device is never opened for reading: it would block)
             raise UsageError(f"--write {name} cannot be read as UTF-8 text ({err}): name another file") from None
         if not os.access(path, os.W_OK):
             raise UsageError(f"--write {name} is not writable")
     elif not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
         raise UsageError(f"--write {name}: its folder {path.parent} does not exist or is not writable")
+
+
+def _read(path: Any) -> str:
+    """The text of the regular file ``path``, line ends as written (a CRLF file stays CRLF)."""
+    from arke.runtime.cache import read_regular
+
+    data, _ = read_regular(path, 64 << 20)
+    return data.decode("utf-8")
 
 
 def _write(args: argparse.Namespace, result: Any) -> None:
@@ -98,12 +106,12 @@ def _write(args: argparse.Namespace, result: Any) -> None:
     path = Path(args.write)
     block = strategy_block(args.kernel, result.target, result.chosen.strategy, result.dims,
                            f"akc tune: {result.speedup:.2f}x the defaults at {result.dims} (noise {result.noise:.1%})")
-    before = path.read_text(encoding="utf-8") if path.exists() else ""
+    before = _read(path) if path.exists() else ""
     if not before and Path(args.path).resolve() != path.resolve():
-        before = Path(args.path).read_text(encoding="utf-8")  # a new file: the kernel, then its strategy
-    text = _replaced(before, block)
-    if text is None:  # no block of the same kernel, target and condition yet: appended
-        text = before + ("\n" if before and not before.endswith("\n\n") else "") + block
+        before = _read(Path(args.path))  # a new file: the kernel, then its strategy
+    newline = "\r\n" if "\r\n" in before else "\n"
+    block = block.replace("\n", newline)
+    text = _replaced(before, block, args.kernel, result.target)
     try:
         arke.loads(text, path=str(path))  # never write a file that does not check
     except arke.CheckError as err:
@@ -115,24 +123,46 @@ def _write(args: argparse.Namespace, result: Any) -> None:
                     "AK4002", "AK4003") else ""
         raise UsageError(f"the tuned strategy is in the database but cannot be written to {path}: "
                          f"{first.message if first is not None else err}{hint}") from None
-    path.write_text(text, encoding="utf-8")
+    with open(path, "w", encoding="utf-8", newline="") as f:  # line ends as `text` has them
+        f.write(text)
     print(f"wrote the strategy to {path}", file=sys.stderr)
 
 
-def _replaced(before: str, block: str) -> str | None:
-    """``before`` with its block of the same header as ``block`` (kernel, target, `when`) replaced by ``block``,
-    with the `# akc tune:` comment above it; None where it has none (re-tuning updates its own block)."""
-    header = next((line for line in block.splitlines() if line.startswith("@strategy(")), None)
-    lines = before.splitlines(keepends=True)
-    start = next((k for k, line in enumerate(lines) if line.rstrip() == header), None) if header else None
-    if start is None:
-        return None
-    end = next((k for k in range(start, len(lines)) if lines[k].rstrip() == "}"), None)
-    if end is None:
-        return None
-    if start > 0 and lines[start - 1].startswith("# akc tune:"):
-        start -= 1
-    return "".join(lines[:start]) + block + "".join(lines[end + 1:])
+def _replaced(before: str, block: str, kernel: str, target: str) -> str:
+    """``before`` with ``block`` in it: in place of its own block of the same header (kernel, target, `when`)
+    and the `# akc tune:` comment above it (re-tuning updates its block), else before the file's first strategy
+    for the kernel on the target (strategies apply in order: after one without `when` it never would), else
+    at the end. Blocks are found by the parser's spans, whatever follows a closing brace on its line."""
+    from arke.lang.parser import parse
+
+    header = next((line for line in block.splitlines() if line.startswith("@strategy(")), "")
+    module, _ = parse(before)
+    ours = [st for st in module.strategies if st.kernel == kernel and st.target in (target, None)]
+    same = next((st for st in ours if _line_at(before, st.span.start).rstrip() == header), None)
+    if same is not None:
+        start = before.rfind("\n", 0, same.span.start) + 1
+        above = before.rfind("\n", 0, max(0, start - 1)) + 1
+        if start > 0 and before[above:start].startswith("# akc tune:"):
+            start = above
+        end = same.span.end
+        rest = before[end:]
+        tail = rest[:len(rest) - len(rest.lstrip(" \t"))]
+        if rest[len(tail):].startswith(("\r\n", "\n")):  # the line's end after the brace is the block's own
+            end += len(tail) + (2 if rest[len(tail):].startswith("\r\n") else 1)
+        return before[:start] + block + before[end:]
+    if ours:
+        start = before.rfind("\n", 0, min(st.span.start for st in ours)) + 1
+        gap = "\r\n" if "\r\n" in block else "\n"
+        return before[:start] + block + gap + before[start:]
+    gap = "\r\n" if "\r\n" in block else "\n"
+    return before + (gap if before and not before.endswith(gap * 2) else "") + block
+
+
+def _line_at(text: str, offset: int) -> str:
+    """The line of ``text`` that holds ``offset``."""
+    start = text.rfind("\n", 0, offset) + 1
+    end = text.find("\n", offset)
+    return text[start:] if end < 0 else text[start:end]
 
 
 def _table(result: Any) -> None:

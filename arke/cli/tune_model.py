@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ def _counts(text: str, flag: str, least: int) -> list[int]:
 
     out = []
     for part in filter(None, (p.strip() for p in text.split(","))):
-        if not part.isdigit() or int(part) < least:
+        if not (part.isascii() and part.isdigit()) or int(part) < least:
             raise UsageError(f"{flag} takes token counts (integers of at least {least}), as 128,512; not `{part}`")
         out.append(int(part))
     return out
@@ -61,6 +62,13 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
         raise UsageError("give the call shapes to tune: --prefill 128,512 and/or --decode 512")
     if not Path(args.path, "config.json").is_file():
         raise UsageError(f"{args.path} is not a model folder (no config.json)")
+    if args.write:  # checked before minutes of tuning: the plan is a whole file of its own
+        out = Path(args.write)
+        if out.exists() or out.is_symlink():
+            raise UsageError(f"--write {args.write} exists: akc tune-model writes the plan as a file of its own; "
+                             "name a new file (or remove that one first)")
+        if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+            raise UsageError(f"--write {args.write}: its folder {out.parent} does not exist or is not writable")
     try:
         import arke.models
     except ImportError as err:
@@ -78,7 +86,8 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     except (ValueError, ImportError, OSError, TuningDatabaseError) as err:
         raise UsageError(str(err)) from None
     if args.write:
-        Path(args.write).write_text(result.plan(), encoding="utf-8")
+        with open(args.write, "x", encoding="utf-8") as f:  # never another file made meanwhile
+            f.write(result.plan())
         print(f"wrote the plan to {args.write}", file=sys.stderr)
     if quiet:
         print(json.dumps(result.as_json(), indent=2))

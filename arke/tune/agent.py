@@ -12,9 +12,12 @@ call and its result is appended to a trajectory log (JSON lines).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import random
+import stat
 import statistics
 import time
 import warnings
@@ -46,8 +49,14 @@ class Agent:
 
     def _append(self, text: str) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("a", encoding="utf-8") as f:
-            f.write(text)
+        # opened without blocking (a FIFO with no reader would hang the server), appended to a regular file only
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            os.write(fd, text.encode("utf-8"))
+        finally:
+            os.close(fd)
 
     def check_log(self) -> None:
         """Raise a ValueError now (before serving) where the trajectory log cannot be appended to."""

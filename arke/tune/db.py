@@ -36,6 +36,8 @@ from arke.ir import strategy as sir
 OUTCOMES = ("ok", "mismatch", "failed", "timeout", "pruned", "flagged")
 #: Seconds a SQLite connection waits on another process's lock before saying the database is locked.
 LOCK_TIMEOUT_S = 30.0
+#: Seconds to wait for a database server to answer a connection (a dead one must not hang a build).
+SERVER_TIMEOUT_S = 5
 #: The winner of a tuning run (confirmed against the defaults), per key: what arke.build uses.
 CHOSEN = "chosen"
 
@@ -191,7 +193,10 @@ class Database:
                 except OSError as err:
                     raise TuningDatabaseError(f"cannot make the folder of the tuning database {path}: {err}") from None
         try:
-            connect = {"timeout": LOCK_TIMEOUT_S} if path is not None else {}
+            # a server that accepts and never answers must not hang a build: libpq's and MySQL's own limit
+            server = self.url.split(":", 1)[0].split("+", 1)[0] in ("postgresql", "postgres", "mysql", "mariadb")
+            connect = {"timeout": LOCK_TIMEOUT_S} if path is not None else \
+                {"connect_timeout": SERVER_TIMEOUT_S} if server else {}
             engine = sa.create_engine(self.url, connect_args=connect)
         except Exception as err:
             raise TuningDatabaseError(f"cannot use the tuning database {self.shown()}: {err}") from None

@@ -4,6 +4,7 @@ is missing is no record, one that cannot be read is a warning (once) and no reco
 
 from __future__ import annotations
 
+import stat
 import warnings
 import weakref
 from collections.abc import Mapping
@@ -41,6 +42,8 @@ def _stamp(url: str) -> object:
     path = Path(url[len("sqlite:///"):])
     stamp: list[object] = []
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the open (the database refuses it)
+            return None
         with open(path, "rb") as f:
             stamp.append(f.read(100)[24:28])
     except OSError:

@@ -253,3 +253,36 @@ def test_postgresql_server(tmp_path: Path) -> None:
         assert first.records(dataclasses.replace(key, machine="x")) == []
         first.close()
         second.close()
+
+
+def test_a_server_that_never_answers_is_an_error_in_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PostgreSQL server that accepts connections and never answers (a hung host) must not hang akc tune or
+    every build that looks a strategy up: the connection gives up after SERVER_TIMEOUT_S."""
+    import socket
+    import time
+
+    pytest.importorskip("psycopg")
+    monkeypatch.setattr(tdb, "SERVER_TIMEOUT_S", 1)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.extend(server.accept()[0] for _ in range(8)), daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(tdb.TuningDatabaseError, match="cannot use|cannot be read|timeout"):
+        tdb.Database(f"postgresql://u:p@127.0.0.1:{server.getsockname()[1]}/db").count()
+    assert time.monotonic() - start < 60  # four tries of one second, not forever
+    server.close()
+
+
+def test_a_fifo_named_as_the_database_is_never_opened(tmp_path: Path) -> None:
+    """Looking a strategy up must not open a FIFO (it blocks until a writer comes): the defaults run."""
+    import os
+
+    os.mkfifo(tmp_path / "t.db")
+    module = arke.loads(SOURCE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found = tuned_strategy(module.semantic, module.kernel_map["mm"], "llvm", {"M": 4, "N": 4, "K": 4},
+                               url=f"sqlite:///{tmp_path / 't.db'}")
+    assert found is None

@@ -173,6 +173,10 @@ def test_akc_tune_model_on_a_folder(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert [p["phase"] for p in out["phases"]] == ["prefill 8"] and out["phases"][0]["tuned_s"] > 0
     assert plan.read_text().startswith("import std.decoder") and cli.main(["check", str(plan)]) == 0
     assert cli.main(["tune-model", str(tmp_path / "model"), "--db", db]) == 2  # no shape: a usage error
+    # an existing file is never overwritten (checked before tuning), nor are digits other than 0-9 counts
+    assert cli.main(["tune-model", str(tmp_path / "model"), "--prefill", "8", "--db", db, "--write", str(plan)]) == 2
+    assert "exists" in capsys.readouterr().err and plan.read_text().startswith("import std.decoder")
+    assert cli.main(["tune-model", str(tmp_path / "model"), "--prefill", "\u00b2", "--db", db]) == 2
     assert cli.main(["tune-model", str(tmp_path), "--prefill", "8", "--db", db]) == 2  # not a model folder
 
 

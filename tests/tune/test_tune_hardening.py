@@ -116,10 +116,38 @@ def test_writing_again_replaces_the_block_of_the_same_condition(tmp_path: Path) 
 
     before = GROUPS + "\n# akc tune: 2.00x\n@strategy(ema, target = llvm, when M > 2) {\n  parallel m\n}\n# after\n"
     block = "# akc tune: 3.00x\n@strategy(ema, target = llvm, when M > 2) {\n  threads = 1\n}\n"
-    text = _replaced(before, block)
-    assert text is not None and "parallel m" not in text and "2.00x" not in text
+    text = _replaced(before, block, "ema", "llvm")
+    assert "parallel m" not in text and "2.00x" not in text
     assert text.endswith(block + "# after\n") and arke.loads(text).strategies.for_kernel("ema", "llvm")
-    assert _replaced(GROUPS, block) is None
+    assert _replaced(GROUPS, block, "ema", "llvm") == GROUPS + "\n" + block  # none yet: appended
+
+
+@pytest.mark.parametrize("closing", ["}  # reviewed by alice", "  threads = 2 }", "  }"])
+def test_rewriting_a_block_keeps_everything_after_its_own_brace(closing: str) -> None:
+    """The block's end is the parser's, not the next line that is a bare `}`: a comment after the brace, a
+    decision on the brace's line or an indented brace once made the rewrite delete the kernels after it."""
+    from arke.cli.tune import _replaced
+
+    body = "  parallel m\n" if closing.startswith("}") or closing == "  }" else ""
+    before = GROUPS + f"\n@strategy(ema, target = llvm, when M > 2) {{\n{body}{closing}\n\n" \
+        "kernel important(x: f32[N]) -> f32[N] {\n  return x[n] * 2.0\n}\n"
+    block = "@strategy(ema, target = llvm, when M > 2) {\n  threads = 1\n}\n"
+    text = _replaced(before, block, "ema", "llvm")
+    assert "kernel important" in text and text.count("@strategy") == 1 and "threads = 1" in text
+    assert set(arke.loads(text).kernels) >= {"ema", "gsum", "important"}
+
+
+def test_a_new_block_goes_before_the_kernels_other_strategies() -> None:
+    """Strategies apply in order: after one without `when`, a tuned `when` block would never apply."""
+    from arke.cli.tune import _replaced
+
+    before = GROUPS + "\n@strategy(ema, target = llvm) {\n  threads = 2\n}\n"
+    block = "@strategy(ema, target = llvm, when M > 2) {\n  threads = 1\n}\n"
+    text = _replaced(before, block, "ema", "llvm")
+    assert text.index("when M > 2") < text.index("threads = 2")
+    assert not [d for d in arke.check(text) if d.code == "AK4016"]
+    crlf = _replaced(before.replace("\n", "\r\n"), block.replace("\n", "\r\n"), "ema", "llvm")
+    assert "\n" not in crlf.replace("\r\n", "")  # a CRLF file stays CRLF
 
 
 def test_records_that_cannot_be_used_run_the_defaults(tmp_path: Path) -> None:

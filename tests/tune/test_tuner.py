@@ -5,6 +5,7 @@ defaults; its choice written as source checks clean and is the strategy it measu
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,8 @@ def test_akc_tune_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     bad.write_text("kernel bad(a: f32[M]) -> f32[M] {\n  return a[m] + zz\n}\n", encoding="utf-8")
     good = tmp_path / "mm.ak"
     good.write_text(SOURCE, encoding="utf-8")
+    fifo = tmp_path / "fifo.ak"
+    os.mkfifo(fifo)  # --write must not open it for reading: that blocks until a writer comes
     cases = [([str(tmp_path / "missing.ak"), "--kernel", "mm", "--dims", "M=4,N=4,K=4"], 2, "no such file"),
              ([str(bad), "--kernel", "bad", "--dims", "M=4"], 1, "AK2001"),
              ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--budget", "0"], 2, "at least 1"),
@@ -127,7 +130,9 @@ def test_akc_tune_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
              ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4,Z=3"], 2, "has no dim Z"),
              ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--db", str(tmp_path)], 2, "is a folder"),
              ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--write", str(tmp_path)], 2, "is a folder"),
-             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--db", "sqlite:///:memory:"], 2, "in memory")]
+             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--db", "sqlite:///:memory:"], 2, "in memory"),
+             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--write", str(fifo)], 2, "not a regular file"),
+             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--write", "/dev/zero"], 2, "not a regular file")]
     for args, status, words in cases:
         assert cli.main(["tune", *args]) == status
         err = capsys.readouterr().err
