@@ -217,7 +217,13 @@ def read_model(path: str | os.PathLike[str]) -> dict[str, Any]:
     if record.get("version") != VERSION:
         raise _fail(folder, f"format version {record.get('version')!r} is unknown to this Arke (it reads version "
                             f"{VERSION}); save the model again with this Arke")
-    for name, digest in (record.get("files") or {}).items():
+    files = record.get("files")
+    wanted = {WEIGHTS, "layer/manifest.json", "lm/manifest.json"}
+    if not isinstance(files, dict) or not wanted <= set(files):
+        # the checksums are what tell a damaged bundle from a good one: without them nothing would be checked
+        raise _fail(folder, f"{MODEL} lists no checksums of {', '.join(sorted(wanted - set(files or ())))}; save "
+                            "the bundle again")
+    for name, digest in files.items():
         file = folder / name
         if not file.is_file():
             raise _fail(folder, f"{name} is missing; save the bundle again")
@@ -235,7 +241,6 @@ def load_bundle(path: str | os.PathLike[str]) -> CausalLM:
     """The model saved at ``path`` by :func:`save_bundle`, ready to ``generate``: no compiler is imported."""
     from safetensors.torch import load_file
 
-    from arke.models.lm import CausalLM
 
     folder = Path(path)
     record = read_model(folder)
@@ -244,6 +249,20 @@ def load_bundle(path: str | os.PathLike[str]) -> CausalLM:
         raw = load_file(str(folder / WEIGHTS))
     except Exception as err:  # safetensors' own errors for a damaged file
         raise _fail(folder, f"{WEIGHTS} cannot be read ({err}); save the bundle again") from None
+
+    try:
+        return _restored(folder, record, raw, layer_lib, lm_lib)
+    except BundleError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as err:  # an edited model.json
+        raise _fail(folder, f"{MODEL} does not describe its weights ({type(err).__name__}: {err}); save the bundle "
+                            "again") from None
+
+
+def _restored(folder: Path, record: dict[str, Any], raw: dict[str, torch.Tensor], layer_lib: Any, lm_lib: Any
+              ) -> CausalLM:
+    """The model a checked bundle records (``raw``: its weight storages; ``*_lib``: its kernel bundles)."""
+    from arke.models.lm import CausalLM
 
     def call(name: str, **dtypes: str) -> _Call:
         member = record["calls"].get(json.dumps([name, dtypes], sort_keys=True))

@@ -10,6 +10,7 @@ import sys
 import tempfile
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -106,3 +107,35 @@ def test_a_changed_or_foreign_model_bundle_is_refused(tmp_path: Path) -> None:
     model = arke.models.load_bundle(folder)
     with pytest.raises(arke.GuardError, match="vocabulary"):
         model.generate([[VOCAB + 1]], 2)
+
+
+def _edited(tmp_path: Path, edit: Any) -> Path:
+    copy = Path(shutil.copytree(llama_bundle(), tmp_path / "copy"))
+    record = json.loads((copy / "model.json").read_text())
+    edit(record)
+    (copy / "model.json").write_text(json.dumps(record))
+    return copy
+
+
+def test_a_model_json_without_its_checksums_is_refused(tmp_path: Path) -> None:
+    """Without the checksum record nothing would be checked: a damaged weights file would load and run."""
+    copy = _edited(tmp_path, lambda r: r.update(files={}))
+    with pytest.raises(BundleError, match="lists no checksums"):
+        arke.models.load_bundle(copy)
+
+
+@pytest.mark.parametrize("edit", ["dtype", "config", "vocab", "offset"])
+def test_an_edited_model_json_is_a_bundle_error(tmp_path: Path, edit: str) -> None:
+    def change(record: dict[str, Any]) -> None:
+        ref = record["tensors"]["head"]
+        if edit == "dtype":
+            ref["dtype"] = "torch.complex64"
+        elif edit == "config":
+            record["layers"][0]["config"]["surprise"] = 1
+        elif edit == "vocab":
+            record["vocab"] += 200
+        else:
+            ref["offset"] = 10**9
+
+    with pytest.raises(BundleError, match=r"model\.json does not describe its weights"):
+        arke.models.load_bundle(_edited(tmp_path, change))

@@ -269,7 +269,7 @@ def test_a_server_that_never_answers_is_an_error_in_seconds(monkeypatch: pytest.
     held: list[socket.socket] = []
     threading.Thread(target=lambda: held.extend(server.accept()[0] for _ in range(8)), daemon=True).start()
     start = time.monotonic()
-    with pytest.raises(tdb.TuningDatabaseError, match="cannot use|cannot be read|timeout"):
+    with pytest.raises(tdb.TuningDatabaseError, match=r"cannot use|cannot be read|timeout"):
         tdb.Database(f"postgresql://u:p@127.0.0.1:{server.getsockname()[1]}/db").count()
     assert time.monotonic() - start < 60  # four tries of one second, not forever
     server.close()
