@@ -332,6 +332,8 @@ def parse_dims(text: str) -> dict[str, int]:
         if not name.isidentifier() or not (value.isascii() and value.isdigit()) or not 1 <= int(value) < 2 ** 63:
             raise _usage(f"--dims takes NAME=VALUE pairs with positive values below 2**63, as M=128,N=4097; "
                          f"not `{part}`")
+        if name in dims:
+            raise _usage(f"--dims gives {name} twice ({name}={dims[name]} and `{part}`): give each dim once")
         dims[name] = int(value)
     return dims
 
@@ -387,7 +389,15 @@ def _run(args: argparse.Namespace) -> int:
         raise _usage(f"`{args.path}` has no kernel `{args.kernel}`; it has: {', '.join(lib.kernels)}")
     kernel = lib.kernels[args.kernel]
     fn = kernel.function
-    inputs = random_inputs(fn, parse_dims(args.dims), args.seed)
+    if args.repeat < 1 or (args.threads is not None and args.threads < 1):
+        raise _usage("--repeat and --threads take positive whole numbers")
+    from arke.tune.search import checked_dims
+
+    try:  # every dim of the kernel, each once, none it lacks, its `where` clauses kept
+        dims = checked_dims(fn, args.kernel, parse_dims(args.dims))
+    except ValueError as err:
+        raise _usage(str(err)) from None
+    inputs = random_inputs(fn, dims, args.seed)
     try:
         got = kernel(*inputs, threads=args.threads)
         times = []

@@ -173,7 +173,14 @@ def checked_dims(fn: S.Function, kernel: str, dims: Mapping[str, Any]) -> dict[s
     stray = sorted(set(given) - own)
     if stray:  # a record keyed by them would match no call
         raise ValueError(f"`{kernel}` has no dim {', '.join(stray)}; its dims are {', '.join(sorted(own))}")
-    return {k: int(v) for k, v in given.items()}
+    out = {k: int(v) for k, v in given.items()}
+    from arke.runtime.guards import GuardError, check_guards
+
+    try:  # dims no call may have: nothing to measure (the worker would only record a failure)
+        check_guards(fn, out)
+    except GuardError as err:
+        raise ValueError(f"no call of `{kernel}` has these dims: {err}") from None
+    return out
 
 
 def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, target: str = "llvm",

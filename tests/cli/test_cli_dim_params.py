@@ -52,7 +52,11 @@ def test_run_takes_dim_parameters_from_dims(capsys: pytest.CaptureFixture[str], 
     status, text = akc(capsys, "run", str(program), "group_norm", "--dims", "B=3,C=6,L=17")  # G = 2 by default
     assert status == 0, text
     status, text = akc(capsys, "run", str(program), "grid", "--dims", "S=3")
-    assert status == 2 and "give the dim parameter `K` with --dims" in text, text
+    assert status == 2 and "give every dim of `grid` (missing: K)" in text, text
+    for dims, says in (("B=3,C=6,L=17,Z=1", "has no dim Z"), ("B=3,C=6,L=17,B=4", "gives B twice"),
+                       ("B=3,C=7,L=17", "does not hold")):  # C % G == 0 with G = 2
+        status, text = akc(capsys, "run", str(program), "group_norm", "--dims", dims)
+        assert status == 2 and says in text, text
 
 
 def test_explain_lists_values_for_a_dim_parameter(capsys: pytest.CaptureFixture[str], program: Path) -> None:

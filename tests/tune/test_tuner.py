@@ -121,6 +121,9 @@ def test_akc_tune_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     bad.write_text("kernel bad(a: f32[M]) -> f32[M] {\n  return a[m] + zz\n}\n", encoding="utf-8")
     good = tmp_path / "mm.ak"
     good.write_text(SOURCE, encoding="utf-8")
+    wheres = tmp_path / "where.ak"
+    wheres.write_text("kernel g(x: f32[M, N], y: f32[N]) -> f32[M, N] where N % 4 == 0 { return x[m, n] * y[n] }\n",
+                      encoding="utf-8")
     fifo = tmp_path / "fifo.ak"
     os.mkfifo(fifo)  # --write must not open it for reading: that blocks until a writer comes
     cases = [([str(tmp_path / "missing.ak"), "--kernel", "mm", "--dims", "M=4,N=4,K=4"], 2, "no such file"),
@@ -132,7 +135,9 @@ def test_akc_tune_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
              ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--write", str(tmp_path)], 2, "is a folder"),
              ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--db", "sqlite:///:memory:"], 2, "in memory"),
              ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--write", str(fifo)], 2, "not a regular file"),
-             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--write", "/dev/zero"], 2, "not a regular file")]
+             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4", "--write", "/dev/zero"], 2, "not a regular file"),
+             ([str(wheres), "--kernel", "g", "--dims", "M=4,N=6"], 2, "`N % 4 == 0` does not hold"),
+             ([str(good), "--kernel", "mm", "--dims", "M=4,N=4,K=4,M=8"], 2, "gives M twice")]
     for args, status, words in cases:
         assert cli.main(["tune", *args]) == status
         err = capsys.readouterr().err
