@@ -262,3 +262,14 @@ def test_a_triton_block_that_runs_rounded_up_warns_with_the_value_that_runs() ->
     (dispatch,) = make_plan(mod.semantic, mod.kernel_map["mm"], None, target.fused_families()).dispatches
     values = target.legal_values("tile", dispatch, {"M": 5, "K": 40, "N": 8}, "m")
     assert values and all(v >= 16 and v & (v - 1) == 0 for v in values), values
+
+
+def test_a_dropped_decision_is_not_handed_to_llvm() -> None:
+    """`vectorize n` on a scan's recurrence is AK4014: the loop metadata must not ask LLVM for it either (its own
+    'loop not vectorized' warning went to stderr, raw)."""
+    src = ("kernel cs(x: f32[M, N]) -> f32[M, N] { return cumsum(x[m, n] for n) }\n"
+           "@strategy(cs, target = llvm) { vectorize n = 2 }\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lib = arke.build(arke.loads(src, "<scan-hint>"))
+    assert "llvm.loop.vectorize.width" not in lib.kernels["cs"].source()

@@ -200,11 +200,15 @@ class LLVMFunction(ScalarEmitter):
     def loop_hints(self, axis: str, number: int) -> str:
         """The strategy's ``vectorize``/``unroll`` of ``axis`` as LLVM loop metadata (``""`` if none), for
         the function's ``number``-th loop."""
+        from arke.targets import base as targets
+
         hints = []
         for kind, key, ty in (("vectorize", "llvm.loop.vectorize.width", "i32"),
                               ("unroll", "llvm.loop.unroll.count", "i32")):
             d = self.plan.decision(kind, axis)
-            if d is not None and isinstance(d.value, int):
+            # a decision this dispatch drops (AK4014: a scan's recurrence) is not handed to LLVM either, whose
+            # own "loop not vectorized" warning would only repeat it, raw, on stderr
+            if d is not None and isinstance(d.value, int) and targets.get("llvm").honoured(d, self.d) is None:
                 hints.append(f'!{{!"{key}", {ty} {d.value}}}')
                 if kind == "vectorize":
                     hints.append('!{!"llvm.loop.vectorize.enable", i1 true}')
