@@ -49,16 +49,18 @@ def _renderer() -> Any:
     return found
 
 
-def decision_span(path: str, text: str, kernel: str, decisions: tuple[tuple[str, str | None], ...]) -> Span:
-    """Where to point AK4012: the first sizing decision of the kernel's triton strategy in the file,
-    else the strategy block, else the kernel's name, else the file's first line."""
+def decision_span(path: str, text: str, kernel: str, decisions: tuple[tuple[str, str | None], ...],
+                  which: int | None = 0) -> Span:
+    """Where to point AK4012/AK4015: the first sizing decision of the kernel's ``which``-th triton strategy in
+    the file (None: the defaults, which no strategy wrote), else that strategy block, else the kernel's name,
+    else the file's first line."""
     from arke.lang.parser import parse
 
     tree, _ = parse(text, path)
     kinds = [k for k, _ in decisions] or list(SIZING)
-    for strat in tree.strategies:
-        if strat.kernel != kernel or strat.target not in (None, "triton"):
-            continue
+    ours = [st for st in tree.strategies if st.kernel == kernel and st.target in (None, "triton")]
+    if which is not None and which < len(ours):
+        strat = ours[which]
         for d in strat.decisions:
             if d.name in kinds:
                 return d.span
@@ -69,10 +71,12 @@ def decision_span(path: str, text: str, kernel: str, decisions: tuple[tuple[str,
     return Span(path, 1, 1, 1, 1, 0, 0)
 
 
-def resource_diagnostic(err: ResourceError, path: str, text: str, kernel: str) -> Diagnostic:
-    """The AK4012 diagnostic of an entry that needs more than its architecture has."""
+def resource_diagnostic(err: ResourceError, path: str, text: str, kernel: str, which: int | None = 0
+                        ) -> Diagnostic:
+    """The AK4012 diagnostic of an entry that needs more than its architecture has (``which``: the variant's
+    strategy, as :func:`decision_span` takes it)."""
     e = err.entry
-    span = decision_span(path, text, kernel, err.decisions)
+    span = decision_span(path, text, kernel, err.decisions, which)
     opts = ", ".join(f"{k} = {v}" for k, v in e.options)
     unit = " bytes" if err.what == "shared memory" else ""
     hint = ("smaller tiles or fewer stages" if err.what == "shared memory" else "smaller tiles or fewer warps")
@@ -81,12 +85,12 @@ def resource_diagnostic(err: ResourceError, path: str, text: str, kernel: str) -
                 hint=f"{hint} fit; a strategy with a `when` condition can keep these tiles for another GPU")
 
 
-def spill_diagnostic(unfit: Unfit, path: str, text: str, kernel: str) -> Diagnostic:
-    """The AK4015 warning of a launch that spills at every configuration the fit tried: at the decision that
-    fixed its blocks, warps or stages (else the strategy block, else the kernel's name)."""
+def spill_diagnostic(unfit: Unfit, path: str, text: str, kernel: str, which: int | None = 0) -> Diagnostic:
+    """The AK4015 warning of a launch that spills at every configuration the fit tried: at the decision of the
+    ``which``-th strategy that fixed its blocks, warps or stages (else that strategy, else the kernel's name)."""
     kinds = {"num_warps": "warps", "num_stages": "stages"}
     decisions = tuple((k, None) for k in dict.fromkeys(kinds.get(f, "tile") for f in unfit.fixed))
-    return make("AK4015", unfit.message(), decision_span(path, text, kernel, decisions), hint=unfit.hint())
+    return make("AK4015", unfit.message(), decision_span(path, text, kernel, decisions, which), hint=unfit.hint())
 
 
 def _write_compiled(entries: list[CompiledEntry], emit: str, output: str | None) -> None:
@@ -142,7 +146,8 @@ def cmd_build_triton(args: argparse.Namespace) -> int:
         text = read_source_bytes(args.path).decode("utf-8")
     for name in names:
         ir_name = module.kernel_map[name]
-        for label, strategy in variants(module, ir_name, "triton"):
+        for which, (label, strategy) in enumerate(variants(module, ir_name, "triton")):
+            at = which if strategy is not None else None  # the defaults: the kernel's name
             plan = TARGET.plan(module.semantic, ir_name, strategy)
             try:
                 artifact = render.render(plan)
@@ -156,12 +161,12 @@ def cmd_build_triton(args: argparse.Namespace) -> int:
             try:
                 fitted = fit_plan(plan, [args.arch], render)
             except triton_aot.ResourceError as err:
-                print_diagnostics([resource_diagnostic(err, args.path, text, name)], Sources({args.path: text}),
+                print_diagnostics([resource_diagnostic(err, args.path, text, name, at)], Sources({args.path: text}),
                                   sys.stderr)
                 failed += 1
                 continue
             entries += fitted.entries
-            spills = [spill_diagnostic(u, args.path, text, name) for u in fitted.unfit]
+            spills = [spill_diagnostic(u, args.path, text, name, at) for u in fitted.unfit]
             print_diagnostics(spills, Sources({args.path: text}), sys.stderr)
     if args.emit == "source":
         out = "\n".join(texts)

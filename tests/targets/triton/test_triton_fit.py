@@ -86,3 +86,17 @@ def test_a_fixed_strategy_is_AK4015_not_changed(tmp_path: Path, capsys: pytest.C
     code = "AK4015"  # a build-time code: tests/lang/test_errors.py's BUILD_TIME points here
     assert status == 0 and f"warning[{code}]" in err, err
     assert f"{path}:7:3:" in err and "the strategy fixes BLOCK, num_warps" in err  # at `tile n = 16384`
+
+
+def test_a_launch_warning_points_at_its_own_strategy() -> None:
+    """AK4012/AK4015 of the second strategy's launch point at that strategy's decision, the defaults' at the
+    kernel (they pointed at the first strategy, whose launches were fine)."""
+    from arke.targets.triton.build_cli import decision_span
+
+    text = ("kernel mm(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return sum(a[m, k] * b[k, n] for k) }\n"
+            "@strategy(mm, target = triton, when M == 1) {\n  tile m = 16\n}\n"
+            "@strategy(mm, target = triton) {\n  warps = 1\n  tile m = 128\n}\n")
+    assert decision_span("f.ak", text, "mm", (("tile", None),), 0).line == 3
+    assert decision_span("f.ak", text, "mm", (("tile", None),), 1).line == 7
+    assert decision_span("f.ak", text, "mm", (("warps", None),), 1).line == 6
+    assert decision_span("f.ak", text, "mm", (("tile", None),), None).line == 1
