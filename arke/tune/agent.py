@@ -132,6 +132,10 @@ class Agent:
         from arke.lang.checker import check_text
         from arke.tune.space import prune
 
+        if dims:  # as measure takes them (a dim of 0 or one the kernel lacks is an error, not "ok")
+            import arke
+
+            dims = _dims(arke.load(path), kernel, dims)
         _, source_path, full = self._with_strategy(path, kernel, strategy, target)
         result = check_text(full, source_path)
         header = full[:full.rindex("@strategy(")].count("\n") + 1  # the generated `@strategy(...) {` line

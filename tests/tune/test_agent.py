@@ -38,6 +38,8 @@ def test_tools_in_process(program: str, tmp_path: Path) -> None:
         assert not bad["ok"] and bad["diagnostics"][0]["code"].startswith("AK4")
         dropped = agent.call("check_strategy", path=program, kernel="mm", strategy="warps = 4")
         assert not dropped["ok"]
+        zero = agent.call("check_strategy", path=program, kernel="mm", strategy="tile m = 4", dims={**DIMS, "M": 0})
+        assert "error" in zero and "positive" in zero["error"], zero  # as measure refuses them, never "ok"
         assert agent.call("record", path=program, kernel="mm", dims=DIMS, strategy="tile m = 4",
                           rationale="untested")["error"].startswith("measure this strategy")
         measured = agent.call("measure", path=program, kernel="mm", dims=DIMS, strategy="tile m = 4")
@@ -57,7 +59,7 @@ def test_tools_in_process(program: str, tmp_path: Path) -> None:
     assert records and records[0].note == "agent: fewer rows, fewer spills"
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [entry["tool"] for entry in lines][:3] == ["list_kernels", "legal_decisions", "check_strategy"]
-    assert len(lines) == 9  # every call, the failed ones included
+    assert len(lines) == 10  # every call, the failed ones included
 
 
 def _result(call: Any) -> dict[str, Any]:
