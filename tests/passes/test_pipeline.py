@@ -93,6 +93,7 @@ OP_COUNTS: dict[str, tuple[int, int]] = {
     "attn_paged": (7, 6), "attn_paged_window": (8, 6),
     # std.lm: a literal top-64 is lowered to its 64 rounds (each a max and its position over the row)
     "embed_panels": (1, 1), "penalized": (2, 1), "candidates": (4, 259), "candidates_k": (4, 5), "pick": (9, 9),
+    "sample_all": (7, 6),  # the penalised row, its maximum, exp, cumsum, total, the first past u · total
     **{f"{k}__W_{w}": v for w in ("f32", "bf16", "f16") for k, v in (
         ("embed", (1, 1)), ("head", (4, 3 if w == "f32" else 2)), ("head_ln", (6, 5 if w == "f32" else 4)),
         ("embed_pos", (1, 1)), ("ln_qkv", (9, 8 if w == "f32" else 7)), ("out_bias", (2, 2)),
