@@ -136,6 +136,7 @@ def _replaced(before: str, block: str, kernel: str, target: str) -> str:
     from arke.lang.parser import parse
 
     header = next((line for line in block.splitlines() if line.startswith("@strategy(")), "")
+    gap = "\r\n" if "\r\n" in block else "\n"
     module, _ = parse(before)
     ours = [st for st in module.strategies if st.kernel == kernel and st.target in (target, None)]
     same = next((st for st in ours if _line_at(before, st.span.start).rstrip() == header), None)
@@ -152,9 +153,7 @@ def _replaced(before: str, block: str, kernel: str, target: str) -> str:
         return before[:start] + block + before[end:]
     if ours:
         start = before.rfind("\n", 0, min(st.span.start for st in ours)) + 1
-        gap = "\r\n" if "\r\n" in block else "\n"
         return before[:start] + block + gap + before[start:]
-    gap = "\r\n" if "\r\n" in block else "\n"
     return before + (gap if before and not before.endswith(gap * 2) else "") + block
 
 

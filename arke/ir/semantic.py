@@ -347,6 +347,19 @@ class CallOp:
 Op = MapOp | ReduceOp | ContractOp | ScanOp | CallOp
 
 
+def op_exprs(op: Op) -> tuple[SExpr, ...]:
+    """The scalar expressions of an op: a map's or reduce's body, a scan's, a contract's two loads, none for a call."""
+    if isinstance(op, ContractOp):
+        return (op.lhs, op.rhs)
+    if isinstance(op, CallOp):
+        return ()
+    if isinstance(op, ScanOp):
+        return op.exprs
+    if isinstance(op, ReduceOp) and op.limits:
+        return (op.body, *(e for _, e in op.limits))
+    return (op.body,)
+
+
 def op_results(op: Op) -> tuple[tuple[str, TensorType], ...]:
     """The values an op defines, with their types."""
     if isinstance(op, CallOp):

@@ -13,11 +13,9 @@ run the same steps item by item and re-check only what an edit changed
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import os
 import sys
-import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -268,7 +266,9 @@ def _check_one(sig: Signature, scope: dict[str, Signature], import_failed: bool,
         diags.append(make("AK1006", f"an expression of kernel `{sig.name}` is too long to check",
                           sig.node.name_span, hint="split long expressions into named steps"))
         fn = None
-    if fn is not None and (deepest := max((_op_depth(op) for op in fn.ops), default=0)) > MAX_EXPR_DEPTH:
+    ops = fn.ops if fn is not None else ()
+    deepest = max((semantic.depth(e) for op in ops for e in semantic.op_exprs(op)), default=0)
+    if deepest > MAX_EXPR_DEPTH:
         # the checker goes deeper than the passes, planners and renderers after it: what it accepts must build
         diags.append(make("AK1006", f"an expression of kernel `{sig.name}` nests {deepest} operations deep, more "
                                     f"than the {MAX_EXPR_DEPTH} the compiler takes", sig.node.name_span,
@@ -279,21 +279,6 @@ def _check_one(sig: Signature, scope: dict[str, Signature], import_failed: bool,
 
 #: The deepest expression tree a kernel may hold (a chain of n `+` is n deep; brackets stop at 200 already).
 MAX_EXPR_DEPTH = 256
-
-
-def _op_depth(op: semantic.Op) -> int:
-    """The depth of the deepest expression in ``op``."""
-    exprs = [v for f in dataclasses.fields(op) for v in _listed(getattr(op, f.name))]
-    return max((semantic.depth(e) for e in exprs), default=0)
-
-
-def _listed(value: object) -> list[semantic.SExpr]:
-    kinds = typing.get_args(semantic.SExpr)
-    if isinstance(value, kinds):
-        return [value]
-    if isinstance(value, tuple):
-        return [v for v in value if isinstance(v, kinds)]
-    return []
 
 
 def late_checks(calls: dict[str, list[tuple[str, Span]]], strategies: tuple[ast.Strategy, ...],

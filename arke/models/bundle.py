@@ -241,7 +241,6 @@ def load_bundle(path: str | os.PathLike[str]) -> CausalLM:
     """The model saved at ``path`` by :func:`save_bundle`, ready to ``generate``: no compiler is imported."""
     from safetensors.torch import load_file
 
-
     folder = Path(path)
     record = read_model(folder)
     layer_lib, lm_lib = load_kernels(folder / "layer"), load_kernels(folder / "lm")

@@ -39,7 +39,7 @@ def gpt2_config(config: Any) -> LayerConfig:
         raise ValueError(f"hidden size {d} is not a multiple of the {h} heads")
     e = d // h
     inner = int(getattr(config, "n_inner", None) or 4 * d)
-    # no rotary embedding: the frequencies are zeros (never read by these kernels)
+    # no rotary embedding: no frequencies
     return LayerConfig(hidden=d, heads=h, kv_heads=h, head_dim=e, intermediate=inner,
                        eps=float(config.layer_norm_epsilon), inv_freq=())
 

@@ -45,17 +45,7 @@ def map_expr(e: S.SExpr, fn: Callable[[S.SExpr], S.SExpr]) -> S.SExpr:
 walk = S.walk
 
 
-def op_exprs(op: S.Op) -> tuple[S.SExpr, ...]:
-    """The scalar expressions of an op: a map's or reduce's body, a scan's, a contract's two loads, none for a call."""
-    if isinstance(op, S.ContractOp):
-        return (op.lhs, op.rhs)
-    if isinstance(op, S.CallOp):
-        return ()
-    if isinstance(op, S.ScanOp):
-        return op.exprs
-    if isinstance(op, S.ReduceOp) and op.limits:
-        return (op.body, *(e for _, e in op.limits))
-    return (op.body,)
+op_exprs = S.op_exprs
 
 
 def op_uses(op: S.Op) -> list[str]:

@@ -16,6 +16,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from arke.runtime.cache import opened_regular, read_regular
+
 #: The manifest's ``format`` and the newest ``version`` this Arke reads.
 FORMAT, VERSION = "arke.bundle", 1
 MANIFEST, LIBRARY = "manifest.json", "libarke_bundle.so"
@@ -64,36 +66,16 @@ def sha256(path: Path) -> str:
     """The sha256 of a file's bytes (a manifest's checksums), read in pieces: a regular file of at most
     :data:`MAX_FILE` bytes, else :class:`ValueError` (a FIFO, a device or a link to one never blocks or streams)."""
     h = hashlib.sha256()
-    with _opened(path, MAX_FILE) as f:
+    with opened_regular(path, MAX_FILE) as (f, _):
         while piece := f.read(1 << 22):
             h.update(piece)
     return h.hexdigest()
 
 
-@contextmanager
-def _opened(path: Path, limit: int) -> Iterator[Any]:
-    """``path`` open for reading if it is a regular file of at most ``limit`` bytes (checked on the open file,
-    opened without blocking: a FIFO named like a bundle's file must not hang the load)."""
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("it is not a regular file")
-        if info.st_size > limit:
-            raise ValueError(f"it holds {info.st_size} bytes, more than the {limit} it may")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            yield f
-    finally:
-        os.close(fd)
-
-
 def read_json(folder: Path, name: str, absent: str, what: str = "bundle") -> Any:
     """``folder/name`` parsed, or a :class:`BundleError` saying it is ``absent`` or cannot be read."""
     try:
-        with _opened(folder / name, MAX_MANIFEST) as f:
-            return json.loads(f.read(MAX_MANIFEST + 1).decode())
+        return json.loads(read_regular(folder / name, MAX_MANIFEST)[0])
     except FileNotFoundError:
         raise BundleError(f"{what} {folder}: no {name}: {absent}") from None
     except (OSError, ValueError, RecursionError) as err:  # (JSON and UTF-8 errors are ValueErrors)
@@ -104,8 +86,7 @@ def _bundle_files(folder: Path, mark: str) -> set[str]:
     """The names in ``folder`` its bundle wrote: ``mark`` and the files its checksums list (nothing more where
     ``mark`` cannot be read)."""
     try:
-        with _opened(folder / mark, MAX_MANIFEST) as f:
-            record = json.loads(f.read(MAX_MANIFEST + 1).decode())
+        record = json.loads(read_regular(folder / mark, MAX_MANIFEST)[0])
         files = record.get("files", {})
     except (OSError, ValueError, AttributeError, RecursionError):
         return {mark}

@@ -39,6 +39,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from arke import knobs
 
@@ -91,17 +92,25 @@ def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> tupl
     a larger file raises ``ValueError`` (saying which); an unreadable one :class:`OSError`.
     """
     limit = MAX_ENTRY_BYTES if limit is None else limit
+    with opened_regular(path, limit) as (f, inode):
+        blob = f.read(limit + 1)
+    if len(blob) > limit:  # it grew while being read
+        raise _Corrupt(f"more than {limit} bytes", inode)
+    return blob, inode
+
+
+@contextlib.contextmanager
+def opened_regular(path: str | os.PathLike[str], limit: int) -> Iterator[tuple[Any, int]]:
+    """(the open file, its inode) for reading a regular file of at most ``limit`` bytes, as
+    :func:`read_regular` checks it, for a caller that reads it in pieces (a bundle's checksums)."""
     _regular(os.stat(path), limit)
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     try:
         inode = _regular(os.fstat(fd), limit)  # replaced between the stat and the open
         with os.fdopen(fd, "rb", closefd=False) as f:
-            blob = f.read(limit + 1)
+            yield f, inode
     finally:
         os.close(fd)
-    if len(blob) > limit:  # it grew while being read
-        raise _Corrupt(f"more than {limit} bytes", inode)
-    return blob, inode
 
 
 def _regular(st: os.stat_result, limit: int) -> int:

@@ -94,7 +94,7 @@ def check_out(fn: ir.Function, out: Any, dims: dict[str, int], args: dict[str, t
     for k, (name, rtype, o) in enumerate(zip(fn.results, fn.result_types, outs)):
         what = f"out[{k}]" if len(outs) > 1 else "out"
         if isinstance(o, np.ndarray):
-            o = _from_numpy(fn, what, o, rtype)
+            o = numpy_out(fn.name, what, o, str(rtype.dtype))
         if not isinstance(o, torch.Tensor):
             raise GuardError(fn.name, f"{what} must be a tensor or NumPy array, not {type(o).__name__}",
                              rule="type", param="out")
@@ -127,8 +127,3 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     a0, b0 = a.data_ptr(), b.data_ptr()
     a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
     return a0 < b1 and b0 < a1
-
-
-def _from_numpy(fn: ir.Function, what: str, o: Any, rtype: ir.TensorType) -> torch.Tensor:
-    return numpy_out(fn.name, what, o, str(rtype.dtype))
-

@@ -96,7 +96,7 @@ class BufferPool:
         try:
             return torch.empty(shape, dtype=dtype)
         except RuntimeError as err:  # torch's allocator: "can't allocate memory"
-            nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+            nbytes = math.prod(shape) * dtype.itemsize
             raise GuardError(self.kernel, f"a result or buffer of shape {list(shape)} needs {nbytes / 2**30:.1f} GiB, "
                              f"more than this machine could allocate ({str(err).splitlines()[0]}); call it on "
                              "smaller inputs", rule="size") from None

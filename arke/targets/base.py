@@ -280,12 +280,12 @@ class Target:
             for role, most, what in entry.limits:
                 if isinstance(decision.value, int) and decision.value > most and \
                         decision.subject in roles.get(role, ()):
-                    return (f"{what}: at most {most} (`{decision.kind} {decision.subject} = {decision.value}` would "
-                            f"run as {most} or less)")
+                    return (f"{what}: at most {most} (`{decision.kind} {decision.subject} = {decision.value}` "
+                            f"{space.RUNS_AS} {most} or less)")
             least, what = entry.powers
             if least and isinstance(decision.value, int) and \
                     (run := rounded_up(decision.value, least)) != decision.value:
-                return f"{what} (`{decision.kind} {decision.subject} = {decision.value}` would run as {run})"
+                return f"{what} (`{decision.kind} {decision.subject} = {decision.value}` {space.RUNS_AS} {run})"
         if entry.values is not None and decision.value not in entry.values:
             return entry.why or (f"{family_words(family)} on `{self.name}` lowers `{decision.kind}` = "
                                  + " or ".join(entry.values) + " only")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from arke.ir import strategy as sir
 from arke.plan.variants import strategy_variants
 from arke.targets import base as targets
-from arke.targets.space import SINGLE, dispatch_family, roles_words
+from arke.targets.space import RUNS_AS, SINGLE, dispatch_family, roles_words
 
 if TYPE_CHECKING:
     from arke.ir import semantic as ir
@@ -75,7 +75,7 @@ class Downgrade:
 
     def message(self) -> str:
         where = f"target `{self.target}`" if self.target is not None else "any target"
-        if "would run as" in self.reason:  # taken, but not as written (a register block's limit, a GPU block)
+        if RUNS_AS in self.reason:  # taken, but not as written (a register block's limit, a GPU block)
             return f"`{words(self.decision)}` does not run as written for kernel `{self.kernel}` on {where}: " \
                    f"{self.reason}"
         return f"`{words(self.decision)}` has no effect on kernel `{self.kernel}` on {where}: {self.reason}"
@@ -201,7 +201,7 @@ def unhonoured(target: targets.Target, module: ir.Module, ir_name: str, strategy
         if any(dec in r.applied for r in reports):
             continue
         reason = _reason(dec, reports, target, arch)
-        hint = "write the value that runs, or one that runs as written" if "would run as" in reason else \
+        hint = "write the value that runs, or one that runs as written" if RUNS_AS in reason else \
             f"{where_taken(target, dec.kind, arch)}; the plan has {plan_words(reports) or 'no dispatch'}"
         out.append(Downgrade(name or ir_name, dec, target.name, reason, hint))
     return out

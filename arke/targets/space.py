@@ -84,6 +84,11 @@ def takes(roles: str | None = None, *, values: tuple[str, ...] | None = None,
                  tuple((role, most, what) for role, (most, what) in (limits or {}).items()), powers)
 
 
+#: How a reason says a decision is taken but not as written (its value changed: a register block's limit, a
+#: GPU block's power of two); AK4014 words such a reason "does not run as written", not "has no effect".
+RUNS_AS = "would run as"
+
+
 def rounded_up(value: int, least: int) -> int:
     """The power of two a block of ``value`` runs as: the smallest that is at least ``value`` and ``least``."""
     return max(least, 1 << max(0, int(value) - 1).bit_length())

@@ -23,7 +23,7 @@ _GPU = {"warps": takes(), "stages": takes()}
 _BLOCKS = "a program's blocks run along the innermost result index and the innermost reduced index"
 _ROW_BLOCKS = "a rows program is one row: its blocks run along the indices after the rows and the reduced ones"
 _KEYS = {"algorithm": ("flash", "materialized")}
-#: Triton's blocks are powers of two (tl.arange), and tl.dot's at least 16 (gemm.py, attention.py: pow2)
+#: Triton's blocks are powers of two (tl.arange), tl.dot's at least 16: the renderer rounds tiles with rounded_up
 _DOT = (16, "Triton's dot blocks are powers of two of at least 16")
 _POW2 = (1, "Triton's blocks are powers of two")
 

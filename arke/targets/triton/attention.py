@@ -55,6 +55,7 @@ from arke.plan.attention import FEATURE, KEY, QUERY, VALUE, Attention
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.plan.exprs import attention_modes, decided, product
 from arke.targets.artifact import LaunchSpec, UnsupportedError
+from arke.targets.space import rounded_up
 from arke.targets.triton.expr import STORAGE, Source
 from arke.targets.triton.gemm import (
     WIDE_DOT,
@@ -64,7 +65,6 @@ from arke.targets.triton.gemm import (
     fixed_options,
     function_text,
     launch_options,
-    pow2,
     split_flat,
 )
 
@@ -118,7 +118,7 @@ class _Flash:
             tile = decided(plan, "tile", name) if name is not None else None
             if tile is not None:
                 tiled.append(option)
-            return pow2(tile or plan.fitted_option(entry, option) or default, MIN_DOT)
+            return rounded_up(tile or plan.fitted_option(entry, option) or default, MIN_DOT)
 
         # 16-bit q, k (read as stored) and v: tl.dot on tensor cores with f32 sums; p is rounded to
         # v's type for p·v, as flash attention does (spec/codegen.md §7). Else IEEE f32 throughout.
@@ -176,7 +176,7 @@ class _Flash:
     def fit(extent: Dim, default: int) -> int:
         """A known extent's block (a power of two covering it, up to 256), else ``default``."""
         value = sympy.sympify(extent)
-        return pow2(int(value), MIN_DOT) if value.is_Integer and 0 < int(value) <= 256 else default
+        return rounded_up(int(value), MIN_DOT) if value.is_Integer and 0 < int(value) <= 256 else default
 
     # -- the function
     def render(self) -> tuple[str, LaunchSpec]:

@@ -37,6 +37,7 @@ from arke.plan.contraction import Contraction
 from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.plan.exprs import decided, product
 from arke.targets.artifact import LaunchSpec, UnsupportedError
+from arke.targets.space import rounded_up  # the blocks tiles run as (AK4014 says the same)
 from arke.targets.triton.expr import COMPUTE, Emitter, Source
 
 #: Default blocks (rows, columns, depth) and warps of a contraction program in f32 (an IEEE f32
@@ -53,11 +54,6 @@ HALF = frozenset({DType.BF16, DType.F16})
 #: wrong (it reads their bits as another type), so 16-bit operands are widened to f32 there only.
 WIDE_DOT = "_ak_wide_dot"
 WIDE_DOT_LINE = f'{WIDE_DOT} = tl.constexpr(__import__("os").environ.get("TRITON_INTERPRET", "0") not in ("", "0"))'
-
-
-def pow2(n: int, least: int = 1) -> int:
-    """The smallest power of two that is at least ``n`` and ``least``."""
-    return max(least, 1 << max(0, int(n) - 1).bit_length())
 
 
 def launch_options(plan: KernelPlan, constexprs: dict[str, int], stages: int = 3,
@@ -189,7 +185,8 @@ class _Gemm:
                  "BLOCK_N": decided(plan, "tile", c.n), "BLOCK_K": decided(plan, "tile", c.k)}
         defaults = {"BLOCK_M": dm, "BLOCK_N": dn, "BLOCK_K": dk}
         # a block no decision set takes the fit step's choice (spec/codegen.md §9.5), else the default
-        self.blocks = {k: pow2(v or plan.fitted_option(entry, k) or defaults[k], MIN_DOT) for k, v in tiles.items()}
+        self.blocks = {k: rounded_up(v or plan.fitted_option(entry, k) or defaults[k], MIN_DOT)
+                       for k, v in tiles.items()}
         self.fixed = fixed_options(plan, [k for k, v in tiles.items() if v is not None])
 
     def rows(self) -> Dim:

@@ -33,6 +33,7 @@ from arke.passes.rewrite import map_expr, op_exprs
 from arke.plan.dispatch import Buffer, Dispatch, KernelPlan, PlanOp
 from arke.plan.exprs import product
 from arke.targets.artifact import Artifact, LaunchSpec, Renderer, UnsupportedError
+from arke.targets.space import rounded_up
 from arke.targets.triton.expr import COMPUTE, HELPERS, STORAGE, Emitter, Source, accumulator, fold, identity
 from arke.targets.triton.trig import TRIG_HELPERS
 
@@ -42,8 +43,6 @@ ROW_BLOCK = 256  # lanes per step of a rows member (map)
 ROW_BLOCK_R = 64  # reduce chunk of a rows member
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
 
 
 def _term(op: ir.ReduceOp | ir.ContractOp) -> ir.SExpr:
@@ -82,7 +81,7 @@ class _Dispatch:
                     value = dec.value
         if value is not None:
             self.fixed.append(name)
-        self.constexprs[name] = _pow2(value or self.plan.fitted_option(self.entry, name) or default)
+        self.constexprs[name] = rounded_up(value or self.plan.fitted_option(self.entry, name) or default, 1)
         return name
 
     def launch_options(self) -> tuple[tuple[str, int], ...]:
