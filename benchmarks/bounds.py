@@ -50,10 +50,11 @@ def forward_flops(model: Any, tokens: int, head_tokens: int, context: int = 0) -
     return total + layers * 2 * 2 * heads * size * keys
 
 
-def decode_bytes(model: Any, context: int, dtype_bytes: int = 4) -> float:
-    """Bytes one decode step reads at least: every linear's weight and bias, and the KV cache at ``context``."""
+def decode_bytes(model: Any, context: int, dtype_bytes: int = 4, config: Any = None) -> float:
+    """Bytes one decode step reads at least: every linear's weight and bias, and the KV cache at ``context``.
+    ``model`` may be one decoder layer, with its model's ``config`` given (then a config of one layer)."""
     weights = sum(k * n + b for _, k, n, b in _linears(model)) * dtype_bytes
-    config = model.config
+    config = config if config is not None else model.config
     layers, heads, size = _attention(config)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     return weights + 2 * layers * kv_heads * size * context * dtype_bytes

@@ -111,8 +111,11 @@ def alternating(context: int = 256, rounds: int = 60) -> dict[str, float]:
         alone = _median_us(ours, rounds)
         torch_alone = _median_us(theirs, rounds)
         mixed = after(theirs)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bounds import decode_bytes
+
         return {"alone": alone, "alternating": mixed, "torch": torch_alone, "after_compute": after(compute),
-                "after_read": after(read)}
+                "after_read": after(read), "bytes": decode_bytes(hf, context, config=cfg)}
 
 
 def _in_fresh_process(env: dict[str, str]) -> dict[str, float]:
@@ -213,15 +216,30 @@ def main() -> None:
           f"{torch.get_num_threads()} threads; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
     if args.only_backend:
         return _backend_table()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from cpu import read_bandwidth
+
+    bandwidth = read_bandwidth(1 << 30, 3.0)
     print("\n1. Qwen2-0.5B-shaped layer, decode at context 256 (µs per Arke step, median)")
     print(f"{'pool':<34}{'alone':>10}{'alternating':>13}{'ratio':>8}{'transformers':>14}{'vs transformers':>17}"
           f"{'after matmuls':>15}{'after a read':>14}")
     pools = (("torch's OpenMP team (default)", {}), ("Arke's own team (ARKE_NO_OMP=1)", {"ARKE_NO_OMP": "1"}))
+    found = []
     for label, env in pools:
         r = _in_fresh_process(env)
+        found.append((label, r))
         print(f"{label:<34}{r['alone']:>10.0f}{r['alternating']:>13.0f}{r['alternating'] / r['alone']:>7.2f}×"
               f"{r['torch']:>14.0f}{r['torch'] / r['alternating']:>16.2f}×"
               f"{r['after_compute'] / r['alone']:>14.2f}×{r['after_read'] / r['alone']:>13.2f}×")
+    # the step's bytes (weights and KV cache) against the memory's speed: a layer alone stays partly in the
+    # last-level cache between its steps, and another layer's step between them evicts it
+    print(f"  a step reads {found[0][1]['bytes'] / 2**20:.1f} MiB; this run measured {bandwidth / 1e9:.1f} GB/s "
+          "of read bandwidth (1 GiB)")
+    for label, r in found:
+        rate = [r["bytes"] / (r[k] * 1e-6) / 1e9 for k in ("alone", "alternating", "after_read")]
+        print(f"  {label}: alone {rate[0]:.1f} GB/s, alternating {rate[1]:.1f} GB/s, after a read {rate[2]:.1f} "
+              f"GB/s; 1.1× alone needs {rate[0] / 1.1:.1f} GB/s ({rate[0] / 1.1 / (bandwidth / 1e9):.2f}× the "
+              "memory's)")
     print("\n2. Call overhead (µs per call, best of 7 rounds; a 1×8 relu)")
     o = overhead()
     print("  " + ", ".join(f"{k} {v:.2f}" for k, v in o.items()) +

@@ -44,3 +44,14 @@ def test_gpt2_counts_its_conv1d_weights_and_biases() -> None:
     b = bounds()
     assert b.decode_bytes(model, 3) == (weights + biases + 32 * 50) * 4 + 2 * 1 * 2 * 16 * 3 * 4
     assert b.forward_flops(model, 2, 1) == 2 * weights * 2 + 2 * 32 * 50 + 1 * 2 * 2 * 2 * 16 * 3
+
+
+def test_one_decoder_layer_counts_its_own_weights_and_one_layer_of_cache() -> None:
+    config = transformers.Qwen2Config(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=1, vocab_size=100)
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+
+    layer = Qwen2DecoderLayer(config, layer_idx=0)
+    weights = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128
+    biases = 64 + 2 * 32  # Qwen2's q, k and v have biases
+    assert bounds().decode_bytes(layer, 5, config=config) == (weights + biases) * 4 + 2 * 1 * 2 * 16 * 5 * 4
