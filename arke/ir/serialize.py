@@ -13,13 +13,13 @@ The field table below is the format: ``spec/ir.md`` shows it with examples.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from typing import Any
 
 from arke.ir import semantic as S
 from arke.ir import shapes
 from arke.ir.dtypes import DTYPES, DType
+from arke.ir.scalars import decode_scalar, encode_scalar
 from arke.ir.shapes import dim_str, parse_dim
 from arke.ir.strategy import Decision, Strategy, StrategySet
 from arke.ir.text import SEMANTIC_FORMAT, STRATEGY_FORMAT, STRATEGY_VERSION
@@ -69,26 +69,6 @@ def _dtype(x: Any) -> DType:
     if x not in DTYPES:
         raise ValueError(f"unknown dtype {x!r}")
     return DTYPES[x]
-
-
-def encode_scalar(v: float | int | bool) -> Any:
-    if isinstance(v, (bool, int)):
-        return v
-    v = float(v)
-    return v if math.isfinite(v) else "nan" if math.isnan(v) else "inf" if v > 0 else "-inf"
-
-
-_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
-
-
-def decode_scalar(x: Any) -> float | int | bool:
-    if isinstance(x, str):
-        if x not in _NON_FINITE:
-            raise ValueError(f"expected a number, true/false, or 'inf', '-inf', 'nan'; got {x!r}")
-        return _NON_FINITE[x]
-    if not isinstance(x, (bool, int, float)):
-        raise ValueError(f"expected a number, got {x!r}")
-    return x
 
 
 def _optional(c: _Codec) -> _Codec:

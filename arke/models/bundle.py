@@ -30,7 +30,7 @@ import torch
 
 from arke.runtime.bundle import TORCH_BY_NAME, BundleKernel
 from arke.runtime.bundle import load_bundle as load_kernels
-from arke.runtime.bundle_files import BundleError, read_json, sha256, staged
+from arke.runtime.bundle_files import BundleError, edited, read_json, sha256, staged, stamped
 from arke.runtime.errors import GuardError
 from arke.runtime.panels import VNNI_KEY, panels_of, register_panels
 
@@ -139,7 +139,7 @@ def save_bundle(model: CausalLM, path: str | os.PathLike[str]) -> Path:
         record = _record(model, calls, tensors.refs)
         record["files"] = {WEIGHTS: sha256(stage / WEIGHTS), **{
             f"{part}/manifest.json": sha256(stage / part / "manifest.json") for part in ("layer", "lm")}}
-        (stage / MODEL).write_text(json.dumps(record, indent=1) + "\n")
+        (stage / MODEL).write_text(json.dumps(stamped(record), indent=1) + "\n")
     return out
 
 
@@ -217,6 +217,9 @@ def read_model(path: str | os.PathLike[str]) -> dict[str, Any]:
     if record.get("version") != VERSION:
         raise _fail(folder, f"format version {record.get('version')!r} is unknown to this Arke (it reads version "
                             f"{VERSION}); save the model again with this Arke")
+    changed = edited(record)
+    if changed is not None:
+        raise _fail(folder, f"{MODEL}: {changed}; save the bundle again")
     files = record.get("files")
     wanted = {WEIGHTS, "layer/manifest.json", "lm/manifest.json"}
     if not isinstance(files, dict) or not wanted <= set(files):

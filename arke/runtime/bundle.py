@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from arke.ir.serialize import decode_scalar
+from arke.ir.scalars import decode_scalar
 from arke.runtime.bundle_files import BundleError as BundleError  # what load_bundle raises, for its callers
 from arke.runtime.bundle_files import bundle_error as _fail
 from arke.runtime.bundle_files import read_manifest
 from arke.runtime.errors import GuardError
-from arke.runtime.limits import check_tensor_kind, check_threads, numpy_out, refuse_huge_broadcast, resolved
+from arke.runtime.limits import check_tensor_kind, check_threads, numpy_in, numpy_out, refuse_huge_broadcast, resolved
 from arke.runtime.panels import _PANELS, VNNI_KEY, panels_of
 from arke.runtime.pool import BufferPool, evict_oldest
 
@@ -304,9 +304,7 @@ class BundleKernel:
                        f"NumPy has no {dt}: pass a torch tensor, e.g. `torch.from_numpy(a).to({_TORCH[dt]})`")
                 raise GuardError(self.name, f"parameter `{name}` needs {dt}, but was given {shown}; {how}",
                                  rule="dtype", param=name)
-            if not value.flags.writeable or any(st < 0 for st in value.strides) or not value.dtype.isnative:
-                value = np.array(value, dtype=value.dtype.newbyteorder("="))
-            value = torch.from_numpy(value)
+            value = numpy_in(self.name, name, value)
         elif isinstance(value, torch.Tensor):
             check_tensor_kind(self.name, f"parameter `{name}`", name, value)
             value = resolved(value)

@@ -72,6 +72,34 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+#: The field of a manifest (``manifest.json``, a model's ``model.json``) that holds the sha256 of the rest of it.
+DIGEST = "digest"
+
+
+def _canonical(record: dict[str, Any]) -> bytes:
+    """The record as its file reads back (tuples as lists, keys as strings), in one spelling."""
+    plain = json.loads(json.dumps({k: v for k, v in record.items() if k != DIGEST}))
+    return json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def stamped(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with its :data:`DIGEST`: the checksums cover the other files, this one covers the manifest
+    itself (a symbol, a default or a shape edited in it would otherwise run, wrongly)."""
+    return {**record, DIGEST: hashlib.sha256(_canonical(record)).hexdigest()}
+
+
+def edited(record: dict[str, Any]) -> str | None:
+    """Why ``record`` is not as its build wrote it (no digest, or one that does not match), or None."""
+    digest = record.get(DIGEST)
+    if not isinstance(digest, str):
+        return "it has no digest of its own (written by an older Arke, or edited)"
+    try:
+        found = hashlib.sha256(_canonical(record)).hexdigest()
+    except (TypeError, ValueError):  # (not JSON as a build writes it: a NaN, a key that is no string)
+        found = ""
+    return None if found == digest else "it was edited after the build (its digest does not match its contents)"
+
+
 def read_json(folder: Path, name: str, absent: str, what: str = "bundle") -> Any:
     """``folder/name`` parsed, or a :class:`BundleError` saying it is ``absent`` or cannot be read."""
     try:
@@ -158,6 +186,9 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(version, int) or not 1 <= version <= VERSION:
         raise _fail(folder, f"format version {version!r} is unknown to this Arke (it reads version {VERSION}); "
                             "rebuild the bundle with this Arke, or load it with the Arke that built it")
+    changed = edited(manifest)
+    if changed is not None:
+        raise _fail(folder, f"{MANIFEST}: {changed}; rebuild the bundle")
     files = manifest.get("files")
     if not isinstance(files, dict) or manifest.get("library") not in files:
         raise _fail(folder, f"{MANIFEST} lists no checksums for its files; rebuild the bundle")
@@ -187,7 +218,8 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _malformed(manifest: dict[str, Any]) -> str | None:
-    """What in a manifest is not as a build writes it (it has no checksum of its own), or None."""
+    """What in a manifest is not as a build writes it, or None (its digest can be recomputed by hand: a build of
+    another Arke, or a hand edit stamped again, must still not reach the library with fields of the wrong kind)."""
     def strings(v: Any) -> bool:
         return isinstance(v, list) and all(isinstance(x, str) for x in v)
 

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from arke.ir.dtypes import DTYPES
+from arke.runtime.dtypes import dtype_of
 from arke.runtime.errors import GuardError
-from arke.runtime.guards import dtype_of
 
 #: One specialisation suffix (``__W_f32``), as arke.lang.generics.mangle writes it.
 _SUFFIX = re.compile(rf"__([A-Za-z][A-Za-z0-9_]*?)_({'|'.join(DTYPES)})$")

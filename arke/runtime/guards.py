@@ -35,23 +35,10 @@ import torch
 from arke.ir import semantic as S
 from arke.ir.dtypes import DTYPES, INT_RANGE, DType
 from arke.ir.shapes import Dim, dim_str, evaluate, free_dims
+from arke.runtime.dtypes import TORCH_DTYPES, dtype_of
 from arke.runtime.errors import GuardError
-from arke.runtime.limits import check_tensor_kind, resolved
+from arke.runtime.limits import check_tensor_kind, numpy_in, resolved
 
-#: The torch dtype that stores each DType.
-TORCH_DTYPES: dict[DType, torch.dtype] = {
-    DType.BOOL: torch.bool, DType.I8: torch.int8, DType.I32: torch.int32, DType.I64: torch.int64,
-    DType.U8: torch.uint8, DType.U16: torch.uint16, DType.U32: torch.uint32,
-    DType.F16: torch.float16, DType.BF16: torch.bfloat16, DType.F32: torch.float32,
-}
-#: The NumPy dtype of each DType (NumPy has no bf16).
-NUMPY_DTYPES: dict[DType, np.dtype[Any]] = {
-    DType.BOOL: np.dtype(np.bool_), DType.I8: np.dtype(np.int8), DType.I32: np.dtype(np.int32),
-    DType.I64: np.dtype(np.int64), DType.U8: np.dtype(np.uint8), DType.U16: np.dtype(np.uint16),
-    DType.U32: np.dtype(np.uint32), DType.F16: np.dtype(np.float16), DType.F32: np.dtype(np.float32),
-}
-_FROM_TORCH = {v: k for k, v in TORCH_DTYPES.items()}
-_FROM_NUMPY = {v: k for k, v in NUMPY_DTYPES.items()}
 _NP_NAMES = {DType.BOOL: "np.bool_", DType.I8: "np.int8", DType.I32: "np.int32", DType.I64: "np.int64",
              DType.U8: "np.uint8", DType.U16: "np.uint16", DType.U32: "np.uint32",
              DType.F16: "np.float16", DType.F32: "np.float32"}
@@ -67,24 +54,6 @@ class InterpError(RuntimeError):
 
 
 # ---------------------------------------------------------------- dtypes
-
-
-def dtype_of(value: Any) -> DType | None:
-    """The DType of a torch/NumPy dtype, tensor or array (``None`` when the language has none)."""
-    if isinstance(value, DType):
-        return value
-    if isinstance(value, str) and value in DTYPES:
-        return DTYPES[value]
-    if isinstance(value, torch.Tensor):
-        value = value.dtype
-    if isinstance(value, torch.dtype):
-        return _FROM_TORCH.get(value)
-    if isinstance(value, np.ndarray | np.generic):
-        value = value.dtype
-    try:
-        return _FROM_NUMPY.get(np.dtype(value))
-    except TypeError:
-        return None
 
 
 def _dtype_mismatch(fn: S.Function, p: S.Param, given: AnyDType) -> GuardError:
@@ -416,13 +385,12 @@ def scalar_tensor(fn: S.Function, p: S.Param, value: Any) -> torch.Tensor:
     return torch.tensor(value, dtype=TORCH_DTYPES[dt])
 
 
-def to_cpu_tensor(value: torch.Tensor | np.ndarray) -> torch.Tensor:
-    """A CPU torch tensor with the same values (sharing memory when it can; strides are kept)."""
+def to_cpu_tensor(value: torch.Tensor | np.ndarray, kernel: str = "", name: str = "") -> torch.Tensor:
+    """A CPU torch tensor with the same values (sharing memory when it can; strides are kept); ``kernel`` and
+    ``name`` are the parameter's, for the error of a broadcast array too large to copy (:func:`numpy_in`)."""
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
-    if not value.flags.writeable or any(s < 0 for s in value.strides) or not value.dtype.isnative:
-        value = np.array(value, dtype=value.dtype.newbyteorder("="))
-    return torch.from_numpy(value)
+    return numpy_in(kernel, name, value)
 
 
 def _shape_and_dtype(fn: S.Function, p: S.Param, value: Any) -> tuple[tuple[int, ...], AnyDType]:
@@ -503,6 +471,7 @@ def prepare_args(fn: S.Function, arrays: Sequence[Any], scalars: Mapping[str, An
     for p in fn.params:
         if p.type.rank:
             value = given[p.name]
-            value = value.detach() if keep_device and isinstance(value, torch.Tensor) else to_cpu_tensor(value)
+            keep = keep_device and isinstance(value, torch.Tensor)
+            value = value.detach() if keep else to_cpu_tensor(value, fn.name, p.name)
             args[p.name] = resolved(value)
     return {p.name: args[p.name] for p in fn.params}, dims, any_torch

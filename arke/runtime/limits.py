@@ -126,6 +126,32 @@ def refuse_huge_broadcast(kernel: str, name: str, t: torch.Tensor) -> None:
                      "copy yourself, or a smaller tensor", rule="size", param=name)
 
 
+def numpy_in(kernel: str, name: str, a: Any) -> torch.Tensor:
+    """A NumPy argument as a CPU tensor, sharing its memory where torch can (a kernel only reads its
+    arguments): a read-only array (``np.broadcast_to``'s) is not copied, so a broadcast goes through
+    :func:`refuse_huge_broadcast` like torch's ``expand()``; negative strides and a foreign byte order
+    are copied, a broadcast among them only below :data:`BROADCAST_COPY_LIMIT` bytes."""
+    import warnings
+
+    import numpy as np
+
+    if any(st < 0 for st in a.strides) or not a.dtype.isnative:
+        nbytes = a.size * a.itemsize
+        if nbytes > BROADCAST_COPY_LIMIT and any(st == 0 and n > 1 for n, st in zip(a.shape, a.strides)):
+            axis = next(k for k, (n, st) in enumerate(zip(a.shape, a.strides)) if st == 0 and n > 1)
+            raise GuardError(kernel, f"parameter `{name}` is a broadcast view (stride 0 on axis {axis}) of shape "
+                             f"{list(a.shape)}; the copy would take {nbytes / 2**30:.1f} GiB (arke expands "
+                             f"broadcasts of at most {BROADCAST_COPY_LIMIT / 2**30:g} GiB by itself); pass "
+                             f"`np.ascontiguousarray({name})` to make that copy yourself, or a smaller array",
+                             rule="size", param=name)
+        a = np.array(a, dtype=a.dtype.newbyteorder("="))
+    if a.flags.writeable:
+        return torch.from_numpy(a)
+    with warnings.catch_warnings():  # torch warns that it cannot mark the tensor read-only: kernels never write it
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(a)
+
+
 def numpy_out(kernel: str, what: str, o: Any, result: str) -> torch.Tensor:
     """A NumPy ``out`` as a tensor sharing its memory, or a GuardError saying why it cannot be written
     (``result``: the result's dtype, as the message names it)."""

@@ -18,6 +18,7 @@ from test_causal_lm import VOCAB, loaded, prompt
 
 import arke.models
 from arke.runtime.bundle import BundleError
+from arke.runtime.bundle_files import stamped
 from arke.runtime.tolerance import same_bits
 
 _NO_COMPILER = """
@@ -109,11 +110,13 @@ def test_a_changed_or_foreign_model_bundle_is_refused(tmp_path: Path) -> None:
         model.generate([[VOCAB + 1]], 2)
 
 
-def _edited(tmp_path: Path, edit: Any) -> Path:
+def _edited(tmp_path: Path, edit: Any, stamp: bool = True) -> Path:
+    """A copy of the Llama bundle with ``model.json`` edited (``stamp``: its digest made again, as a hand edit
+    that knows how would; else the load refuses it for that alone)."""
     copy = Path(shutil.copytree(llama_bundle(), tmp_path / "copy"))
     record = json.loads((copy / "model.json").read_text())
     edit(record)
-    (copy / "model.json").write_text(json.dumps(record))
+    (copy / "model.json").write_text(json.dumps(stamped(record) if stamp else record))
     return copy
 
 
@@ -122,6 +125,16 @@ def test_a_model_json_without_its_checksums_is_refused(tmp_path: Path) -> None:
     copy = _edited(tmp_path, lambda r: r.update(files={}))
     with pytest.raises(BundleError, match="lists no checksums"):
         arke.models.load_bundle(copy)
+
+
+def test_a_model_json_edited_after_the_save_is_refused(tmp_path: Path) -> None:
+    """``model.json`` has a digest of its own: a tensor's panels or storage edited would load and generate
+    other tokens."""
+    def change(record: dict[str, Any]) -> None:
+        record["tensors"]["layers.0.qkv"]["panels"] = None
+
+    with pytest.raises(BundleError, match=r"model\.json: it was edited after the build"):
+        arke.models.load_bundle(_edited(tmp_path, change, stamp=False))
 
 
 @pytest.mark.parametrize("edit", ["dtype", "config", "vocab", "offset"])

@@ -285,6 +285,30 @@ def test_a_broadcast_input_too_big_to_copy_is_refused(target: str, monkeypatch: 
     torch.testing.assert_close(torch.as_tensor(lib.rowsum(x.contiguous())), x.sum(1))  # the caller's own copy
 
 
+@pytest.mark.parametrize("where", ["build", "bundle", "interpreter"])
+def test_a_numpy_broadcast_too_big_to_copy_is_refused(tmp_path_factory: pytest.TempPathFactory,
+                                                       monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """``np.broadcast_to`` gives a read-only array with stride 0: it is read in place (not copied before the
+    limit is checked), so a huge one is refused as torch's ``expand()`` is, and a small one runs."""
+    if where == "bundle" and not X86_LINUX:
+        pytest.skip("bundles are built for this machine's CPU (x86-64 Linux here)")
+    lib = (_lib("llvm") if where == "build" else
+           _bundled(str(tmp_path_factory.getbasetemp() / "hardening-bundle")) if where == "bundle" else None)
+    kernel = _module().kernels["rowsum"]
+    call = lib.rowsum if lib is not None else (lambda *a: arke.interpret(kernel, *a))
+    row = np.arange(64, dtype=np.float32)
+    x = np.broadcast_to(row, (100, 64))
+    np.testing.assert_allclose(np.asarray(call(x)), np.full(100, row.sum()))
+    monkeypatch.setattr(limits, "BROADCAST_COPY_LIMIT", 1024)
+    if where != "interpreter":  # (the interpreter reads strided tensors as they are: nothing to copy)
+        with pytest.raises(ShapeError, match=r"parameter `x` is a broadcast view \(stride 0 on axis 0\)") as err:
+            call(x)
+        assert err.value.param == "x" and err.value.rule == "size"
+    flipped = np.broadcast_to(row[::-1], (100, 64))  # negative strides are copied: refused before the copy
+    with pytest.raises(ShapeError, match=r"stride 0 on axis 0.*np.ascontiguousarray\(x\)"):
+        call(flipped)
+
+
 # ---------------------------------------------------------------- large where sets at call time
 
 

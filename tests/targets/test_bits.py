@@ -21,7 +21,8 @@ from codegen_support import RUNNABLE, assert_conforms, assert_matches, build, se
 
 from arke.ir import semantic as S
 from arke.ir.dtypes import DTYPES, DType
-from arke.runtime.guards import NUMPY_DTYPES, GuardError
+from arke.runtime.dtypes import NUMPY_DTYPES
+from arke.runtime.guards import GuardError
 from arke.targets.triton import kernel as triton_kernel
 
 INTS = ("i8", "i32", "i64", "u8", "u16", "u32")

@@ -26,6 +26,7 @@ from codegen_support import LAYER_DTYPES, assert_conforms, kernel_names, random_
 import arke
 from arke.lang.checker import stdlib_path
 from arke.runtime.bundle import BundleError, load_bundle
+from arke.runtime.bundle_files import stamped
 from arke.runtime.guards import prepare_args
 from arke.runtime.tolerance import results, tolerance
 from arke.targets.llvm.bundle.build import BundleError as BuildError
@@ -231,8 +232,8 @@ def test_refusals(variants: tuple[Path, arke.Module], tmp_path: Path) -> None:
                             ({"format": "zip"}, "not an Arke bundle")]:
         copy = _copy(path, tmp_path)
         manifest = json.loads((copy / "manifest.json").read_text())
-        manifest.update(change)
-        (copy / "manifest.json").write_text(json.dumps(manifest))
+        manifest.update(change)  # as a build for another machine (or another Arke) writes it: digest and all
+        (copy / "manifest.json").write_text(json.dumps(stamped(manifest)))
         with pytest.raises(BundleError, match=message):
             load_bundle(copy)
         shutil.rmtree(copy)
@@ -251,8 +252,8 @@ def test_build_refusals(tmp_path: Path) -> None:
 
 _BLOCKED = """
 import importlib.abc, sys
-BLOCKED = ("llvmlite", "lark", "arke.lang", "arke.passes", "arke.plan", "arke.targets", "arke.tune", "arke.api",
-           "arke.library")
+BLOCKED = ("llvmlite", "lark", "sympy", "arke.lang", "arke.passes", "arke.plan", "arke.targets", "arke.tune",
+           "arke.api", "arke.library")
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if any(name == b or name.startswith(b + ".") for b in BLOCKED):
@@ -444,8 +445,8 @@ def test_the_c_abi_refuses_null_arrays_and_reads_no_extent_past_the_rank(tmp_pat
 @pytest.mark.parametrize("edit", ["features", "dim", "dtype", "kernels"])
 def test_a_manifest_edited_out_of_shape_is_a_bundle_error(variants: tuple[Path, arke.Module], tmp_path: Path,
                                                           edit: str) -> None:
-    """The manifest has no checksum of its own: a field of the wrong kind is a BundleError at load, never a raw
-    TypeError or KeyError at a call."""
+    """A field of the wrong kind, even in a manifest whose digest was stamped again by hand, is a BundleError at
+    load, never a raw TypeError or KeyError at a call."""
     path, _ = variants
     copy = Path(shutil.copytree(path, tmp_path / "b"))
     manifest = json.loads((copy / "manifest.json").read_text())
@@ -459,7 +460,7 @@ def test_a_manifest_edited_out_of_shape_is_a_bundle_error(variants: tuple[Path, 
             del param["dim"]
         else:
             param["dtype"] = "f64"
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    (copy / "manifest.json").write_text(json.dumps(stamped(manifest)))
     with pytest.raises(BundleError, match=r"manifest\.json is malformed"):
         load_bundle(copy)
 
@@ -473,7 +474,7 @@ def test_a_result_rank_edited_lower_is_caught_before_it_is_used(variants: tuple[
     manifest = json.loads((copy / "manifest.json").read_text())
     record = next(k for k in manifest["kernels"] if k["name"].startswith("scale"))
     record["results"][0]["shape"] = record["results"][0]["shape"][:1]
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    (copy / "manifest.json").write_text(json.dumps(stamped(manifest)))  # stamped again: the library's own check
     with pytest.raises(BundleError, match="the manifest was changed"):
         load_bundle(copy).kernels[record["name"]](torch.randn(3, 8), torch.randn(8))
 

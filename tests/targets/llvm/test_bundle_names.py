@@ -16,6 +16,7 @@ import pytest
 
 import arke
 from arke.runtime.bundle import BundleError, load_bundle
+from arke.runtime.bundle_files import stamped
 from arke.targets.llvm.bundle.build import BundleError as BuildError
 from arke.targets.llvm.bundle.build import build_bundle
 
@@ -63,7 +64,7 @@ def test_a_kernel_listed_twice_in_the_manifest_is_refused(tmp_path: Path) -> Non
     build_bundle(arke.loads(CLAMP + CLAMP.replace("clampish", "other"), "<two>"), tmp_path / "b")
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     manifest["kernels"][1]["name"] = manifest["kernels"][0]["name"]
-    (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps(stamped(manifest)))
     with pytest.raises(BundleError, match="listed twice"):
         load_bundle(tmp_path / "b")
 
@@ -98,3 +99,29 @@ def test_the_header_links_from_cpp(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert subprocess.run([str(tmp_path / "m")], capture_output=True, text=True, check=True).stdout.strip() == "1"
+
+
+TWO = ("kernel f(x: f32[N]) -> f32[N] { return x[n] + 1.0 }\n"
+       "kernel g(x: f32[N], s: f32 = 10.0) -> f32[N] { return x[n] * s }\n")
+
+
+@pytest.mark.parametrize("edit", ["symbols", "default", "semantic", "digest"])
+def test_a_manifest_edited_after_the_build_is_refused(tmp_path: Path, edit: str) -> None:
+    """The checksums cover the library, the digest the manifest itself: kernels' symbols swapped, a default
+    changed or the SemanticIR removed would run (wrongly, or fail later with a raw error)."""
+    build_bundle(arke.loads(TWO, "<two>"), tmp_path / "b")
+    path = tmp_path / "b" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    assert load_bundle(tmp_path / "b").f(np.ones(2, np.float32)).tolist() == [2.0, 2.0]
+    f, g = manifest["kernels"]
+    if edit == "symbols":
+        f["symbol"], g["symbol"] = g["symbol"], f["symbol"]
+    elif edit == "default":
+        g["params"][1]["default"] = 100.0
+    elif edit == "semantic":
+        del manifest["semantic"]
+    else:
+        del manifest["digest"]
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"manifest\.json: it (was edited after the build|has no digest)"):
+        load_bundle(tmp_path / "b")

@@ -29,7 +29,7 @@ from arke.ir.serialize import encode_scalar, to_json
 from arke.ir.shapes import dim_str
 from arke.ir.text import cond_text
 from arke.runtime import bundle_files
-from arke.runtime.bundle_files import FORMAT, LIBRARY, MANIFEST, VERSION, isa_flags, sha256, staged
+from arke.runtime.bundle_files import FORMAT, LIBRARY, MANIFEST, VERSION, isa_flags, sha256, staged, stamped
 from arke.runtime.outputs import can_fail
 from arke.targets.llvm.bundle.cpus import CPUS, LINKERS, TRIPLES, arch_of
 from arke.targets.llvm.bundle.cwrap import DTYPE_CODES, Variant, c_name, render_kernel
@@ -282,5 +282,5 @@ def _write(out: Path, m: Machine, objects: dict[str, bytes], c_parts: list[str],
             "semantic": json.loads(to_json(S.Module(functions))),
             "files": {f: sha256(stage / f) for f in (LIBRARY, HEADER)},
         }
-        (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, allow_nan=False) + "\n")  # plain JSON
+        (stage / MANIFEST).write_text(json.dumps(stamped(manifest), indent=1, allow_nan=False) + "\n")  # plain JSON
     return manifest
