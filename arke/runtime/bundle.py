@@ -390,8 +390,11 @@ class BundleKernel:
             from arke.runtime.interp import run_function
         except ImportError:
             return
-        functions = self.bundle.functions
-        fn = functions.get(self.record["function"])
+        try:
+            functions = self.bundle.functions
+            fn = functions[self.record["function"]]
+        except (KeyError, TypeError, ValueError):  # a manifest without its SemanticIR: the library's message
+            return
         run_function(fn, functions, {p.name: a for p, a in zip(fn.params, args)})
 
 

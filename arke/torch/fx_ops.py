@@ -39,8 +39,8 @@ LOG = logging.getLogger("arke.torch")
 #: how a call chooses: the faster per shape ("measured"), or always Arke's kernel, or always torch's
 MODES = ("measured", "arke", "torch")
 _CHOICE: dict[tuple[Any, ...], str] = {}  # shape key -> "arke" or "torch"
-# id(w) -> (w, (version, data pointer), panels)
-_PACKED: dict[int, tuple[weakref.ref[torch.Tensor], tuple[int, int], torch.Tensor | None]] = {}
+# (id(w), kn) -> (w, (version, data pointer), panels): one weight may be read both ways (a tied x @ W, h @ W.t())
+_PACKED: dict[tuple[int, bool], tuple[weakref.ref[torch.Tensor], tuple[int, int], torch.Tensor | None]] = {}
 ROUNDS = 5  # timed calls of each per decision, after one untimed call (interleaved; the median decides)
 
 
@@ -123,13 +123,17 @@ def _packed(w: torch.Tensor, kn: bool = False) -> torch.Tensor | None:
     """``w`` packed once into the contraction kernels' panels (a weight is read by every call: its layout for
     the micro-kernel is worth a copy), repacked when it is written in place; None where the target has none.
     ``kn``: ``w`` is stored [K, N] (its transpose is packed)."""
-    found = _PACKED.get(id(w))
-    # `w.data = new` keeps the version but not the storage; an inference tensor has no version counter (it
+    if w.is_inference() and not isinstance(w, torch.nn.Parameter):
+        # an inference tensor has no version counter: a caller's in-place write to data (not a model's
+        # weight) could not be seen, so it is read as it is at each call (the kernel packs as it goes)
+        return None
+    key = (id(w), kn)
+    found = _PACKED.get(key)
+    # `w.data = new` keeps the version but not the storage; an inference Parameter has no version counter (it
     # is written in place only inside inference_mode: repack() covers that, as it covers `w.data` writes)
     stamp = (-1 if w.is_inference() else w._version, w.data_ptr())
     if found is not None and found[0]() is w and found[1] == stamp:
         return found[2]
-    key = id(w)
     packed = stdlib().backend.pack_weight((w.t() if kn else w).contiguous())
     _PACKED[key] = (weakref.ref(w, lambda _: _PACKED.pop(key, None)), stamp, packed)
     return packed
@@ -138,7 +142,8 @@ def _packed(w: torch.Tensor, kn: bool = False) -> torch.Tensor | None:
 def repack() -> None:
     """Forget every weight packed for ``torch.compile(backend="arke")``: the next call packs again. Needed only
     after a write through ``w.data`` in place (``w.data.mul_(2)``), which torch's version counter does not see,
-    or an in-place write to an inference tensor (made under ``torch.inference_mode()``: it has no counter)."""
+    or an in-place write to a parameter made under ``torch.inference_mode()`` (it has no counter; other
+    inference tensors are never packed)."""
     _PACKED.clear()
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -90,8 +91,9 @@ def _finite(value: Any) -> bool:
     return not isinstance(value, float) or math.isfinite(value)
 
 
-def _signature(fn: ir.Function) -> tuple[str, list[int], dict[int, Any]]:
-    """The schema's argument list, the positions of tensor and dim parameters, the scalars' defaults."""
+def _signature(fn: ir.Function, varying: frozenset[str] = frozenset()) -> tuple[str, list[int], dict[int, Any]]:
+    """The schema's argument list, the positions of tensor and dim parameters, the scalars' defaults
+    (``varying``: scalars whose dtype a generic kernel's dtype variable sets: ``Scalar`` in the schema)."""
     dims = dim_params(fn)
     parts, tensors, defaults = [], [], {}
     for i, p in enumerate(fn.params):
@@ -102,11 +104,12 @@ def _signature(fn: ir.Function) -> tuple[str, list[int], dict[int, Any]]:
             parts.append(f"Tensor {p.name}")
             tensors.append(i)
         else:
+            kind = "Scalar" if p.name in varying else _scalar_type(p)
             if _finite(p.default):
                 default = "" if p.default is None else f"={_literal(p.default)}"
-                parts.append(f"{_scalar_type(p)} {p.name}{default}")
+                parts.append(f"{kind} {p.name}{default}")
             else:  # `lo: f32 = -inf`: optional, None standing for the kernel's default (_Op.call)
-                parts.append(f"{_scalar_type(p)}? {p.name}=None")
+                parts.append(f"{kind}? {p.name}=None")
             defaults[i] = p.default
     return ", ".join(parts), tensors, defaults
 
@@ -162,9 +165,11 @@ def _device_of(args: tuple[Any, ...]) -> torch.device:
 def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_key: str, traceable: bool) -> None:
     from arke.library import GenericKernel
 
-    # a generic kernel's specialisations share one signature but for the dtypes (all `Tensor` here)
+    # a generic kernel's specialisations share one signature but for the dtypes: `Tensor` whatever they are, and
+    # a scalar whose dtype a variable sets (`c: W`) is a `Scalar` (an int for i32, a float for f32)
     fn = kernel.member(kernel.generic.members[0][1]).function if isinstance(kernel, GenericKernel) else kernel.function
-    params, tensors, defaults = _signature(fn)
+    params, tensors, defaults = _signature(fn, _varying_scalars(kernel) if isinstance(kernel, GenericKernel)
+                                           else frozenset())
     results = len(fn.results)
     rets = "Tensor" if results == 1 else f"({', '.join(['Tensor'] * results)})"
     outs = ", ".join(f"Tensor(a{k}!) out{k if results > 1 else ''}" for k in range(results))
@@ -195,9 +200,15 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
         else:
             lib.define(f"{name}{schema}")
         lib.define(f"{name}.out({params}{', ' if params else ''}*, {outs}) -> {out_rets}")
-    except RuntimeError as err:  # an operator of that name defined elsewhere (not by register)
-        raise ValueError(f"torch.ops.{namespace}.{name} already exists and was not defined by arke.torch.register: "
-                         f"register this library under another namespace ({str(err).splitlines()[0]})") from None
+    except RuntimeError as err:
+        if _exists(namespace, name):  # an operator of that name defined elsewhere (not by register)
+            raise ValueError(f"torch.ops.{namespace}.{name} already exists and was not defined by "
+                             f"arke.torch.register: register this library under another namespace "
+                             f"({str(err).splitlines()[0]})") from None
+        raise ValueError(f"kernel `{name}` cannot be a torch operator: its signature {name}{schema} is not a valid "
+                         f"torch schema ({str(err).splitlines()[0]}); rename the parameter torch reads as a keyword "
+                         "of its schemas (None, True, False, Tensor, ...), or register the other kernels with "
+                         "kernels=[...]") from None
 
     def real(*args: Any) -> Any:
         if torch.is_grad_enabled():
@@ -213,6 +224,8 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
         op.call(args, given[0] if len(given) == 1 else tuple(given))
 
     def fake(*args: Any) -> Any:
+        if torch.is_grad_enabled():  # torch.compile traces a graph that needs gradients through the fakes
+            no_gradients(namespace, name, args)
         bound = op.bound(args)
         metas = result_meta(_function(op.kernel, bound), bound)
         device = _device_of(args)
@@ -220,6 +233,8 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
         return made[0] if len(made) == 1 else tuple(made)
 
     def fake_out(*args: Any, **outputs: Any) -> Any:
+        if torch.is_grad_enabled():
+            no_gradients(namespace, name, args)
         given = [outputs[k] for k in out_names]
         bound = op.bound(args)
         metas = result_meta(_function(op.kernel, bound), bound)
@@ -239,6 +254,35 @@ def _define(namespace: str, name: str, kernel: Kernel | GenericKernel, device_ke
     lib.impl(f"{name}.out", real_out, device_key)
     torch.library.register_fake(f"{namespace}::{name}.out", fake_out, lib=lib)
     _DEFINED[(namespace, name)] = op
+
+
+def _exists(namespace: str, name: str) -> bool:
+    """Whether torch has an operator ``namespace::name`` (its default overload)."""
+    try:
+        torch._C._get_schema(f"{namespace}::{name}", "")
+    except RuntimeError:
+        return False
+    return True
+
+
+def _varying_scalars(kernel: GenericKernel) -> frozenset[str]:
+    """The scalar parameters whose dtype differs between a generic kernel's specialisations."""
+    semantic = kernel.library.module.semantic
+    seen: dict[str, set[DType]] = {}
+    for _, ir_name in kernel.generic.members:
+        for p in semantic.get(ir_name).params:
+            if not p.type.rank:
+                seen.setdefault(p.name, set()).add(p.type.dtype)
+    return frozenset(name for name, dtypes in seen.items() if len(dtypes) > 1)
+
+
+def _tensorless(kernel: Kernel | GenericKernel) -> bool:
+    """Whether a kernel takes no tensor (only dims and scalars): torch dispatches an operator by its tensors."""
+    from arke.library import GenericKernel
+
+    if isinstance(kernel, GenericKernel):
+        return False  # a dtype variable is bound by a tensor parameter
+    return not any(p.type.rank for p in kernel.function.params)
 
 
 def no_gradients(namespace: str, name: str, args: tuple[Any, ...]) -> None:
@@ -289,6 +333,17 @@ def register(library: Library, namespace: str = "arke", kernels: list[str] | Non
     unknown = [k for k in chosen if k not in library.kernels]
     if unknown:
         raise ValueError(f"no kernel {unknown[0]!r} in this library; it has: {', '.join(library.kernels)}")
+    # torch picks an operator's implementation by the device of its tensors: one without any cannot be called
+    tensorless = [k for k in chosen if _tensorless(library.kernels[k])]
+    if tensorless and kernels is not None:
+        raise ValueError(f"kernel `{tensorless[0]}` takes no tensor, and torch dispatches an operator by its tensors: "
+                         "call it on the library itself (it cannot be a torch operator)")
+    if tensorless:
+        one = len(tensorless) == 1
+        warnings.warn(f"arke.torch.register: {', '.join(f'`{k}`' for k in tensorless)} "
+                      f"{'takes' if one else 'take'} no tensor and {'is' if one else 'are'} not registered (torch "
+                      "dispatches an operator by its tensors); call it on the library itself", stacklevel=2)
+        chosen = [k for k in chosen if k not in tensorless]
     from arke.targets import base as targets
 
     target = targets.get(library.target)

@@ -48,6 +48,41 @@ def test_new_storage_is_repacked_and_repack_forgets_writes_through_data() -> Non
     torch.testing.assert_close(torch.ops.arke_fx.linear(x, w, None, "arke"), F.linear(x, w), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize(("k", "n"), [(64, 64), (48, 80)])
+def test_one_weight_read_both_ways_is_packed_for_each(k: int, n: int) -> None:
+    """A tied ``x @ W`` and ``h @ W.t()``: GPT-2's [K, N] form and the [N, K] form of the same tensor are two
+    packings (one reused for the other was the wrong matrix, or the wrong shape)."""
+    w, x = torch.randn(k, n) / 8, torch.randn(5, k)
+    h = torch.ops.arke_fx.linear(x, w, None, "arke", True)  # x @ w
+    torch.testing.assert_close(h, x @ w, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(torch.ops.arke_fx.linear(h, w, None, "arke"), h @ w.t(), rtol=1e-5, atol=1e-4)
+
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(w.clone())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.tanh(x @ self.w) @ self.w.t()
+
+    m = Tied().eval()
+    with torch.no_grad():
+        compiled = torch.compile(m, backend="arke", options={"arke.kernels": "arke", "arke.rest": "eager"})
+        torch.testing.assert_close(compiled(x), m(x), rtol=1e-5, atol=1e-4)
+
+
+def test_an_inference_tensor_that_is_data_is_read_as_it_is_at_each_call() -> None:
+    """Without a version counter an in-place write cannot be seen: a plain inference tensor is not packed and
+    kept (only a model's parameters are), so a caller's update is read."""
+    with torch.inference_mode():
+        x, bank = torch.randn(6, 16), torch.randn(12, 16)
+        torch.testing.assert_close(torch.ops.arke_fx.linear(x, bank, None, "arke"), x @ bank.t(), rtol=1e-5,
+                                   atol=1e-4)
+        bank.copy_(torch.randn(12, 16))
+        torch.testing.assert_close(torch.ops.arke_fx.linear(x, bank, None, "arke"), x @ bank.t(), rtol=1e-5,
+                                   atol=1e-4)
+
+
 def test_an_inference_tensor_weight_is_packed() -> None:
     """A model made under inference_mode has weights without a version counter."""
     with torch.inference_mode():

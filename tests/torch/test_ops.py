@@ -202,3 +202,39 @@ def test_an_op_refuses_inputs_that_need_gradients_it_cannot_give() -> None:
     with torch.no_grad():
         torch.testing.assert_close(op(1.0, x, y), x + y)
     torch.testing.assert_close(op(1.0, x.detach(), y), x.detach() + y)
+    # compiled, the graph needing gradients is traced through the fake implementation (the compiled forward then
+    # runs without gradients): the same refusal, at compile time, not a gradient silently missing
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="no derivative"):
+        torch.compile(lambda x, y: op(1.0, x, y).sum() + (x * x).sum(), backend="aot_eager")(x, y).backward()
+
+
+def test_a_generic_scalar_typed_by_its_dtype_variable_is_a_torch_scalar() -> None:
+    """``c: W`` is an int for the i32 specialisation and a float for the f32 one: the schema says ``Scalar``."""
+    src = ("kernel addc(x: W[N], c: W) -> W[N] where W in {i32, f32} { return x[n] + c }\n"
+           "kernel addd(x: W[N], c: W = 2) -> W[N] where W in {f32, i32} { return x[n] + c }\n")
+    arke.torch.register(arke.build(arke.loads(src)), namespace="arke_test_scalar")
+    ops = torch.ops.arke_test_scalar
+    assert "Scalar c" in str(ops.addc.default._schema)
+    assert ops.addc(torch.ones(3), 2.5).tolist() == [3.5] * 3
+    assert ops.addc(torch.ones(3, dtype=torch.int32), 4).tolist() == [5] * 3
+    assert ops.addd(torch.ones(3, dtype=torch.int32), 3).tolist() == [4] * 3
+    assert ops.addd(torch.ones(3)).tolist() == [3.0] * 3
+    torch.library.opcheck(ops.addc.default, (torch.ones(3), 2.5))
+
+
+def test_a_kernel_without_tensors_is_not_an_operator() -> None:
+    """torch dispatches by the arguments' tensors: such a kernel is skipped with a warning, or refused by name."""
+    lib = arke.build(arke.loads("kernel iota(N: dim) -> y: f32[N] { y[i] = f32(i) }\n"
+                                "kernel dbl(x: f32[N]) -> f32[N] { return x[n] * 2.0 }\n"))
+    with pytest.warns(UserWarning, match="`iota` takes no tensor and is not registered"):
+        ops = arke.torch.register(lib, namespace="arke_test_tensorless")
+    assert list(ops) == ["dbl"] and torch.ops.arke_test_tensorless.dbl(torch.ones(2)).tolist() == [2.0, 2.0]
+    with pytest.raises(ValueError, match="`iota` takes no tensor"):
+        arke.torch.register(lib, namespace="arke_test_tensorless2", kernels=["iota"])
+
+
+def test_a_signature_torch_cannot_read_is_not_called_a_name_clash() -> None:
+    lib = arke.build(arke.loads("kernel f(x: f32[N], None: f32 = 1.0) -> f32[N] { return x[n] * None }\n"))
+    with pytest.raises(ValueError, match=r"kernel `f` cannot be a torch operator: .* not a valid torch schema"):
+        arke.torch.register(lib, namespace="arke_test_badschema")
