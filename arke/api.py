@@ -115,8 +115,11 @@ def decode_source(data: bytes, name: str, what: str) -> tuple[str, str] | Diagno
     try:
         return data.decode("utf-8"), name
     except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        # the bytes before the first bad one are text: lines and columns in characters, as the checker counts
+        # them (any line end; a byte-order mark is no column)
+        before = data[: err.start].decode("utf-8").removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+        line = before.count("\n") + 1
+        col = len(before) - (before.rfind("\n") + 1) + 1
         return make("AK1004", f"{what} is not UTF-8 text (byte {err.start})",
                     Span(name, line, col, line, col + 1, 0, 0), hint="save it as UTF-8")
 

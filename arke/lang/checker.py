@@ -91,7 +91,11 @@ def find_module(module: str, importer: str) -> Path | None:
     """Where ``import module`` in file ``importer`` points: the stdlib for ``std.*``, else next to the
     importer; None when there is no such file or it is refused (:func:`refused_module`)."""
     path = _module_file(module, importer)
-    return path if path.is_file() and refused_module(module, importer) is None else None
+    try:
+        found = path.is_file()
+    except OSError:  # a name past the system's limits (ENAMETOOLONG): no such module
+        return None
+    return path if found and refused_module(module, importer) is None else None
 
 
 def refused_module(module: str, importer: str) -> str | None:

@@ -259,12 +259,13 @@ class _Printer:
             parts += [" " * align + sub[0], *sub[1:]]
         return parts
 
-    def _commented(self, items: Sequence[Node], first: Token, last: Token) -> bool:
-        """Whether a comment sits inside a list (from ``first`` to ``last``) of ``items``."""
+    def _commented(self, items: Sequence[Node], first: Token, last: Token, closer: bool = True) -> bool:
+        """Whether a comment sits inside a list (from ``first`` to ``last``, a closing bracket unless
+        ``closer`` is False) of ``items``."""
         if not items:
             return False
         second = _start(_edge_token(items[1])) if len(items) > 1 else _start(last) + 1
-        return self.comments.inside(_start(first), second, _start(last))
+        return self.comments.inside(_start(first), second, _start(last), closer)
 
     # -- the file
 
@@ -311,7 +312,7 @@ class _Printer:
                 lines += self._outputs(outputs)
         if isinstance(where, Tree):
             conds = _kids(where)
-            explode = self._commented(conds, _edge_token(where), _edge_token(where, last=True))
+            explode = self._commented(conds, _edge_token(where), _edge_token(where, last=True), closer=False)
             col = INDENT + len("where ")
             parts = self.items(conds, col, col, 0, explode)
             lines += [_Line(INDENT, "where " + parts[0], 0, False, False), *_cont(parts[1:])]

@@ -136,8 +136,8 @@ def _check(s: ast.Strategy, sigs: Mapping[str, Signature], indices: Mapping[str,
             error("AK4008" if code == "AK2001" else code, message, span, **kw)
 
         when = cond_expr(s.when, dict(sig.dims), when_error)
-    if sig.node.body_broken:  # its indices are unknown: the body's syntax error is what to fix first
-        return None
+    if sig.node.body_broken or not sig.ok:  # its indices are unknown: the body's syntax error (or the signature's
+        return None  # error, which keeps the body from being checked) is what to fix first
     kernel_indices = indices.get(sig.ir_name, {})
     operands = {p.name for p in sig.params if p.type.rank > 0}
     decisions: list[sir.Decision] = []

@@ -15,6 +15,7 @@ in the agreed encoding (identical to ``akc``'s for UTF-16).
 from __future__ import annotations
 
 import bisect
+import re
 from typing import Any
 
 from lsprotocol import types
@@ -26,6 +27,15 @@ from arke.lang.render import Sources, to_lsp, uri_for
 from arke.lang.source import Span
 
 _CONVERTER = default_converter()
+
+
+_BARE_CR = re.compile(r"\r(?!\n)")
+
+
+def lsp_text(text: str) -> str:
+    """``text`` with each bare CR (an old Mac line end, a line break to LSP as to the checker) as LF: one character
+    for one, so every position stays where the client has it, and the server's line indexes count it."""
+    return _BARE_CR.sub("\n", text) if "\r" in text else text
 
 
 class Text:
@@ -114,4 +124,4 @@ def diagnostic_data(diag: types.Diagnostic) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-__all__ = ["Text", "diagnostic_data", "span_range", "to_diagnostic"]
+__all__ = ["Text", "diagnostic_data", "lsp_text", "span_range", "to_diagnostic"]

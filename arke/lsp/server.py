@@ -54,7 +54,7 @@ from arke.ir.strategy import DECISIONS
 from arke.lang.render import Sources, uri_for
 from arke.lang.source import Span
 from arke.lsp.complete import complete
-from arke.lsp.convert import Text, to_diagnostic
+from arke.lsp.convert import Text, lsp_text, to_diagnostic
 from arke.lsp.edits import document_symbols, format_edits, quick_fixes
 from arke.lsp.hover import hover_markdown
 from arke.lsp.incremental import IncrementalChecker, Outcome
@@ -167,7 +167,7 @@ class ArkeLanguageServer(LanguageServer):
         if self.docs.get(state.uri) is not state:
             return  # closed, or opened again (with a state of its own) since
         document = self.workspace.get_text_document(state.uri)
-        text, version = document.source, document.version or 0
+        text, version = lsp_text(document.source), document.version or 0
         uris = {s.path: s.uri for s in self.docs.values()}  # a snapshot: the worker must not read `docs`
 
         def submit() -> Future[tuple[list[types.Diagnostic], Checked] | None]:
@@ -299,8 +299,8 @@ class ArkeLanguageServer(LanguageServer):
         """The document's text: an open one's, else its file's when that is a regular file ('' if not)."""
         document = self.workspace.get_text_document(uri)
         if uri in self.docs or unquote(uri) in self.workspace.text_documents:
-            return Text(document.source, document.position_codec)
-        return Text(read_regular(document.path) or "", document.position_codec)
+            return Text(lsp_text(document.source), document.position_codec)
+        return Text(lsp_text(read_regular(document.path) or ""), document.position_codec)
 
     def file_text(self, path: str, codec_of: str) -> Text | None:
         """The text of ``path``: an open document's, else the file's (None when unreadable)."""
@@ -310,7 +310,7 @@ class ArkeLanguageServer(LanguageServer):
         content = read_regular(path)
         if content is None:
             return None
-        return Text(content, self.workspace.get_text_document(codec_of).position_codec)
+        return Text(lsp_text(content), self.workspace.get_text_document(codec_of).position_codec)
 
     def lookup(self, state: DocState, text: Text, offset: int) -> tuple[Symbol, int, int, str | None] | None:
         """The symbol at ``offset`` of the current text, its extent there, and the enclosing strategy's target.

@@ -550,3 +550,13 @@ def test_rewriting_keeps_permissions_and_links(tmp_path: Path) -> None:
 def test_check_passes_on_the_stdlib_and_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert akc_fmt(str(ROOT / "arke" / "stdlib"), str(ROOT / "examples"), "--check") == 0
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("where", ["kernel # c\ngroup_norm(", "kernel group_norm # c\n("])
+def test_a_comment_before_a_long_header_settles_after_one_pass(where: str) -> None:
+    """The comment ends the header's first line, after its `)`: a comment after a closing bracket is not
+    inside the list, so the second pass does not lay the parameters out one per line."""
+    src = (where + "x: f32[B, C, L], w: f32[C], b: f32[C], G: dim = 32, eps: f32 = 1e-5) -> f32[B, C, L] {\n"
+           "  return x[n, c, l]\n}\n")
+    once = format_source(src)
+    assert format_source(once) == once and "# c" in once

@@ -4,6 +4,8 @@ its span covers."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import arke
@@ -99,3 +101,31 @@ def test_a_decision_on_a_kernel_that_computes_nothing_says_so() -> None:
     src = "kernel f(x: f32[N]) -> f32[N] { return x }\n@strategy(f, target = llvm) { threads = 2 }"
     [d] = found(src)
     assert d.code == "AK4014" and "no dispatch" in d.message and "None" not in d.message
+
+
+@pytest.mark.parametrize("signature", ["s: f32 = 1e400", "s: f65", "x: f32[M, N]"])
+def test_a_broken_signature_has_no_strategy_follow_on(signature: str) -> None:
+    """The body of a kernel whose signature has an error is not checked, so its indices are unknown: a strategy
+    naming them gets no AK4003 ("kernel `f` has no index `m`") on top of the signature's own error."""
+    src = (f"kernel f(x: f32[M, N], {signature}) -> f32[M, N] {{\n  return x[m, n]\n}}\n"
+           "@strategy(f, target = llvm) {\n  parallel m\n}\n")
+    codes = [d.code for d in found(src) if d.is_error]
+    assert codes and "AK4003" not in codes, codes
+
+
+def test_an_import_whose_name_is_too_long_for_the_system_is_not_found() -> None:
+    """ENAMETOOLONG from the file system is "no such module" (AK2004 at the import), not an OSError."""
+    for module in ("a" * 300, ".".join(["b" * 200] * 30)):
+        [d] = found(f"import {module}\nkernel f(x: f32[N]) -> f32[N] {{ return x[n] }}\n")
+        assert d.code == "AK2004" and d.span.line == 1, d
+
+
+def test_a_bad_byte_is_placed_by_characters_not_bytes(tmp_path: Path) -> None:
+    """AK1004's column counts the characters before the bad byte (``é`` is two bytes), and any line end."""
+    path = tmp_path / "u.ak"
+    path.write_bytes("# ééééé".encode() + b"\xff\n")
+    [d] = found(str(path))
+    assert (d.code, d.span.line, d.span.col) == ("AK1004", 1, 8), d
+    path.write_bytes(b"kernel f() {}\r# \xc3\xa9\xff\r")
+    [d] = found(str(path))
+    assert (d.code, d.span.line, d.span.col) == ("AK1004", 2, 4), d

@@ -335,6 +335,26 @@ async def test_formatting_uses_the_formatter(client: LanguageClient, workspace: 
     assert apply(text, list(edits)) != text
 
 
+async def test_a_file_with_bare_cr_line_ends_is_served_line_by_line(client: LanguageClient, workspace: Path) -> None:
+    """A bare CR ends a line to LSP as to the checker: formatting edits, hover and the diagnostics of every item
+    are where the client has them (a server counting only LF put the whole file on line 0)."""
+    from arke.lang.fmt import format_source
+
+    text = "kernel f(x: f32[N]) -> f32[N] {\r  y[i] = x[i] + 1.0\r  return  y[i]+1.0\r}\r"
+    uri = await open_doc(client, workspace / "mac.ak", text)
+    edits = await client.text_document_formatting_async(types.DocumentFormattingParams(
+        types.TextDocumentIdentifier(uri), types.FormattingOptions(tab_size=2, insert_spaces=True)))
+    assert edits
+    lf = text.replace("\r", "\n")  # the same lines and characters, as the client counts them
+    assert apply(lf, list(edits)) == format_source(lf)
+    assert "x: f32[N]" in await hover(client, uri, types.Position(1, 9))
+    broken = ("kernel f(x: f32[N]) -> f32[N] {\r  return x[i] $\r}\r"
+              "kernel g(x: f32[N]) -> f32[N] {\r  return q[i]\r}\r")
+    uri = await open_doc(client, workspace / "mac2.ak", broken)
+    got = (await published(client, uri, 1)).diagnostics
+    assert [(d.code, d.range.start.line) for d in got] == [("AK1001", 1), ("AK2001", 4)]
+
+
 async def test_quick_fix_replaces_with_the_suggestion(client: LanguageClient, workspace: Path) -> None:
     text = "kernel f(x: f32[M, N], eps: f32 = 1e-6) -> f32[M, N] {\n  return x[m, n] + esp\n}\n"
     uri = await open_doc(client, workspace / "typo.ak", text)
