@@ -135,12 +135,8 @@ def _umask() -> int:
     return 0o022
 
 
-@contextmanager
-def staged(out: Path, mark: str) -> Iterator[Path]:
-    """A new folder beside ``out`` to write a bundle into; once the block succeeds it replaces ``out`` (an
-    existing one is kept until then, and a failed write leaves it as it was). Only an empty folder or a
-    bundle (a folder with the file ``mark``) is replaced: anything else at ``out`` is the user's, and
-    a :class:`BundleError` says so before anything is written."""
+def _replaceable(out: Path, mark: str) -> None:
+    """A :class:`BundleError` unless ``out`` is absent, an empty folder or a bundle (a folder with ``mark``)."""
     if out.is_symlink() or out.exists():
         if not out.is_dir() or out.is_symlink():
             raise BundleError(f"{out} exists and is not a folder: name a new folder for the bundle (nothing "
@@ -157,22 +153,66 @@ def staged(out: Path, mark: str) -> Iterator[Path]:
             raise BundleError(f"{out} holds files its bundle did not write ({', '.join(others[:4])}"
                               f"{', ...' if len(others) > 4 else ''}), which saving would delete: move them, or "
                               "name another folder (nothing was written)")
+
+
+@contextmanager
+def staged(out: Path, mark: str) -> Iterator[Path]:
+    """A new folder beside ``out`` to write a bundle into; once the block succeeds it replaces ``out`` (an
+    existing one is kept until then, and a failed write leaves it as it was). Only an empty folder or a
+    bundle (a folder with the file ``mark``) is replaced: anything else at ``out`` is the user's, and
+    a :class:`BundleError` says so before anything is written."""
+    if out.parent.is_dir():
+        with _parent_locked(out.parent):  # (not while another save swaps its folder in)
+            _replaceable(out, mark)
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     stage.chmod(0o777 & ~_umask())  # mkdtemp's folder is private (0700); a bundle is shipped: the umask's mode
     try:
         yield stage
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            stage.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            stage.rename(out)
+        _shipped_modes(stage)
+        with _parent_locked(out.parent):  # two saves into one folder at once: one swap after the other
+            _replaceable(out, mark)
+            if out.exists():
+                old = out.with_name(f".{out.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                out.rename(old)
+                stage.rename(out)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                stage.rename(out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+def _shipped_modes(stage: Path) -> None:
+    """The umask's modes on everything staged: writers that make private files (safetensors' 0600) would keep
+    a shipped bundle from other users (executables keep their x bits)."""
+    mask = _umask()
+    for path in stage.rglob("*"):
+        if path.is_symlink():
+            continue
+        if path.is_dir() or path.stat().st_mode & 0o111:
+            path.chmod(0o777 & ~mask)
+        else:
+            path.chmod(0o666 & ~mask)
+
+
+@contextmanager
+def _parent_locked(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder`` (``flock`` of the folder itself: nothing is written in it), where the
+    system has one."""
+    try:
+        import fcntl
+    except ImportError:  # (not a POSIX system)
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:

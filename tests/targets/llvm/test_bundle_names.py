@@ -125,3 +125,38 @@ def test_a_manifest_edited_after_the_build_is_refused(tmp_path: Path, edit: str)
     path.write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match=r"manifest\.json: it (was edited after the build|has no digest)"):
         load_bundle(tmp_path / "b")
+
+
+def test_staged_files_get_the_umask_modes_and_saves_at_once_take_turns(tmp_path: Path) -> None:
+    """A writer's private file (safetensors writes 0600) is shipped with the umask's mode; saves into one folder
+    from several threads at once each land whole, one after the other."""
+    import stat
+    import threading
+
+    from arke.runtime.bundle_files import _umask, staged
+
+    out = tmp_path / "b"
+    with staged(out, "manifest.json") as stage:
+        (stage / "manifest.json").write_text(json.dumps({"format": "arke.test", "files": {"w.bin": "x"}}))
+        private = stage / "w.bin"
+        private.write_bytes(b"w")
+        private.chmod(0o600)
+    assert stat.S_IMODE((out / "w.bin").stat().st_mode) == 0o666 & ~_umask()
+    errors: list[BaseException] = []
+
+    def save(k: int) -> None:
+        try:
+            for j in range(15):
+                with staged(out, "manifest.json") as stage:
+                    (stage / "manifest.json").write_text(json.dumps({"format": "arke.test", "files": {},
+                                                                     "by": [k, j]}))
+        except BaseException as err:  # collected for the assertion below
+            errors.append(err)
+
+    threads = [threading.Thread(target=save, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert json.loads((out / "manifest.json").read_text())["by"][1] == 14
