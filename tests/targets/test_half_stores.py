@@ -2,7 +2,8 @@
 a target folds it into the op that reads it: its value is computed in f32, and the fold's cast is that
 rounding. The llvm and triton targets once took that cast as a no-op (the value "was already bf16"), and
 results came out one rounding short, far outside the tolerance rule (which allows no error at an exact
-rounding). Each kernel on every runnable target against the interpreter, at values where the rounding shows."""
+rounding). The mlir target's IREE folded ``extf(truncf(x))`` where a half reduction fed an f32 op. Each kernel
+on every runnable target against the interpreter, at values where the rounding shows."""
 
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ kernel prologue(a: bf16[M, K], w: bf16[N, K]) -> f32[M, N] {
 kernel running(x: bf16[N]) -> f32[N] {
   t[i] = x[i] * 1.1
   return cumsum(f32(t[i]) for i)
+}
+kernel reduced(t: H[M, N], c: f32[M]) -> f32[M] where H in {bf16, f16} {
+  return sum(t[m, n] for n) + c[m]
+}
+kernel peak(t: bf16[M, N], c: f32[M]) -> f32[M] {
+  return max(t[m, n] * 1.5 for n) + c[m]
 }
 """
 
@@ -79,3 +86,22 @@ def test_a_half_tensor_from_a_call_a_prologue_or_a_scan(target: str, kernel: str
         args = (as_dtype(_values(rng, 4097), DType.BF16),)
     got = getattr(build(module, target), kernel)(*args)
     assert_conforms(got, module.kernels[kernel], *args, what=f"{target} {kernel}")
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("dtype", [DType.BF16, DType.F16])
+def test_a_half_reduction_read_by_an_f32_op_is_rounded(target: str, dtype: DType) -> None:
+    """``sum`` of a bf16 row is a bf16 value (rounded) before ``+ c[m]`` in f32: 1 + 2**-8 rounds to 1 in bf16
+    (ties to even), so the result is 1 + 2**-8, not 1 + 2**-7 (f16: the same at 2**-11)."""
+    module = text_module(SOURCE)
+    lib = build(module, target)
+    tiny = 2.0**-8 if dtype is DType.BF16 else 2.0**-11
+    t, c = as_dtype(np.array([[1.0, tiny, 0.0]]), dtype), as_dtype(np.array([tiny]), DType.F32)
+    name = f"reduced__H_{dtype.name.lower()}"
+    assert float(np.asarray(lib.reduced(t, c))[0]) == float(np.asarray(module.kernels[name](t, c))[0]) == 1 + tiny
+    rng = seeded("half-reduced", target, dtype.name)
+    t, c = as_dtype(_values(rng, 3, 4097), dtype), as_dtype(_values(rng, 3), DType.F32)
+    assert_conforms(lib.reduced(t, c), module.kernels[name], t, c, what=f"{target} {name}")
+    if dtype is DType.BF16:
+        t = as_dtype(np.array([[1.0078125, 0.5]]), dtype)
+        assert_conforms(lib.peak(t, c[:1]), module.kernels["peak"], t, c[:1], what=f"{target} peak")

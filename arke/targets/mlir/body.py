@@ -119,9 +119,13 @@ class Body:
         return raw
 
     def store_value(self, v: str, dtype: DType) -> str:
-        """A compute-type value of ``dtype`` in its storage type (16-bit floats rounded to nearest even)."""
+        """A compute-type value of ``dtype`` in its storage type (16-bit floats rounded to nearest even).
+
+        Rounded on the bits first (:meth:`round_half`): where IREE fuses this store into the op that reads it
+        back, the bitcasts cancel and ``extf(truncf(x))`` folds to ``x``; of a value already rounded that is
+        still the rounded value."""
         if dtype in _HALF:
-            h = self.let(f"arith.truncf {v} : f32 to {_HALF[dtype]}")
+            h = self.let(f"arith.truncf {self.round_half(v, dtype)} : f32 to {_HALF[dtype]}")
             return self.let(f"arith.bitcast {h} : {_HALF[dtype]} to i16")
         if dtype is DType.BOOL:
             return self.let(f"arith.extui {v} : i1 to i8")
