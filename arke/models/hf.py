@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -106,14 +107,22 @@ def layer_config(config: Any, layer_index: int = 0) -> LayerConfig:
             window = getattr(config, "sliding_window", None)
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise ValueError(f"config.json: sliding_window must be a positive number of tokens or null, not {window!r}")
+    eps = float(config.rms_norm_eps)
+    if not math.isfinite(eps) or eps < 0:  # a negative epsilon makes the norm's rsqrt NaN for small rows
+        raise ValueError(f"config.json: rms_norm_eps must be a finite number at least 0, not {config.rms_norm_eps!r}")
     inv_freq, scale = _rotary(config)
+    if not all(math.isfinite(f) for f in inv_freq):  # rope_theta 0 or negative: every rotation NaN
+        given = getattr(config, "rope_parameters", None)
+        theta = given.get("rope_theta") if isinstance(given, dict) else getattr(config, "rope_theta", None)
+        raise ValueError(f"config.json: the rotary frequencies are not finite (rope_theta must be a positive number, "
+                         f"not {theta!r})")
     experts = int(getattr(config, "num_local_experts", 0) or 0) if kind == "mixtral" else 0
     top_k = getattr(config, "num_experts_per_tok", 2)
     if experts and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= experts):
         raise ValueError(f"config.json: num_experts_per_tok must be a whole number from 1 to num_local_experts "
                          f"({experts}), not {top_k!r}")
     return LayerConfig(hidden=int(config.hidden_size), heads=heads, kv_heads=kv, head_dim=head_dim,
-                       intermediate=int(config.intermediate_size), eps=float(config.rms_norm_eps),
+                       intermediate=int(config.intermediate_size), eps=eps,
                        inv_freq=inv_freq, rope_scale=scale, window=int(window) if window else None,
                        experts=experts, top_k=top_k if experts else 2)
 
@@ -222,6 +231,11 @@ def _tensors(folder: Path, prefix: str) -> dict[str, torch.Tensor]:
     else:
         files = sorted(folder.glob("*.safetensors"))
     if not files:
+        pickled = sorted(p.name for p in folder.glob("pytorch_model*.bin"))
+        if pickled and not index.exists():
+            raise ValueError(f"{folder} holds a PyTorch checkpoint ({pickled[0]}), and arke reads safetensors files "
+                             "only (a .bin file is a pickle, which can run code when loaded): save the model with "
+                             "`model.save_pretrained(folder, safe_serialization=True)`")
         raise FileNotFoundError(f"no safetensors file in {folder} holds {prefix!r}")
     missing = [f for f in files if not f.exists()]
     if missing:
@@ -285,9 +299,12 @@ def layer_weights(path: Path, config: Any, layer_index: int) -> tuple[LayerConfi
     t = _layer_tensors(path, layer_index)
     raw: dict[str, torch.Tensor] = {}
     names = {"input_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight"}
+    # Qwen2 always has q, k and v biases, Llama-like models where config.json says `attention_bias`: one missing
+    # from the checkpoint is an error, as a weight is (a bias taken as zero would change every result)
+    biased = getattr(config, "model_type", "") == "qwen2" or bool(getattr(config, "attention_bias", False))
     for part in ("q", "k", "v", "o"):
         names[part] = f"self_attn.{part}_proj.weight"
-        if f"self_attn.{part}_proj.bias" in t:
+        if f"self_attn.{part}_proj.bias" in t or (biased and part != "o"):
             names[part + "_bias"] = f"self_attn.{part}_proj.bias"
     if spec.experts:
         moe = "block_sparse_moe" if "block_sparse_moe.gate.weight" in t else "mlp"

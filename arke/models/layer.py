@@ -252,9 +252,16 @@ class CompiledLayer:
                      "experts_down": (c.experts, d, c.intermediate)}
         else:
             want |= {"gate": (c.intermediate, d), "up": (c.intermediate, d), "down": (d, c.intermediate)}
+        for part, heads in (("q", c.heads), ("k", c.kv_heads), ("v", c.kv_heads)):
+            if part + "_bias" in raw:
+                want[part + "_bias"] = (heads * e,)
         for n, shape in want.items():
             if tuple(raw[n].shape) != shape:
                 raise ValueError(f"{self.name}: weight {n!r} has shape {list(raw[n].shape)}, expected {list(shape)}")
+        for n, t in raw.items():  # a weight is a float; an integer or bool tensor would be converted silently
+            if not t.dtype.is_floating_point or t.dtype.itemsize < 2:
+                raise ValueError(f"{self.name}: weight {n!r} is {str(t.dtype).removeprefix('torch.')}; the layer "
+                                 "reads float32, float16 or bfloat16 weights (quantize with weights='int8')")
         return c
 
     def _pack(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -36,6 +36,8 @@ from arke.ir import strategy as sir
 OUTCOMES = ("ok", "mismatch", "failed", "timeout", "pruned", "flagged")
 #: Seconds a SQLite connection waits on another process's lock before saying the database is locked.
 LOCK_TIMEOUT_S = 30.0
+#: ... and a build's lookup (not a tuner): it runs its defaults rather than wait on a tuner's lock.
+READ_LOCK_TIMEOUT_S = 2.0
 #: Seconds to wait for a database server to answer a connection (a dead one must not hang a build).
 SERVER_TIMEOUT_S = 5
 #: The winner of a tuning run (confirmed against the defaults), per key: what arke.build uses.
@@ -195,7 +197,7 @@ class Database:
         try:
             # a server that accepts and never answers must not hang a build: libpq's and MySQL's own limit
             server = self.url.split(":", 1)[0].split("+", 1)[0] in ("postgresql", "postgres", "mysql", "mariadb")
-            connect = {"timeout": LOCK_TIMEOUT_S} if path is not None else \
+            connect = {"timeout": LOCK_TIMEOUT_S if self.writer else READ_LOCK_TIMEOUT_S} if path is not None else \
                 {"connect_timeout": SERVER_TIMEOUT_S} if server else {}
             engine = sa.create_engine(self.url, connect_args=connect)
         except Exception as err:

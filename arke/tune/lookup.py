@@ -5,6 +5,7 @@ is missing is no record, one that cannot be read is a warning (once) and no reco
 from __future__ import annotations
 
 import stat
+import time
 import warnings
 import weakref
 from collections.abc import Mapping
@@ -58,8 +59,9 @@ def _stamp(url: str) -> object:
 
 
 def _readable(url: str) -> bool:
-    """False where nothing was ever tuned here (no SQLite file): a build makes no file."""
-    return not (url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists())
+    """False where nothing was ever tuned here (no SQLite file: a build makes no file), or where the database
+    failed a lookup moments ago (:func:`_resting`)."""
+    return not (url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists()) and not _resting(url)
 
 
 def _once(key: str, text: str) -> None:
@@ -69,9 +71,23 @@ def _once(key: str, text: str) -> None:
         warnings.warn(text, RuntimeWarning, stacklevel=6)
 
 
+#: Seconds a database that could not be read is left alone: every kernel and shape of a model load looks
+#: up, and each would wait out a lock or a dead server again.
+RETRY_S = 60.0
+_DOWN: dict[str, float] = {}  # url -> when a lookup last failed (time.monotonic)
+
+
+def _resting(url: str) -> bool:
+    """Whether ``url`` failed a lookup less than :data:`RETRY_S` ago (then the defaults run without asking)."""
+    failed = _DOWN.get(url)
+    return failed is not None and time.monotonic() - failed < RETRY_S
+
+
 def _unreadable(url: str, err: Exception) -> None:
+    _DOWN[url] = time.monotonic()
     _once(url, f"the tuning database {url.split('@')[-1]} cannot be read ({type(err).__name__}: {err}); "
-               "kernels run their defaults (arke.build(..., tuning='off') skips it)")
+               f"kernels run their defaults, and it is not asked again for {RETRY_S:g} s "
+               "(arke.build(..., tuning='off') skips it)")
 
 
 def _said(url: str, notes: list[str]) -> None:

@@ -534,3 +534,38 @@ def test_rope_types_that_change_with_the_length_bound_max_seq(rope: dict[str, An
     check_rope_reach(cfg, limit)
     with pytest.raises(ValueError, match=f"max_seq={limit} or less"):
         check_rope_reach(cfg, limit + 1)
+
+
+@pytest.mark.parametrize("case", ["no bias", "bias shape", "int weight", "theta", "eps", "bin"])
+def test_a_damaged_folder_is_refused_by_name(case: str, tmp_path: Path) -> None:
+    """Qwen2's q bias missing (taken as zero it changed every logit), a bias or weight of the wrong shape or
+    kind, a config that makes every value NaN, a pickled checkpoint: each a ValueError naming what is wrong."""
+    from safetensors.torch import load_file
+
+    cfg = config("qwen2", num_hidden_layers=1)
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    model.save_pretrained(tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    saved = json.loads((tmp_path / "config.json").read_text())
+    p = "model.layers.0."
+    if case == "no bias":
+        del tensors[p + "self_attn.q_proj.bias"]
+    elif case == "bias shape":
+        tensors[p + "self_attn.q_proj.bias"] = torch.zeros(3)
+    elif case == "int weight":
+        tensors[p + "mlp.up_proj.weight"] = tensors[p + "mlp.up_proj.weight"].to(torch.int32)
+    elif case == "theta":
+        saved.setdefault("rope_parameters", {})["rope_theta"] = 0.0
+        saved["rope_theta"] = 0.0
+    elif case == "eps":
+        saved["rms_norm_eps"] = -1.0
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    if case == "bin":
+        torch.save(tensors, tmp_path / "pytorch_model.bin")
+        (tmp_path / "model.safetensors").unlink()
+    says = {"no bias": "lacks self_attn.q_proj.bias", "bias shape": r"'q_bias' has shape \[3\]",
+            "int weight": "'up' is int32", "theta": "rope_theta must be a positive number",
+            "eps": "rms_norm_eps must be", "bin": "pytorch_model.bin"}[case]
+    with pytest.raises(ValueError, match=says):
+        arke.models.layer_from_pretrained(tmp_path, 0, max_seq=MAX_SEQ)

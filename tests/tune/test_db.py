@@ -186,6 +186,37 @@ def test_a_locked_database_is_not_set_aside(tmp_path: Path, monkeypatch: pytest.
     assert not [p for p in tmp_path.iterdir() if ".corrupt-" in p.name] and tdb.Database(str(path)).count() == 1
 
 
+def test_a_build_does_not_wait_on_a_locked_database_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuner's lock: a build's lookup waits a short while (not a tuner's 30 s), warns, runs the defaults, and
+    does not ask again for a minute (a model load looks up every kernel at every shape)."""
+    import time
+
+    from arke.tune import lookup
+
+    path = tmp_path / "t.db"
+    tdb.Database(str(path)).add(_record(_key({"M": 8, "N": 8, "K": 8}), tdb.CHOSEN))
+    monkeypatch.setattr(tdb, "READ_LOCK_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(lookup, "_DOWN", {})
+    module = arke.loads(SOURCE)
+    url = f"sqlite:///{path}"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for dims in ({"M": 8, "N": 8, "K": 8}, {"M": 64, "N": 64, "K": 64}, {"M": 8, "N": 8, "K": 8}):
+                start = time.perf_counter()
+                assert tuned_strategy(module.semantic, module.kernel_map["mm"], "llvm", dims, url=url) is None
+                took = time.perf_counter() - start
+        assert took < 0.2 and any("not asked again" in str(w.message) for w in caught)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    monkeypatch.setattr(lookup, "RETRY_S", 0.0)  # a minute later: asked again, and read
+    assert tuned_strategy(module.semantic, module.kernel_map["mm"], "llvm", {"M": 8, "N": 8, "K": 8},
+                          url=url) is not None
+
+
 @pytest.mark.parametrize("url", ["", "sqlite://", "sqlite:///:memory:"])
 def test_a_database_that_keeps_nothing_is_refused(url: str) -> None:
     with pytest.raises(tdb.TuningDatabaseError, match=r"empty string|in memory"):
