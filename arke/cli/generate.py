@@ -114,18 +114,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except (ValueError, GuardError) as err:
         raise UsageError(str(err)) from None
     made: list[int] = []
-    if tokenizer is not None and args.prompt is not None:
+    stream = TextStream(tokenizer.decode, ids) if tokenizer is not None and args.prompt is not None else None
+    if stream is not None:
         sys.stdout.write(args.prompt)
     for token in steps:
         made.append(int(token[0]))
-        if tokenizer is not None and args.prompt is not None:
-            # decoded with the prompt as a whole each time, so spacing and tokens that only make sense
-            # together (pieces of one character) print as the tokenizer joins them
-            text, before = tokenizer.decode(ids + made), tokenizer.decode(ids + made[:-1])
-            sys.stdout.write(text[len(before):] if text.startswith(before) else " " + text)
+        if stream is not None:
+            sys.stdout.write(stream.push(made[-1]))
         else:
             sys.stdout.write(("" if len(made) == 1 else ",") + str(made[-1]))
         sys.stdout.flush()
+    if stream is not None:
+        sys.stdout.write(stream.flush())
     sys.stdout.write("\n")
     s = model.stats
     line = f"# prefill: {s.get('prefill_tokens', 0)} tokens at {s.get('prefill_tok_s', 0.0):.1f} tokens/s"
@@ -133,6 +133,35 @@ def cmd_generate(args: argparse.Namespace) -> int:
         line += f"; decode: {s['decode_steps']} steps at {s['decode_tok_s']:.1f} tokens/s"
     print(line, file=sys.stderr)
     return 0
+
+
+class TextStream:
+    """Generated text as it comes, for a tokenizer's ``decode``: the prompt and the tokens so far are decoded as
+    a whole each time (spacing, and tokens that only make sense together, as the tokenizer joins them), and
+    only what was not printed yet is printed. Text ending in U+FFFD (the first bytes of a character whose
+    other bytes are still to come, from byte-fallback tokens) is held back until the character is whole."""
+
+    def __init__(self, decode: Any, ids: list[int]):
+        self.decode, self.ids = decode, list(ids)
+        self.shown = decode(self.ids)  # the text printed so far, as decoded (the prompt's own)
+        self.text = self.shown
+
+    def push(self, token: int) -> str:
+        """The text ``token`` adds that can be printed now ('' while a character is incomplete)."""
+        self.ids.append(token)
+        self.text = self.decode(self.ids)
+        return "" if self.text.endswith("\ufffd") else self._new()
+
+    def flush(self) -> str:
+        """What is held back at the end (an incomplete character is printed as the tokenizer decodes it)."""
+        return self._new()
+
+    def _new(self) -> str:
+        # what was printed cannot be taken back: where the tokenizer joins earlier text differently now, what
+        # lies past the printed length is printed (never the whole text again)
+        text, printed = self.text, len(self.shown)
+        self.shown = text
+        return text[printed:]
 
 
 def _eos(given: str | None, folder: Path) -> list[int] | None:

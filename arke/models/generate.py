@@ -226,7 +226,7 @@ class _Chooser:
 def _ragged(input_ids: Any) -> bool:
     """Whether ``input_ids`` is a list of prompts of different lengths."""
     return (isinstance(input_ids, list | tuple) and bool(input_ids)
-            and all(isinstance(p, list | tuple | torch.Tensor) for p in input_ids)
+            and all(isinstance(p, list | tuple | torch.Tensor | np.ndarray) for p in input_ids)
             and len({len(p) for p in input_ids}) > 1)
 
 

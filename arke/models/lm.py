@@ -145,7 +145,14 @@ class CausalLM:
         """Empty KV caches of every layer for ``batch`` sequences, ``max_seq`` tokens each."""
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise ValueError(f"batch must be a positive integer, not {batch!r}")
-        return ModelCache(self, batch)
+        try:
+            return ModelCache(self, batch)
+        except RuntimeError as err:  # torch's allocator: "can't allocate memory"
+            if "allocate" not in str(err):
+                raise
+            raise self._error(f"the KV caches of {batch} sequence(s) of max_seq {self.max_seq} tokens do not fit in "
+                              f"this machine's memory ({str(err).splitlines()[0][:160]}); load the model with a "
+                              "smaller max_seq", "size", "max_seq") from None
 
     def _error(self, message: str, rule: str, param: str) -> GuardError:
         return GuardError(self.name, message, rule=rule, param=param)
@@ -154,8 +161,13 @@ class CausalLM:
         """``ids`` as an int64 ``[B, T]`` tensor of token ids in range (a list of lists is accepted)."""
         if isinstance(ids, list | tuple):
             ids = self._listed_ids(ids, name)
+        elif isinstance(ids, np.ndarray) and ids.dtype.kind in "iu":  # a NumPy row of ids, as a list would be
+            ids = torch.from_numpy(ids.astype(np.int64))
         if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
             raise self._error(f"{name} must be an int64 tensor [batch, tokens] of token ids", "type", name)
+        if ids.device.type == "meta":
+            raise self._error(f"{name} is on the meta device, which holds no values: pass token ids on the CPU",
+                              "device", name)
         if ids.dim() == 1:
             ids = ids[None]
         if ids.dim() != 2 or ids.shape[0] < 1 or ids.shape[1] < 1:

@@ -37,6 +37,27 @@ def test_rows_given_as_tensors_are_one_batch() -> None:
     assert torch.equal(lm.generate([np.int64(1), np.int64(2)], 2), lm.generate([1, 2], 2))
 
 
+def test_numpy_rows_ragged_or_not_and_meta_ids() -> None:
+    lm = loaded("qwen2")
+    ragged = lm.generate([np.array([1, 2]), np.array([3])], 2)
+    assert [r.tolist()[:2] for r in ragged] == [[1, 2], [3, lm.generate([[3]], 1)[0, 1].item()]]
+    assert torch.equal(lm.generate(np.array([[1, 2]]), 2), lm.generate([[1, 2]], 2))
+    with pytest.raises(GuardError, match="meta device"):
+        lm.generate(torch.tensor([[1, 2]], device="meta"), 2)
+
+
+def test_caches_too_big_for_memory_are_a_guard_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from arke.models import lm as lm_module
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory")
+
+    model = loaded("qwen2")
+    monkeypatch.setattr(lm_module, "ModelCache", refuse)
+    with pytest.raises(GuardError, match=r"do not fit in this machine's memory.*smaller max_seq"):
+        model.new_cache(1)
+
+
 def test_a_ragged_batch_takes_one_sequence_per_prompt() -> None:
     lm = loaded("qwen2")
     with pytest.raises(ValueError, match="each prompt of a ragged batch is one sequence"):
@@ -164,3 +185,20 @@ def test_akc_generate_stops_at_the_folders_eos_unless_told(tmp_path: Path, capsy
     assert out.out.strip() == ",".join(map(str, free)) and "outside the vocabulary" in out.err
     assert main(["generate", str(stop), "--ids", "1,2,3", "--max-new-tokens", "2", "--max-seq", "0"]) == 2
     assert "max_seq" in capsys.readouterr().err
+
+
+def test_generated_text_is_printed_once_and_whole_characters_only() -> None:
+    """Byte-fallback tokens (``<0xE2> <0x82> <0xAC>`` = "€") decode to U+FFFD until the character is whole: the
+    stream holds them back, and never prints the text again from the start."""
+    from arke.cli.generate import TextStream
+
+    pieces = {6: b"a", 3: b"\xe2", 4: b"\x82", 5: b"\xac", 7: b" b"}
+
+    def decode(ids: list[int]) -> str:
+        return b"".join(pieces[i] for i in ids).decode("utf-8", errors="replace")
+
+    stream = TextStream(decode, [6])
+    out = [stream.push(t) for t in (3, 4, 5, 7, 3, 4)]
+    assert out == ["", "", "€", " b", "", ""]
+    assert stream.flush() == "\ufffd"  # a character left incomplete at the end: as the tokenizer decodes it
+    assert "a" + "".join(out) + "\ufffd" == decode([6, 3, 4, 5, 7, 3, 4])
