@@ -36,7 +36,10 @@ def _transformers() -> Any:
 def _model_type(config: Any) -> str:
     kind = getattr(config, "model_type", None)
     if kind not in SUPPORTED:
-        raise ValueError(f"unsupported model type {kind!r}; arke.models knows {', '.join(SUPPORTED)}")
+        also = " (GPT-2 and DeepSeek-V2 models load whole, with arke.models.from_pretrained)" \
+            if kind in ("gpt2", "deepseek_v2") else ""
+        raise ValueError(f"unsupported model type {kind!r} for a decoder layer of its own; the layers are those of "
+                         f"{', '.join(SUPPORTED)}{also}")
     return str(kind)
 
 

@@ -66,6 +66,20 @@ class Agent:
             raise ValueError(f"the trajectory log {self.log_path} cannot be written ({err.strerror or err}): give "
                              "another file with --log") from None
 
+    def check_db(self) -> None:
+        """Raise a ValueError now (before serving) where the tuning database cannot be used: else an agent
+        measures for minutes and only ``record`` says so."""
+        from arke.tune import db as tdb
+
+        try:
+            database = tdb.Database(self.db_url)
+            try:
+                database.count()
+            finally:
+                database.close()
+        except tdb.TuningDatabaseError as err:
+            raise ValueError(f"{err}; give another database with --db") from None
+
     def _log(self, tool: str, arguments: Mapping[str, Any], result: Any) -> None:
         try:
             self._append(json.dumps({"time": time.time(), "tool": tool, "arguments": dict(arguments),
@@ -275,33 +289,42 @@ TOOLS = ("list_kernels", "legal_decisions", "check_strategy", "measure", "record
 def serve(db: str | None = None, log: str | None = None) -> None:
     """``akc mcp``: the tools over the Model Context Protocol on stdin/stdout (the ``mcp`` SDK)."""
     from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
 
     agent = Agent(db, log)
     agent.check_log()
+    agent.check_db()
     server = MCPServer("arke")
+
+    def answer(result: Any) -> dict[str, Any]:
+        # a tool that failed (only an error to say) is an MCP tool error (isError), which clients tell from a
+        # result; a failed measurement ({"outcome": "failed", "error": ...}) is a result
+        if isinstance(result, dict) and set(result) == {"error"}:
+            raise ToolError(str(result["error"]))  # (the SDK's anticipated failure: its text reaches the client)
+        return dict(result)
 
     @server.tool(description=Agent.tool_list_kernels.__doc__)
     def list_kernels(path: str) -> dict[str, Any]:
-        return dict(agent.call("list_kernels", path=path))
+        return answer(agent.call("list_kernels", path=path))
 
     @server.tool(description=Agent.tool_legal_decisions.__doc__)
     def legal_decisions(path: str, kernel: str, dims: dict[str, int], target: str = "llvm") -> dict[str, Any]:
-        return dict(agent.call("legal_decisions", path=path, kernel=kernel, dims=dims, target=target))
+        return answer(agent.call("legal_decisions", path=path, kernel=kernel, dims=dims, target=target))
 
     @server.tool(description=Agent.tool_check_strategy.__doc__)
     def check_strategy(path: str, kernel: str, strategy: str, target: str = "llvm",
                        dims: dict[str, int] | None = None) -> dict[str, Any]:
-        return dict(agent.call("check_strategy", path=path, kernel=kernel, strategy=strategy, target=target,
+        return answer(agent.call("check_strategy", path=path, kernel=kernel, strategy=strategy, target=target,
                                dims=dims))
 
     @server.tool(description=Agent.tool_measure.__doc__)
     def measure(path: str, kernel: str, dims: dict[str, int], strategy: str, target: str = "llvm") -> dict[str, Any]:
-        return dict(agent.call("measure", path=path, kernel=kernel, dims=dims, strategy=strategy, target=target))
+        return answer(agent.call("measure", path=path, kernel=kernel, dims=dims, strategy=strategy, target=target))
 
     @server.tool(description=Agent.tool_record.__doc__)
     def record(path: str, kernel: str, dims: dict[str, int], strategy: str, rationale: str,
                target: str = "llvm") -> dict[str, Any]:
-        return dict(agent.call("record", path=path, kernel=kernel, dims=dims, strategy=strategy,
+        return answer(agent.call("record", path=path, kernel=kernel, dims=dims, strategy=strategy,
                                rationale=rationale, target=target))
 
     try:

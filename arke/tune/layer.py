@@ -158,6 +158,8 @@ def tune(layer: Any, prefill: Sequence[int] = (), decode_context: Sequence[int] 
         raise ValueError("arke.models.tune takes a layer compiled for a target (not the reference interpreter)")
     if budget < 1 or dispatch_budget < 1:
         raise ValueError(f"budgets are numbers of measurements, at least 1, not {min(budget, dispatch_budget)}")
+    if time_s is not None and not time_s > 0:  # (as `akc tune` says: nothing could be measured in no time)
+        raise ValueError(f"the time is a number of seconds above 0, not {time_s}")
     if not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer, not {batch!r}")
     say = progress or (lambda _: None)

@@ -95,7 +95,8 @@ class TuneResult:
         """The decisions the chosen strategy sets (every one differs from "the target's default")."""
         from arke.ir.text import decision_text
 
-        return [decision_text(d) for d in self.chosen.strategy.decisions] if self.chosen.strategy else []
+        return ([decision_text(d).rstrip(";") for d in self.chosen.strategy.decisions] if self.chosen.strategy
+                else [])  # (a decision as text ends in `;` inside a block)
 
     def as_json(self) -> dict[str, Any]:
         counts: dict[str, int] = {}

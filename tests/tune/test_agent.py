@@ -94,7 +94,23 @@ def test_mcp_over_stdio(program: str, tmp_path: Path) -> None:
             recorded = _result(await client.call_tool("record", {"path": program, "kernel": "mm", "dims": DIMS,
                                                                  "strategy": "tile m = 6", "rationale": "scripted"}))
             assert recorded["recorded"]
+            failed = await client.call_tool("list_kernels", {"path": str(tmp_path / "missing.ak")})
+            assert failed.is_error and "missing.ak" in failed.content[0].text  # a tool error, as MCP says one
 
     asyncio.run(script())
     assert [json.loads(line)["tool"] for line in log.read_text().splitlines()] == [
-        "list_kernels", "check_strategy", "measure", "record"]
+        "list_kernels", "check_strategy", "measure", "record", "list_kernels"]
+
+
+def test_a_database_that_cannot_be_used_is_said_before_serving(tmp_path: Path) -> None:
+    from arke.tune.agent import Agent
+
+    text = tmp_path / "notes.db"
+    text.write_text("not a database\n")
+    agent = Agent(str(text), str(tmp_path / "log.jsonl"))
+    try:
+        with pytest.raises(ValueError, match=r"file is not a database.*--db"):
+            agent.check_db()
+    finally:
+        agent.close()
+    assert text.read_text() == "not a database\n"
