@@ -90,6 +90,7 @@ def from_pretrained(folder: str | os.PathLike[str], target: str = "llvm", dtype:
                          f"{vocab} and hidden size {hidden}")
     if head is not None and tuple(head.shape) != tuple(embed.shape):
         raise ValueError(f"{path}: the LM head is {list(head.shape)}, but the embeddings are {list(embed.shape)}")
+    _no_more_layers(path, total)
     built = []
     for index in range(count):
         spec, raw = layer_weights(path, config, index)
@@ -99,6 +100,19 @@ def from_pretrained(folder: str | os.PathLike[str], target: str = "llvm", dtype:
     del embed, head, built
     release_freed_memory()
     return model
+
+
+def _no_more_layers(path: Path, total: int) -> None:
+    """A ValueError where the checkpoint holds a layer past config.json's ``num_hidden_layers`` (a config that
+    does not belong to its weights: the model would run without those layers, silently)."""
+    from arke.models.hf import _layer_tensors
+
+    try:
+        _layer_tensors(path, total)
+    except FileNotFoundError:
+        return
+    raise ValueError(f"{path}: the checkpoint holds layer {total}, but config.json says num_hidden_layers {total}: "
+                     "the config does not describe these weights")
 
 
 def release_freed_memory() -> None:

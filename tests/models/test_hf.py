@@ -569,3 +569,15 @@ def test_a_damaged_folder_is_refused_by_name(case: str, tmp_path: Path) -> None:
             "eps": "rms_norm_eps must be", "bin": "pytorch_model.bin"}[case]
     with pytest.raises(ValueError, match=says):
         arke.models.layer_from_pretrained(tmp_path, 0, max_seq=MAX_SEQ)
+
+
+def test_a_checkpoint_with_more_layers_than_its_config_is_refused(tmp_path: Path) -> None:
+    """config.json saying 1 layer over 2 layers' weights: the model would run without the second, silently."""
+    cfg = config("llama", num_hidden_layers=2)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    assert len(arke.models.from_pretrained(tmp_path, max_seq=MAX_SEQ, tuning="off", layers=1).layers) == 1
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved["num_hidden_layers"] = 1
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"holds layer 1, but config\.json says num_hidden_layers 1"):
+        arke.models.from_pretrained(tmp_path, max_seq=MAX_SEQ, tuning="off")
