@@ -358,6 +358,13 @@ class BundleKernel:
                 raise GuardError(self.name, f"{what} must be a tensor or NumPy array, not {type(o).__name__}",
                                  rule="type", param="out")
             check_tensor_kind(self.name, what, "out", o)
+            rank, want, name = self._results[k]
+            if o.dtype != want:  # said here by name (the library knows its own dtypes only)
+                raise GuardError(self.name, f"{what} is {str(o.dtype).removeprefix('torch.')}, but the result is "
+                                 f"{name}", rule="dtype", param="out")
+            if o.dim() != rank:
+                raise GuardError(self.name, f"{what} has {o.dim()} axes {list(o.shape)}, but the result has {rank}",
+                                 rule="dim", param="out")
             if o.device.type != "cpu":
                 raise GuardError(self.name, f"{what} is on {o.device}, but the kernel runs on cpu", rule="device",
                                  param="out")

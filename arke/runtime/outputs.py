@@ -100,8 +100,8 @@ def check_out(fn: ir.Function, out: Any, dims: dict[str, int], args: dict[str, t
                              rule="type", param="out")
         want = TORCH_DTYPES[rtype.dtype]
         if o.dtype != want:
-            raise GuardError(fn.name, f"{what} is {o.dtype}, but the result is {rtype.dtype}", rule="dtype",
-                             param="out")
+            raise GuardError(fn.name, f"{what} is {str(o.dtype).removeprefix('torch.')}, but the result is "
+                             f"{rtype.dtype}", rule="dtype", param="out")
         shape = tuple(evaluate(d, dims) for d in rtype.shape)
         if tuple(o.shape) != shape:
             raise GuardError(fn.name, f"{what} has shape {list(o.shape)}, but the result has {list(shape)}",

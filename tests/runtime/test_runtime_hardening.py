@@ -376,3 +376,20 @@ def test_in_memory_sees_views_inside_and_past_their_storage() -> None:
     assert limits.in_memory(past)
     past.untyped_storage().resize_(22 * 4)  # 22 elements left
     assert not limits.in_memory(past)
+
+
+@pytest.mark.parametrize("where", ["build", "bundle"])
+def test_a_wrong_out_dtype_or_rank_is_said_the_same_way(tmp_path_factory: pytest.TempPathFactory, where: str
+                                                        ) -> None:
+    """A bundle names the dtype and the axes of a wrong ``out=`` as ``arke.build`` does (its library knew only
+    "an unknown dtype" and "a dense row-major tensor of the result's shape")."""
+    if where == "bundle" and not X86_LINUX:
+        pytest.skip("bundles are built for this machine's CPU (x86-64 Linux here)")
+    lib = _lib("llvm") if where == "build" else _bundled(str(tmp_path_factory.getbasetemp() / "hardening-bundle"))
+    x = torch.ones(3, 4)
+    for out, says, rule in [(torch.empty(3, dtype=torch.float64), "out is float64, but the result is f32", "dtype"),
+                            (np.empty(3, np.complex64), "out is a NumPy array of complex64", "dtype"),
+                            (torch.empty(3, 1), "out has", "dim")]:
+        with pytest.raises(GuardError, match=says) as err:
+            lib.rowsum(x, out=out)
+        assert err.value.rule == rule and err.value.param == "out", err.value
