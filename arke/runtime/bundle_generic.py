@@ -16,7 +16,7 @@ from arke.runtime.dtypes import dtype_of
 from arke.runtime.errors import GuardError
 
 #: One specialisation suffix (``__W_f32``), as arke.lang.generics.mangle writes it.
-_SUFFIX = re.compile(rf"__([A-Za-z][A-Za-z0-9_]*?)_({'|'.join(DTYPES)})$")
+_SUFFIX = re.compile(rf"__([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*?)_({'|'.join(DTYPES)})$")  # (no `__` inside)
 
 
 def generic_base(name: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
@@ -32,6 +32,13 @@ def _dtype_name(value: Any) -> str | None:
     """The Arke dtype name of a tensor or array argument (None for anything else)."""
     found = dtype_of(value) if isinstance(value, torch.Tensor | np.ndarray) else None
     return None if found is None else str(found)
+
+
+def _shown(value: Any) -> str:
+    """An argument as the refusal names it: a tensor's or array's dtype (Arke's name where it has one)."""
+    if isinstance(value, torch.Tensor | np.ndarray):
+        return _dtype_name(value) or str(value.dtype).removeprefix("torch.")
+    return type(value).__name__
 
 
 class GenericBundleKernel:
@@ -52,11 +59,17 @@ class GenericBundleKernel:
     def __call__(self, *arrays: Any, **scalars: Any) -> Any:
         """Run the specialisation whose tensor parameters have the arguments' dtypes."""
         plain = {k: v for k, v in scalars.items() if k not in ("threads", "out")}
+        first = next(iter(self.members.values()))
+        given = {*first._names[:len(arrays)], *plain}
+        for p in first.params:  # a tensor that binds the dtypes must be there (as arke.build's kernels say)
+            if p["shape"] and p["name"] not in given:
+                raise GuardError(self.name, f"missing tensor `{p['name']}` (the specialisation is chosen by the "
+                                 "dtypes of the tensors)", rule="missing", param=p["name"])
         for member in self.members.values():
             if self._fits(member, arrays, plain):
                 return member(*arrays, **scalars)
         kinds = "; ".join(", ".join(f"{v} = {d}" for v, d in combo) for combo in self.members)
-        got = ", ".join(str(_dtype_name(a) or type(a).__name__) for a in arrays)
+        got = ", ".join(_shown(a) for a in arrays)
         raise GuardError(self.name, f"no specialisation in this bundle takes arguments of dtypes ({got}); it has "
                          f"{kinds}", rule="dtype")
 

@@ -160,3 +160,16 @@ def test_staged_files_get_the_umask_modes_and_saves_at_once_take_turns(tmp_path:
         t.join()
     assert not errors, errors
     assert json.loads((out / "manifest.json").read_text())["by"][1] == 14
+
+
+def test_two_dtype_variables_are_read_back_and_refusals_name_them(tmp_path: Path) -> None:
+    src = ("kernel mix(a: A[N], b: B[N]) -> f32[N] where A in {f32, f16}, B in {i8, u8} "
+           "{ return f32(a[n]) + f32(b[n]) }\n")
+    mod = arke.loads(src, "<mix>")
+    build_bundle(mod, tmp_path / "b", kernels=[n for n in mod.kernel_map if n.startswith("mix__")])
+    lib = load_bundle(tmp_path / "b")
+    assert lib.mix(np.ones(3, np.float16), np.full(3, 2, np.uint8)).tolist() == [3.0] * 3
+    with pytest.raises(arke.GuardError, match=r"dtypes \(float64, i8\); it has A = f32, B = i8; A = f32, B = u8"):
+        lib.mix(np.ones(3), np.ones(3, np.int8))
+    with pytest.raises(arke.GuardError, match="missing tensor `b`"):
+        lib.mix(np.ones(3, np.float32))
