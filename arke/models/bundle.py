@@ -228,8 +228,12 @@ def read_model(path: str | os.PathLike[str]) -> dict[str, Any]:
                             "the bundle again")
     for name, digest in files.items():
         file = folder / name
-        if not file.is_file():
+        if Path(str(name)).is_absolute() or ".." in Path(str(name)).parts:
+            raise _fail(folder, f"{MODEL} lists {name}, which is not a file inside the bundle; save the bundle again")
+        if not os.path.lexists(file):
             raise _fail(folder, f"{name} is missing; save the bundle again")
+        if not file.is_file():  # a folder, a device, a FIFO, a link to one or a dangling link
+            raise _fail(folder, f"{name} is not a regular file; save the bundle again")
         try:
             found = sha256(file)
         except (OSError, ValueError) as err:

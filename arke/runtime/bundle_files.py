@@ -234,8 +234,10 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise _fail(folder, f"{MANIFEST} lists no checksums for its files; rebuild the bundle")
     for name, digest in files.items():
         file = folder / str(name)
-        if Path(str(name)).name != name or not file.is_file():
+        if Path(str(name)).name != name or not os.path.lexists(file):
             raise _fail(folder, f"{name} is missing; rebuild the bundle")
+        if not file.is_file():  # a folder, a device, a FIFO, a link to one or a dangling link
+            raise _fail(folder, f"{name} is not a regular file; rebuild the bundle")
         try:
             found = sha256(file)
         except (OSError, ValueError) as err:

@@ -137,6 +137,18 @@ def test_a_model_json_edited_after_the_save_is_refused(tmp_path: Path) -> None:
         arke.models.load_bundle(_edited(tmp_path, change, stamp=False))
 
 
+def test_listed_files_outside_the_bundle_or_not_regular_are_refused(tmp_path: Path) -> None:
+    copy = _edited(tmp_path, lambda r: r["files"].update({"/etc/hostname": "00"}))
+    with pytest.raises(BundleError, match="/etc/hostname, which is not a file inside the bundle"):
+        arke.models.load_bundle(copy)
+    shutil.rmtree(copy)
+    copy = Path(shutil.copytree(llama_bundle(), tmp_path / "copy"))
+    (copy / "weights.safetensors").unlink()
+    (copy / "weights.safetensors").symlink_to("/dev/zero")
+    with pytest.raises(BundleError, match=r"weights\.safetensors is not a regular file"):
+        arke.models.load_bundle(copy)
+
+
 @pytest.mark.parametrize("edit", ["dtype", "config", "vocab", "offset"])
 def test_an_edited_model_json_is_a_bundle_error(tmp_path: Path, edit: str) -> None:
     def change(record: dict[str, Any]) -> None:
