@@ -40,6 +40,7 @@ from pygls.exceptions import (
 from pygls.io_ import StdoutWriter
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage, JsonRPCResponseMessage
+from pygls.protocol.language_server import lsp_method
 from pygls.server import JsonRPCServer
 
 from arke.lsp.framing import STALL_S, Frame, FrameReader
@@ -96,6 +97,19 @@ class ArkeProtocol(LanguageServerProtocol):
         """Say ``message`` to the client (``window/logMessage``) and on stderr."""
         log.warning("%s", message)
         self.notify(types.WINDOW_LOG_MESSAGE, types.LogMessageParams(kind, f"akc lsp: {message}"))
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Any:
+        """pygls' own, for a document that is open; a change to one that is not is said and ignored (pygls
+        raised a KeyError that reached the user as "Error in server")."""
+        try:
+            for change in params.content_changes:
+                self.workspace.update_text_document(params.text_document, change)
+        except KeyError:
+            self.tell(f"a change to {params.text_document.uri}, which is not open: ignored (didOpen it first)")
+            return
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (params,), None
 
     def refuse(self, msg_id: int | str | None, error: JsonRpcException) -> None:
         """Answer request ``msg_id`` (None: unknown) with ``error``."""

@@ -212,6 +212,16 @@ def test_junk_between_frames_is_skipped_and_reported(wire: Wire) -> None:
               10, "a message about the junk")
 
 
+def test_a_change_to_a_document_never_opened_is_said_and_ignored(wire: Wire) -> None:
+    """pygls raised a KeyError for it, which reached the user as "Error in server: KeyError"."""
+    wire.notify("textDocument/didChange", {"textDocument": {"uri": "file:///nope2.ak", "version": 2},
+                                           "contentChanges": [{"text": "kernel f() {}"}]})
+    wire.wait(lambda m: m.get("method") == "window/logMessage" and "not open" in m["params"]["message"],
+              10, "a message about the change")
+    assert not [m for m in wire.messages if m.get("method") == "window/showMessage"]
+    assert_alive(wire, "file:///a.ak")
+
+
 # ---------------------------------------------------------------- item 14: no document waits on another
 
 
