@@ -418,7 +418,10 @@ class Emitter:
         off = self.offset(buf, e.indices)
         mask = f", mask={self.mask}, other=0" if self.mask else ""
         raw = self.let(f"tl.load({self.src.pointer(e.src)} + {off}{mask})")
-        if buf.dtype in (DType.F16, DType.BF16):
+        if buf.dtype is DType.BF16:  # widened on the bits: Triton's interpreter converts subnormals wrongly
+            bits = self.let(f"{raw}.to(tl.uint16, bitcast=True).to(tl.uint32)")
+            return self.let(f"({bits} << 16).to(tl.float32, bitcast=True)")
+        if buf.dtype is DType.F16:
             return self.let(f"{raw}.to(tl.float32)")
         if buf.dtype is DType.BOOL:
             return self.let(f"{raw} != 0")
@@ -429,8 +432,10 @@ class Emitter:
         off = self.offset(buf, subs)
         mask = f", mask={self.mask}" if self.mask else ""
         v = self.let(f"tl.broadcast_to({value}, {self.shape})")
-        if buf.dtype is DType.BF16:
+        if buf.dtype is DType.BF16:  # rounded, then narrowed on the bits (exact: the low half is zero)
             v = self.rounded(v, buf.dtype)
+            top = self.let(f"({v}.to(tl.uint32, bitcast=True) >> 16).to(tl.uint16)")
+            v = self.let(f"{top}.to(tl.bfloat16, bitcast=True)")
         self.src.line(f"tl.store({self.src.pointer(buf.name)} + {off}, {v}.to({STORAGE[buf.dtype]}){mask})",
                       self.depth)
 
