@@ -18,7 +18,7 @@ import torch
 
 from arke import knobs
 from arke.ir import strategy as sir
-from arke.runtime.guards import dim_params, eval_cond, prepare_args
+from arke.runtime.guards import cond_holds, dim_params, prepare_args
 from arke.runtime.limits import in_memory
 from arke.runtime.pool import evict_oldest
 from arke.targets import base as targets
@@ -91,7 +91,7 @@ class Kernel:
     def choose(self, dims: dict[str, int]) -> int:
         """The strategy in force for a call with these dims (-1: none, the defaults)."""
         for k, s in enumerate(self.strategies()):
-            if s.when is None or eval_cond(s.when, dims):
+            if s.when is None or cond_holds(self.name, "a strategy's `when` clause", s.when, dims):
                 return k
         if self._strategies or self.library.tuning == "off":
             return -1

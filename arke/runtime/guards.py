@@ -265,9 +265,19 @@ def cond_dims(cond: S.Cond) -> set[str]:
 def check_guards(fn: S.Function, dims: Mapping[str, int]) -> None:
     """Raise :class:`GuardError` for the first ``where`` clause of ``fn`` that does not hold."""
     for g in fn.guards:
-        if not eval_cond(g.cond, dims):
+        if not cond_holds(fn.name, f"where clause `{_clipped(g.text)}`", g.cond, dims):
             values = ", ".join(f"{s} = {dims[s]}" for s in sorted(cond_dims(g.cond)) if s in dims)
             raise GuardError(fn.name, f"where clause `{_clipped(g.text)}` does not hold: {values}", rule="where")
+
+
+def cond_holds(kernel: str, what: str, cond: S.Cond, dims: Mapping[str, int]) -> bool:
+    """:func:`eval_cond`, with a division or modulo by zero in it a :class:`GuardError` (``arith``, spec
+    §9.3) naming ``what`` (a ``where`` clause, a strategy's ``when``) and the dims' values."""
+    try:
+        return eval_cond(cond, dims)
+    except ZeroDivisionError:
+        values = ", ".join(f"{s} = {dims[s]}" for s in sorted(cond_dims(cond)) if s in dims)
+        raise GuardError(kernel, f"{what} divides by zero at {values}", rule="arith") from None
 
 
 _I64_MAX = 2**63 - 1

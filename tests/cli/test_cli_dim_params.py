@@ -63,3 +63,22 @@ def test_explain_lists_values_for_a_dim_parameter(capsys: pytest.CaptureFixture[
     status, text = akc(capsys, "build", str(program), "--target", "llvm", "--explain", "--kernel", "group_norm",
                        "--dims", "B=2,C=8,L=5,G=4")
     assert status == 0 and "group_norm" in text, text
+
+
+@pytest.mark.parametrize("dims", ["M=3000000,N=3000000,K=3000000", "M=9223372036854775807,N=1,K=1"])
+def test_akc_run_with_dims_too_big_for_memory_is_a_usage_error(capsys: pytest.CaptureFixture[str], dims: str
+                                                               ) -> None:
+    from pathlib import Path as _Path
+
+    matmul = _Path(__file__).resolve().parents[2] / "examples" / "matmul.ak"
+    status, text = akc(capsys, "run", str(matmul), "mm", "--dims", dims)
+    assert status == 2 and "do not fit in this machine's memory" in text and "internal error" not in text, text
+
+
+def test_akc_run_with_a_when_clause_dividing_by_zero_says_so(capsys: pytest.CaptureFixture[str], tmp_path: Path
+                                                              ) -> None:
+    path = tmp_path / "w.ak"
+    path.write_text("kernel mm(a: f32[M, K], b: f32[K, N]) -> f32[M, N] {\n  return sum(a[m, k] * b[k, n] for k)\n}\n"
+                    "@strategy(mm, target = llvm, when M % (N - 1) == 0) { tile m = 2 }\n")
+    status, text = akc(capsys, "run", str(path), "mm", "--dims", "M=4,N=1,K=3")
+    assert status == 1 and "divides by zero at M = 4, N = 1" in text and "internal error" not in text, text

@@ -393,3 +393,17 @@ def test_a_wrong_out_dtype_or_rank_is_said_the_same_way(tmp_path_factory: pytest
         with pytest.raises(GuardError, match=says) as err:
             lib.rowsum(x, out=out)
         assert err.value.rule == rule and err.value.param == "out", err.value
+
+
+def test_a_clause_dividing_by_zero_is_an_arith_guard_error() -> None:
+    """`where M % (N - 1) == 0` at N = 1, and a strategy's `when` alike: spec §9.3's run-time error, not a raw
+    ZeroDivisionError (an "internal error" from akc run)."""
+    where = arke.loads("kernel f(x: f32[M, N]) -> f32[M, N] where M % (N - 1) == 0 { return x[m, n] }\n")
+    when = arke.loads("kernel g(x: f32[M, N]) -> f32[M, N] { return x[m, n] * 2.0 }\n"
+                      "@strategy(g, target = llvm, when M // (N - 1) == 3) { parallel m }\n")
+    for call in (lambda: where.kernels["f"](torch.ones(4, 1)), lambda: arke.build(where).f(torch.ones(4, 1)),
+                 lambda: arke.build(when).g(torch.ones(4, 1))):
+        with pytest.raises(GuardError, match=r"divides by zero at M = 4, N = 1") as err:
+            call()
+        assert err.value.rule == "arith"
+    assert torch.equal(torch.as_tensor(arke.build(when).g(torch.ones(6, 3))), torch.full((6, 3), 2.0))
