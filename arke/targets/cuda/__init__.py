@@ -61,6 +61,25 @@ class CudaTarget(Target):
     emits = ("source", "ptx", "cubin")
     runs_layers = True
 
+    def honoured(self, decision: sir.Decision, dispatch: Any, others: Any = (), arch: str | None = None
+                 ) -> str | None:
+        """As every target's, and: an f32 (SIMT) matmul double-buffers its tiles, no more (gemm_simt.py), so
+        `stages` above 2 runs as 2 there; the tensor-core one (16-bit operands) takes up to 8."""
+        why = super().honoured(decision, dispatch, others, arch)
+        if why is not None or decision.kind != "stages" or not isinstance(decision.value, int) or decision.value <= 2:
+            return why
+        from arke.plan.contraction import Contraction
+        from arke.targets.space import RUNS_AS
+
+        c = dispatch.pattern
+        if not isinstance(c, Contraction) or c.m is None:
+            return None
+        pa, pb = c.plain_a(), c.plain_b()
+        if pa is not None and pb is not None and pa.dtype == pb.dtype and str(pa.dtype) in ("f16", "bf16"):
+            return None  # tensor cores: a cp.async pipeline of that many stages
+        return (f"an f32 matmul on `cuda` (SIMT tiles) double-buffers at most (`stages = {decision.value}` "
+                f"{RUNS_AS} 2)")
+
     def layer_device(self) -> Any:
         import torch
 

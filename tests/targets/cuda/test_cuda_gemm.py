@@ -349,3 +349,17 @@ def test_a_small_tile_m_takes_warps_that_share_it_out(rows: int) -> None:
                              strategy=module.strategies.for_kernel("mm1", "cuda")[0])
     assert err == 0
     assert_conforms(got, module.kernels["mm1"], *args)
+
+
+def test_stages_past_double_buffering_on_an_f32_matmul_is_said() -> None:
+    """The SIMT (f32) tiles double-buffer, no more: `stages = 8` ran as 2 with "applied" in --explain and no
+    warning. It is AK4014 with the value that runs; on 16-bit operands (tensor cores) it runs as written."""
+    import arke
+
+    f32 = ("kernel mm(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return sum(a[m, k] * b[k, n] for k) }\n"
+           "@strategy(mm, target = cuda) { stages = 8 }\n")
+    [d] = arke.check(f32)
+    assert d.code == "AK4014" and "would run as 2" in d.message, d
+    half = ("kernel mm(a: bf16[M, K], b: bf16[K, N]) -> f32[M, N] { return sum(f32(a[m, k]) * f32(b[k, n]) for k) }\n"
+            "@strategy(mm, target = cuda) { stages = 4 }\n")
+    assert arke.check(half) == []
