@@ -207,7 +207,11 @@ def _parent_locked(folder: Path) -> Iterator[None]:
     except ImportError:  # (not a POSIX system)
         yield
         return
-    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # a folder that cannot be opened for reading: saved without the lock (as before)
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
