@@ -57,12 +57,9 @@ class _Comments:
             anchor = starts[at - 1] if trailing else (starts[at] if at < len(starts) else None)
             self.items.append(_Comment(str(tok).rstrip(), _start(tok), trailing, anchor))
 
-    def inside(self, lo: int, lo_leading: int, hi: int, closer: bool = False) -> bool:
-        """Whether a comment goes with a token in [lo, hi] (one alone on its line: in [lo_leading, hi]).
-        ``closer``: ``hi`` is a closing bracket, and a comment after it ends its line whatever the layout inside
-        the brackets: not the list's (else a formatted file would change when formatted again)."""
-        return any(c.anchor is not None and (lo <= c.anchor < hi + (not closer) if c.trailing
-                                             else lo_leading <= c.anchor <= hi)
+    def inside(self, lo: int, lo_leading: int, hi: int) -> bool:
+        """Whether a comment goes with a token in [lo, hi] (one alone on its line: in [lo_leading, hi])."""
+        return any(c.anchor is not None and (lo if c.trailing else lo_leading) <= c.anchor <= hi
                    for c in self.items)
 
 

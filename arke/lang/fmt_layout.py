@@ -259,13 +259,12 @@ class _Printer:
             parts += [" " * align + sub[0], *sub[1:]]
         return parts
 
-    def _commented(self, items: Sequence[Node], first: Token, last: Token, closer: bool = True) -> bool:
-        """Whether a comment sits inside a list (from ``first`` to ``last``, a closing bracket unless
-        ``closer`` is False) of ``items``."""
+    def _commented(self, items: Sequence[Node], first: Token, last: Token) -> bool:
+        """Whether a comment sits inside a list (from ``first`` to ``last``) of ``items``."""
         if not items:
             return False
         second = _start(_edge_token(items[1])) if len(items) > 1 else _start(last) + 1
-        return self.comments.inside(_start(first), second, _start(last), closer)
+        return self.comments.inside(_start(first), second, _start(last))
 
     # -- the file
 
@@ -292,7 +291,10 @@ class _Printer:
         c = node.children
         params = _kids(c[3])
         head = f"kernel {c[1]}("
-        explode = self._commented(params, _edge_token(c[2]), _edge_token(c[4]))
+        # from `kernel` on: a comment after the keyword or the name ends the header's first line, and after a
+        # pass it sits after `)` (in the list): the list goes one entry per line from the first pass, so a
+        # second pass keeps it so
+        explode = self._commented(params, _edge_token(node), _edge_token(c[4]))
         plines = self.items(params, len(head), len(head), 1, explode) or [""]
         plines[0] = head + plines[0]
         plines[-1] += ")"
@@ -312,7 +314,7 @@ class _Printer:
                 lines += self._outputs(outputs)
         if isinstance(where, Tree):
             conds = _kids(where)
-            explode = self._commented(conds, _edge_token(where), _edge_token(where, last=True), closer=False)
+            explode = self._commented(conds, _edge_token(where), _edge_token(where, last=True))
             col = INDENT + len("where ")
             parts = self.items(conds, col, col, 0, explode)
             lines += [_Line(INDENT, "where " + parts[0], 0, False, False), *_cont(parts[1:])]

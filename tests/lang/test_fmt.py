@@ -554,8 +554,8 @@ def test_check_passes_on_the_stdlib_and_examples(capsys: pytest.CaptureFixture[s
 
 @pytest.mark.parametrize("where", ["kernel # c\ngroup_norm(", "kernel group_norm # c\n("])
 def test_a_comment_before_a_long_header_settles_after_one_pass(where: str) -> None:
-    """The comment ends the header's first line, after its `)`: a comment after a closing bracket is not
-    inside the list, so the second pass does not lay the parameters out one per line."""
+    """A comment after `kernel` or the name ends the header's first line: the parameters go one per line from
+    the first pass (after a pass such a comment sits in the list), so the second pass changes nothing."""
     src = (where + "x: f32[B, C, L], w: f32[C], b: f32[C], G: dim = 32, eps: f32 = 1e-5) -> f32[B, C, L] {\n"
            "  return x[n, c, l]\n}\n")
     once = format_source(src)
