@@ -397,13 +397,8 @@ def _run(args: argparse.Namespace) -> int:
         dims = checked_dims(fn, args.kernel, parse_dims(args.dims))
     except ValueError as err:
         raise _usage(str(err)) from None
-    from arke.runtime.guards import check_sizes
-
     try:
-        check_sizes(fn, dims)  # tensors past 64-bit sizes: said before any is made
         inputs = random_inputs(fn, dims, args.seed)
-    except GuardError as err:
-        raise _usage(f"--dims {args.dims}: {err}") from None
     except (RuntimeError, MemoryError) as err:  # torch's allocator: "can't allocate memory"
         raise _usage(f"--dims {args.dims}: the inputs do not fit in this machine's memory "
                      f"({str(err).splitlines()[0][:160]}); give smaller dims") from None

@@ -30,7 +30,7 @@ import torch
 
 from arke.runtime.bundle import TORCH_BY_NAME, BundleKernel
 from arke.runtime.bundle import load_bundle as load_kernels
-from arke.runtime.bundle_files import BundleError, edited, read_json, sha256, staged, stamped
+from arke.runtime.bundle_files import BundleError, check_listed, edited, read_json, sha256, staged, stamped
 from arke.runtime.errors import GuardError
 from arke.runtime.panels import VNNI_KEY, panels_of, register_panels
 
@@ -226,21 +226,7 @@ def read_model(path: str | os.PathLike[str]) -> dict[str, Any]:
         # the checksums are what tell a damaged bundle from a good one: without them nothing would be checked
         raise _fail(folder, f"{MODEL} lists no checksums of {', '.join(sorted(wanted - set(files or ())))}; save "
                             "the bundle again")
-    for name, digest in files.items():
-        file = folder / name
-        if Path(str(name)).is_absolute() or ".." in Path(str(name)).parts:
-            raise _fail(folder, f"{MODEL} lists {name}, which is not a file inside the bundle; save the bundle again")
-        if not os.path.lexists(file):
-            raise _fail(folder, f"{name} is missing; save the bundle again")
-        if not file.is_file():  # a folder, a device, a FIFO, a link to one or a dangling link
-            raise _fail(folder, f"{name} is not a regular file; save the bundle again")
-        try:
-            found = sha256(file)
-        except (OSError, ValueError) as err:
-            raise _fail(folder, f"{name} cannot be read ({err}); save the bundle again") from None
-        if found != digest:
-            raise _fail(folder, f"{name} does not match its checksum in {MODEL}: the file was changed or damaged; "
-                                "save the bundle again")
+    check_listed(folder, MODEL, files, _fail, "save the bundle again")
     return record
 
 

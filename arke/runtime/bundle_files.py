@@ -10,7 +10,7 @@ import os
 import platform
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -219,6 +219,28 @@ def _parent_locked(folder: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def check_listed(folder: Path, mark: str, files: dict[Any, Any], fail: Callable[[Path, str], BundleError],
+                 again: str) -> None:
+    """Each file a bundle's ``mark`` lists (name -> sha256) is a regular file inside ``folder`` with that
+    checksum; else ``fail(folder, why)`` is raised, saying to do ``again``."""
+    for name, digest in files.items():
+        listed = Path(str(name))
+        if listed.is_absolute() or ".." in listed.parts:
+            raise fail(folder, f"{mark} lists {name}, which is not a file inside the bundle; {again}")
+        file = folder / listed
+        if not os.path.lexists(file):
+            raise fail(folder, f"{name} is missing; {again}")
+        if not file.is_file():  # a folder, a device, a FIFO, a link to one or a dangling link
+            raise fail(folder, f"{name} is not a regular file; {again}")
+        try:
+            found = sha256(file)
+        except (OSError, ValueError) as err:
+            raise fail(folder, f"{name} cannot be read ({err}); {again}") from None
+        if found != digest:
+            raise fail(folder, f"{name} does not match its checksum in {mark} (sha256 {found[:16]}…, recorded "
+                               f"{str(digest)[:16]}…): the file was changed or damaged; {again}")
+
+
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The checked manifest of the bundle at ``path`` (format, version, checksums, architecture, ISA flags)."""
     folder = Path(path)
@@ -236,19 +258,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     files = manifest.get("files")
     if not isinstance(files, dict) or manifest.get("library") not in files:
         raise _fail(folder, f"{MANIFEST} lists no checksums for its files; rebuild the bundle")
-    for name, digest in files.items():
-        file = folder / str(name)
-        if Path(str(name)).name != name or not os.path.lexists(file):
-            raise _fail(folder, f"{name} is missing; rebuild the bundle")
-        if not file.is_file():  # a folder, a device, a FIFO, a link to one or a dangling link
-            raise _fail(folder, f"{name} is not a regular file; rebuild the bundle")
-        try:
-            found = sha256(file)
-        except (OSError, ValueError) as err:
-            raise _fail(folder, f"{name} cannot be read ({err}); rebuild the bundle") from None
-        if found != digest:
-            raise _fail(folder, f"{name} does not match its checksum in {MANIFEST} (sha256 {found[:16]}…, recorded "
-                                f"{str(digest)[:16]}…): the file was changed or damaged; rebuild the bundle")
+    check_listed(folder, MANIFEST, files, _fail, "rebuild the bundle")
     why = _malformed(manifest)
     if why is not None:
         raise _fail(folder, f"{MANIFEST} is malformed ({why}); rebuild the bundle")

@@ -37,7 +37,7 @@ from arke.ir import strategy as sir
 from arke.models.plans import HEADER, Dispatch, block, dispatches, identity, spec, strategies
 from arke.runtime.host import cores
 from arke.tune import db as tdb
-from arke.tune.search import Trial, TuneResult, confirm, flops_of
+from arke.tune.search import Trial, TuneResult, check_time, confirm, flops_of
 from arke.tune.source import expressible
 from arke.tune.space import UNSET, knobs, prune
 from arke.tune.worker import Worker
@@ -158,8 +158,7 @@ def tune(layer: Any, prefill: Sequence[int] = (), decode_context: Sequence[int] 
         raise ValueError("arke.models.tune takes a layer compiled for a target (not the reference interpreter)")
     if budget < 1 or dispatch_budget < 1:
         raise ValueError(f"budgets are numbers of measurements, at least 1, not {min(budget, dispatch_budget)}")
-    if time_s is not None and not time_s > 0:  # (as `akc tune` says: nothing could be measured in no time)
-        raise ValueError(f"the time is a number of seconds above 0, not {time_s}")
+    check_time(time_s)
     if not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer, not {batch!r}")
     say = progress or (lambda _: None)

@@ -67,6 +67,12 @@ class Trial:
         return (q3 - q1) / self.median
 
 
+def check_time(time_s: float | None) -> None:
+    """A tuning run's ``time_s``: None, or seconds above 0 (nothing could be measured in no time)."""
+    if time_s is not None and not time_s > 0:
+        raise ValueError(f"the time is a number of seconds above 0, not {time_s}")
+
+
 @dataclass
 class TuneResult:
     """What a tuning run found (``akc tune`` prints it; ``--format json`` writes :meth:`as_json`)."""
@@ -211,8 +217,7 @@ def tune(source: str | Path | Any, kernel: str, dims: Mapping[str, int], *, targ
     dims = checked_dims(fn, kernel, dims)
     if budget is not None and budget < 1:
         raise ValueError(f"the budget is a number of measurements, at least 1 (the defaults'), not {budget}")
-    if time_s is not None and not time_s > 0:
-        raise ValueError(f"the time is a number of seconds above 0, not {time_s}")
+    check_time(time_s)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s <= 1e6:
         raise ValueError(f"the timeout is the seconds one candidate may take, above 0 and at most 1e6, not "
                          f"{timeout_s}")

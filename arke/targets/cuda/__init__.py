@@ -68,6 +68,7 @@ class CudaTarget(Target):
         why = super().honoured(decision, dispatch, others, arch)
         if why is not None or decision.kind != "stages" or not isinstance(decision.value, int) or decision.value <= 2:
             return why
+        from arke.ir.dtypes import DType
         from arke.plan.contraction import Contraction
         from arke.targets.space import RUNS_AS
 
@@ -75,8 +76,8 @@ class CudaTarget(Target):
         if not isinstance(c, Contraction) or c.m is None:
             return None
         pa, pb = c.plain_a(), c.plain_b()
-        if pa is not None and pb is not None and pa.dtype == pb.dtype and str(pa.dtype) in ("f16", "bf16"):
-            return None  # tensor cores: a cp.async pipeline of that many stages
+        if pa is not None and pb is not None and pa.dtype == pb.dtype in (DType.F16, DType.BF16):
+            return None  # tensor cores (gemm.half_operands): a cp.async pipeline of that many stages
         return (f"an f32 matmul on `cuda` (SIMT tiles) double-buffers at most (`stages = {decision.value}` "
                 f"{RUNS_AS} 2)")
 

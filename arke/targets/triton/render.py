@@ -43,8 +43,6 @@ ROW_BLOCK = 256  # lanes per step of a rows member (map)
 ROW_BLOCK_R = 64  # reduce chunk of a rows member
 
 
-
-
 def _term(op: ir.ReduceOp | ir.ContractOp) -> ir.SExpr:
     """A reduction's term in the op's dtype (a contraction's product of its two loads)."""
     if isinstance(op, ir.ContractOp):
