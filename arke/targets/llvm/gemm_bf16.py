@@ -38,7 +38,7 @@ from arke.plan.dispatch import KernelPlan
 from arke.targets.llvm.declarations import masked_load, masked_load_call
 from arke.targets.llvm.emitter import Emitter
 from arke.targets.llvm.gemm_base import Blocking
-from arke.targets.llvm.gemm_vnni import PANEL, GemmVnni
+from arke.targets.llvm.gemm_vnni import FEW_ROWS, PANEL, GemmVnni
 from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, INT8_UNITS, UNITS, VNNI
 from arke.targets.llvm.vec import Vec
 
@@ -229,7 +229,7 @@ class GemmMatrix(GemmVnni):
                         self.branch(few, lambda: self.emit(f"call void @\"{self.name}.unit16\"{args}"),
                                     lambda: self.emit(f"call void @\"{self.name}.unit\"{args}"))
                     else:
-                        self.emit(f"call void @\"{self.name}.unit\"{args}")
+                        self.few_rows_call(self.let(f"sub i64 {m_ext}, {ir_}"), args)
 
                 cols = self.let(f"mul i64 {panels}, {UNIT_NR}")
                 self.counted("ujr", "0", cols, panel, step=UNIT_NR)
@@ -237,6 +237,17 @@ class GemmMatrix(GemmVnni):
             self.counted("uir", "0", m_ext, row_block, step=blk.mr)
 
         self.counted("upc", "0", k_ext, depth, step=blk.kc)
+
+    def few_rows_call(self, left: str, args: str, at: int = 0) -> None:
+        """Call the smallest register-block micro-kernel that holds the ``left`` rows inside M (``.unit<r>`` for
+        ``r`` in :data:`FEW_ROWS`, else ``.unit``): the same sums in the same order, fewer wasted products."""
+        if at == len(FEW_ROWS):
+            self.emit(f"call void @\"{self.name}.unit\"{args}")
+            return
+        rows = FEW_ROWS[at]
+        self.branch(self.let(f"icmp sle i64 {left}, {rows}"),
+                    lambda: self.emit(f"call void @\"{self.name}.unit{rows}\"{args}"),
+                    lambda: self.few_rows_call(left, args, at + 1))
 
     def _lanes_below(self, start: str, limit: str, lanes: int) -> str:
         """``<lanes x i1>``: ``start + l < limit`` for each lane ``l``."""
@@ -474,7 +485,7 @@ class GemmMatrix(GemmVnni):
         vec, pairs = "<16 x float>", "<32 x bfloat>"
         dp = "@llvm.x86.avx512bf16.dpbf16ps.512"
         self.declare(f"declare {vec} {dp}({vec}, {pairs}, {pairs})")
-        return self.register_block(vec, pairs, dp, per_word=2)
+        return self.register_blocks(vec, pairs, dp, per_word=2)
 
 
 __all__ = ["AMX", "AMX_INT8", "DPBF16", "FORMS", "UNIT_K", "UNIT_NR", "VNNI", "GemmMatrix", "UnitForm",

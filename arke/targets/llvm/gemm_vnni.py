@@ -24,6 +24,9 @@ UNIT_NR = PANEL
 
 DPBUSD = "@llvm.x86.avx512.vpdpbusd.512"
 _DECLARATION = f"declare <16 x i32> {DPBUSD}(<16 x i32>, <64 x i8>, <64 x i8>)"
+#: Rows of the smaller micro-kernels a block with that few rows inside M calls (decode at batch 1 to 4):
+#: the 8-row form would spend up to eight times the products, which bound a step once B streams fast.
+FEW_ROWS = (1, 2, 4)
 #: 0x80808080 as an i32: the sign bit of each of a word's four bytes.
 FLIP = -2139062144
 #: What the sum of a column gains from the flipped sign bits: 128 times the column's weights.
@@ -69,17 +72,28 @@ class GemmVnni(GemmPacking):
         return self.let(f"sub i32 {total}, {extra}")
 
     def vnni_kernel(self) -> str:
-        """``c[r][0:32] += Σ over k of A[r][k] · panel[k][0:32]`` for 8 rows, k a multiple of 64."""
+        """``c[r][0:32] += Σ over k of A[r][k] · panel[k][0:32]`` for 8 rows (and the fewer rows of
+        :data:`FEW_ROWS`), k a multiple of 64."""
         self.declare(_DECLARATION)
-        return self.register_block("<16 x i32>", "<64 x i8>", DPBUSD, per_word=4, flip=FLIP)
+        return self.register_blocks("<16 x i32>", "<64 x i8>", DPBUSD, per_word=4, flip=FLIP)
 
-    def register_block(self, vec: str, operand: str, dot: str, per_word: int, flip: int | None = None) -> str:
+    def register_blocks(self, vec: str, operand: str, dot: str, per_word: int, flip: int | None = None) -> str:
+        """:meth:`register_block` for the unit's rows (``.unit``) and for each of :data:`FEW_ROWS` (``.unit<r>``)."""
+        return "\n\n".join(self.register_block(vec, operand, dot, per_word, flip, rows)
+                           for rows in (self.blk.mr, *FEW_ROWS))
+
+    def register_block(self, vec: str, operand: str, dot: str, per_word: int, flip: int | None = None,
+                       rows: int | None = None) -> str:
         """The vector micro-kernel of a dot-product unit (``VDPBF16PS``, ``VPDPBUSD``): an ``mr × 32`` block of
         sums in ``2·mr`` registers of 16 lanes; per ``per_word`` k each row's word of A (its bits xor-ed
-        with ``flip`` first, if given) is broadcast and ``dot(acc, word, panel row)`` runs on both vectors."""
-        mr, nc = self.blk.mr, self.blk.nc
+        with ``flip`` first, if given) is broadcast and ``dot(acc, word, panel row)`` runs on both vectors.
+        ``rows`` below the unit's ``mr``: the same for the block's first ``rows`` rows only (``.unit<rows>``),
+        for a block with no more rows inside M (decode), whose other rows' products would be wasted."""
+        nc = self.blk.nc
+        mr = self.blk.mr if rows is None else rows
+        name = f"{self.name}.unit" + ("" if mr == self.blk.mr else str(mr))
         lane = vec.split(" x ")[1].rstrip(">")
-        lines = [f"define internal void @\"{self.name}.unit\"(ptr noalias %a, i64 %sa, i64 %ka, i64 %a16, "
+        lines = [f"define internal void @\"{name}\"(ptr noalias %a, i64 %sa, i64 %ka, i64 %a16, "
                  "ptr noalias %bp, i64 %kc, ptr noalias %c) nounwind {", "entry:"]
         for r in range(mr):
             lines.append(f"  %ro{r} = mul i64 %sa, {r}")
@@ -119,4 +133,4 @@ class GemmVnni(GemmPacking):
         return "\n".join(lines)
 
 
-__all__ = ["BIAS", "PANEL", "GemmVnni"]
+__all__ = ["BIAS", "FEW_ROWS", "PANEL", "GemmVnni"]

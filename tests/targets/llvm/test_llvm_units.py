@@ -189,6 +189,10 @@ INT8_CASES: list[tuple[str, dict[str, int]]] = [
     ("qlin", {"M": 65, "K": 33, "N": 4097}),
     ("qlin", {"M": 40, "K": 5000, "N": 50}),  # two k-blocks, the last with a tail
     ("w8a8", {"M": 1, "K": 45, "N": 17}),
+    ("qlin", {"M": 1, "K": 130, "N": 70}),  # blocks of 1, 2, 4 rows inside M: the smaller micro-kernels
+    ("qlin", {"M": 2, "K": 200, "N": 33}),
+    ("qlin", {"M": 7, "K": 64, "N": 40}),
+    ("qlin", {"M": 12, "K": 90, "N": 64}),
     ("w8a8", {"M": 33, "K": 130, "N": 61}),
 ]
 

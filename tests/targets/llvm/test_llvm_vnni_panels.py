@@ -51,6 +51,22 @@ def test_bf16_panels_are_read_in_place(unit: str, dims: dict[str, int]) -> None:
     assert same_bits(got, kernel(x, packed, threads=1))
 
 
+@pytest.mark.parametrize("unit", [AMX, DPBF16])
+def test_fewer_rows_give_the_rows_of_a_whole_block(unit: str) -> None:
+    """A block with 1 to 7 rows inside M runs a micro-kernel of that many rows (1, 2, 4 or the unit's own;
+    decode): each row's sums are the bits of the same row computed in a whole block, at any thread count."""
+    why = missing(unit)
+    if why is not None:
+        pytest.skip(why)
+    kernel, _ = _kernel("lin", frozenset({unit}))
+    x, w = _bf16((9, 1100), 3), _bf16((97, 1100), 4)  # three k-blocks (the last with a tail), a panel tail
+    packed = pack_vnni_panels(w)
+    whole = kernel(x, packed)
+    for rows in range(1, 8):
+        assert same_bits(kernel(x[:rows], packed), whole[:rows]), rows
+        assert same_bits(kernel(x[:rows], packed, threads=1), whole[:rows]), rows
+
+
 def test_int8_panels_on_amx_are_exact() -> None:
     why = missing(AMX_INT8)
     if why is not None:
