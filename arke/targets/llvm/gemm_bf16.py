@@ -38,7 +38,7 @@ from arke.plan.dispatch import KernelPlan
 from arke.targets.llvm.declarations import masked_load, masked_load_call
 from arke.targets.llvm.emitter import Emitter
 from arke.targets.llvm.gemm_base import Blocking
-from arke.targets.llvm.gemm_vnni import FEW_ROWS, PANEL, GemmVnni
+from arke.targets.llvm.gemm_vnni import PANEL, GemmVnni
 from arke.targets.llvm.isa import AMX, AMX_INT8, DPBF16, INT8_UNITS, UNITS, VNNI
 from arke.targets.llvm.vec import Vec
 
@@ -240,11 +240,11 @@ class GemmMatrix(GemmVnni):
 
     def few_rows_call(self, left: str, args: str, at: int = 0) -> None:
         """Call the smallest register-block micro-kernel that holds the ``left`` rows inside M (``.unit<r>`` for
-        ``r`` in :data:`FEW_ROWS`, else ``.unit``): the same sums in the same order, fewer wasted products."""
-        if at == len(FEW_ROWS):
+        ``r`` in :attr:`few_rows`, else ``.unit``): the same sums in the same order, fewer wasted products."""
+        if at == len(self.few_rows):
             self.emit(f"call void @\"{self.name}.unit\"{args}")
             return
-        rows = FEW_ROWS[at]
+        rows = self.few_rows[at]
         self.branch(self.let(f"icmp sle i64 {left}, {rows}"),
                     lambda: self.emit(f"call void @\"{self.name}.unit{rows}\"{args}"),
                     lambda: self.few_rows_call(left, args, at + 1))

@@ -80,7 +80,12 @@ class GemmVnni(GemmPacking):
     def register_blocks(self, vec: str, operand: str, dot: str, per_word: int, flip: int | None = None) -> str:
         """:meth:`register_block` for the unit's rows (``.unit``) and for each of :data:`FEW_ROWS` (``.unit<r>``)."""
         return "\n\n".join(self.register_block(vec, operand, dot, per_word, flip, rows)
-                           for rows in (self.blk.mr, *FEW_ROWS))
+                           for rows in (self.blk.mr, *self.few_rows))
+
+    @property
+    def few_rows(self) -> tuple[int, ...]:
+        """The rows of the smaller micro-kernels (:data:`FEW_ROWS` below the unit's own)."""
+        return tuple(r for r in FEW_ROWS if r < self.blk.mr)
 
     def register_block(self, vec: str, operand: str, dot: str, per_word: int, flip: int | None = None,
                        rows: int | None = None) -> str:
