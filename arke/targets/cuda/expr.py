@@ -24,6 +24,7 @@ from arke.ir import semantic as ir
 from arke.ir.dtypes import DType, promote
 from arke.targets.artifact import UnsupportedError
 from arke.targets.literals import float_literal
+from arke.targets.turns import CHUNKS
 
 #: The C type a value is computed in.
 COMPUTE = {DType.F32: "float", DType.F16: "float", DType.BF16: "float", DType.I64: "long long", DType.I32: "int",
@@ -123,6 +124,17 @@ static inline float ak_fmod(float a, float b) {
   float r = fmodf(a, b); /* exact; then moved into the divisor's sign, as Python's % */
   return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
 }
+"""
+
+
+#: ``ak_sin``/``ak_cos``: the turn ``|x| / 2π`` modulo 1 summed from exact f64 products with 1/(2π)'s 24-bit
+#: chunks (:mod:`arke.targets.turns`), centred on [-1/2, 1/2]; sinpi/cospi of twice it, in f64.
+TRIG = "static inline double ak_turn(float x) {\n  double a = fabs((double)x), t = 0.0, p;\n" + "".join(
+    f"  p = a * {c.hex()}; t += p - floor(p);\n" for c in reversed(CHUNKS)) + r"""  t -= floor(t);
+  return t > 0.5 ? t - 1.0 : t;
+}
+static inline float ak_sin(float x) { return (float)sinpi(2.0 * ak_turn(x) * copysign(1.0, (double)x)); }
+static inline float ak_cos(float x) { return (float)cospi(2.0 * ak_turn(x)); }
 """
 
 
@@ -282,9 +294,9 @@ class CExpr:
         if op in _MATH:
             return self.let(ty, f"{_MATH[op]}({x})")
         if op in ("sin", "cos"):
-            # sinf/cosf keep a Payne-Hanek reduction in local memory (a 32-byte stack: "spills");
-            # sinpi/cospi of x / pi in f64 reduce exactly, and stay within an ulp for |x| < 2**20
-            return self.let(ty, f"(float){op}pi((double){x} * {(1 / math.pi)!r})")
+            # sinf/cosf keep a Payne-Hanek reduction in local memory (a 32-byte stack: "spills"): the
+            # turn of x reduced exactly in f64 instead (TRIG below), then sinpi/cospi of twice it
+            return self.let(ty, f"ak_{op}({x})")
         if op == "rsqrt":  # 1 / sqrt, correctly rounded twice (rsqrtf is 2 ulp off)
             return self.let(ty, f"1.0f / sqrtf({x})")
         if op == "relu":

@@ -27,12 +27,12 @@ from arke.ir.shapes import Dim, dim_str
 from arke.plan.dispatch import Buffer, Dispatch, KernelPlan
 from arke.plan.exprs import as_dtype, floor_fraction, loads_in
 from arke.targets.artifact import Artifact, LaunchSpec, UnsupportedError
-from arke.targets.cuda.expr import COMPUTE, CONVERT, HELPERS, STORAGE, CExpr, identity
+from arke.targets.cuda.expr import COMPUTE, CONVERT, HELPERS, STORAGE, TRIG, CExpr, identity
 from arke.targets.cuda.warp import WARP
 from arke.targets.nvidia.simt import BLOCK, SIMTRenderer, element_count, entry_name, per_element_kernels
 
 #: What every translation unit starts with (NVRTC here has no CUDA headers: nothing is included).
-PRELUDE = CONVERT + HELPERS + WARP
+PRELUDE = CONVERT + HELPERS + TRIG + WARP
 
 
 class CText:

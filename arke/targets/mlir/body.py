@@ -21,6 +21,7 @@ from arke.ir import semantic as ir
 from arke.ir.dtypes import DType, promote
 from arke.targets.artifact import UnsupportedError
 from arke.targets.literals import float_literal
+from arke.targets.turns import CHUNKS
 
 #: The MLIR type a value is computed in (16-bit floats compute in f32, bools are i1).
 COMPUTE = {DType.BOOL: "i1", DType.I8: "i8", DType.I32: "i32", DType.I64: "i64", DType.U8: "i8", DType.U16: "i16",
@@ -299,15 +300,31 @@ class Body:
         raise UnsupportedError(f"mlir: unary `{op}` on floats")
 
     def _periodic(self, op: str, x: str) -> str:
-        """sin/cos with the argument first reduced to [-pi, pi] in f64: the f32 approximations MLIR
-        expands to are accurate there only (8e-6 off at 300 radians, as rotary embeddings reach)."""
+        """sin/cos with the argument first reduced exactly to [-π, π] in f64 (:mod:`arke.targets.turns`):
+        the f32 approximations MLIR expands to are accurate there only (8e-6 off at 300 radians, as rotary
+        embeddings reach), and a multiple of 2π taken off in f64 is wrong past |x| ≈ 1e11."""
         w = self.let(f"arith.extf {x} : f32 to f64")
-        turns = self.let(f"arith.mulf {w}, {self.const(1 / (2 * math.pi), 'f64')} : f64")
-        k = self.let(f"math.roundeven {turns} : f64")
-        whole = self.let(f"arith.mulf {k}, {self.const(2 * math.pi, 'f64')} : f64")
-        r = self.let(f"arith.subf {w}, {whole} : f64")
+        a = self.let(f"math.absf {w} : f64")
+        turn = None
+        for c in reversed(CHUNKS):  # smallest first: each product and its fraction exact
+            p = self.let(f"arith.mulf {a}, {self.const(c, 'f64')} : f64")
+            f = self.let(f"arith.subf {p}, {self.let(f'math.floor {p} : f64')} : f64")
+            turn = f if turn is None else self.let(f"arith.addf {turn}, {f} : f64")
+        assert turn is not None
+        turn = self.let(f"arith.subf {turn}, {self.let(f'math.floor {turn} : f64')} : f64")
+        half = self.let(f"arith.cmpf ogt, {turn}, {self.const(0.5, 'f64')} : f64")
+        less = self.let(f"arith.subf {turn}, {self.const(1.0, 'f64')} : f64")
+        turn = self.let(f"arith.select {half}, {less}, {turn} : f64")
+        r = self.let(f"arith.mulf {turn}, {self.const(2 * math.pi, 'f64')} : f64")
+        if op == "sin":  # odd: the turn of |x| signed like x (-0 included)
+            sign = self.let(f"math.copysign {self.const(1.0, 'f64')}, {w} : f64")
+            r = self.let(f"arith.mulf {r}, {sign} : f64")
         n = self.let(f"arith.truncf {r} : f64 to f32")
-        return self.let(f"math.{op} {n} : f32")
+        value = self.let(f"math.{op} {n} : f32")
+        if op == "cos":
+            return value
+        zero = self.let(f"arith.cmpf oeq, {x}, {self.const(0.0, 'f32')} : f32")
+        return self.let(f"arith.select {zero}, {x}, {value} : f32")  # sin(±0) = ±0 (IREE's gives +0 for -0)
 
     def _int_unary(self, op: str, x: str, ty: str, unsigned: bool = False) -> str:
         if op == "not":
