@@ -92,7 +92,15 @@ def run(module: S.Module, name: str, arrays: tuple[Any, ...], scalars: Mapping[s
         known = ", ".join(f.name for f in module.functions)
         raise GuardError(name, f"no such kernel in this module (kernels: {known})", rule="kernel") from None
     args, dims, any_torch = prepare_args(fn, tuple(arrays), scalars)
-    outs: tuple[Any, ...] = _Frame(module, fn, dims, args).run()
+    try:
+        outs: tuple[Any, ...] = _Frame(module, fn, dims, args).run()
+    except (MemoryError, RuntimeError) as e:  # torch's allocator: "can't allocate memory: you tried to ..."
+        if not isinstance(e, MemoryError) and "allocate" not in str(e):
+            raise
+        shown = ", ".join(f"{k} = {v}" for k, v in dims.items())
+        raise GuardError(name, f"the reference interpreter could not allocate memory for this call ({shown}): "
+                         "it holds every intermediate and result whole; call it with smaller tensors",
+                         rule="size") from None
     if not any_torch:
         outs = tuple(o if o.dtype == torch.bfloat16 else o.numpy() for o in outs)
     return outs[0] if len(outs) == 1 else outs

@@ -48,7 +48,7 @@ def float_mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         r = np.fmod(x, y)
         r = np.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
         r = np.where(r == 0, np.copysign(np.zeros_like(r), y), r)
-    return torch.from_numpy(np.ascontiguousarray(r)).to(dtype)
+    return torch.from_numpy(np.array(r, dtype=x.dtype)).to(dtype)  # (ascontiguousarray makes a 0-d result 1-d)
 
 
 COMPARE: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {

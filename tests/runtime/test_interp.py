@@ -373,3 +373,30 @@ def test_a_let_of_dims_wraps_as_i64_arithmetic() -> None:
     x = np.zeros(10000, np.float32)
     assert int(module.kernels["f"](x)) == (10000**5 + 2**63) % 2**64 - 2**63
     assert int(module.kernels["g"](x)) == -(2**63) + 9999
+
+
+def test_float_mod_of_a_single_value() -> None:
+    """A rank-0 float ``%`` (a scalar parameter, an element, a sum) is a rank-0 value, as the targets give it
+    (NumPy's ascontiguousarray made it [1]: every kernel with one failed in the interpreter)."""
+    import arke
+
+    module = arke.loads("""
+kernel of_scalar(x: f32[N], s: f32 = 0.5) -> f32 { return s % 2.0 }
+kernel of_element(x: f32[N]) -> f32 { return x[0] % 2.0 }
+kernel of_sum(x: f32[N]) -> f32 { return sum(x[i] for i) % -2.0 }
+""")
+    x = np.array([2.75, -0.5], np.float32)
+    assert float(module.kernels["of_scalar"](x, s=-7.5)) == 0.5
+    assert float(module.kernels["of_element"](x)) == 0.75
+    assert float(module.kernels["of_sum"](x)) == -1.75
+
+
+def test_a_call_too_big_for_memory_is_a_clear_error() -> None:
+    """A broadcast view of 2**40 elements: the interpreter's result cannot be allocated, which is a GuardError
+    naming the dims (it was torch's raw allocator message)."""
+    import arke
+    from arke.runtime.errors import GuardError
+
+    k = arke.loads("kernel p(x: f32[M, N]) -> f32[M, N] { return x[m, n] * 2.0 }").kernels["p"]
+    with pytest.raises(GuardError, match=r"could not allocate memory for this call \(M = 1, N = 1099511627776\)"):
+        k(torch.zeros(1, 1).expand(1, 2**40))
