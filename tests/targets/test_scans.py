@@ -255,3 +255,22 @@ def test_cuda_compiles_without_spills(arch: str) -> None:
         plan = make_plan(module().semantic, name, None, families=RENDERER.families)
         ptx = nvrtc.compile_ptx(str(RENDERER.render(plan).source), arch, kernel=name)
         assert_assembles_without_spills(ptx, arch)
+
+
+UNREAD = """
+kernel of_scalar(x: f32[N], s: f32 = 0.5) -> y: f32[N] { y[n] = cumsum(s for n) }
+kernel of_constant(x: f32[N]) -> y: f32[N] { y[n] = cummax(2.0 for n, exclusive = true) }
+kernel of_index(x: f32[N]) -> y: f32[N] { y[n] = cumsum(f32(n) for n) }
+kernel of_a_column(x: f32[M, N]) -> y: f32[M, N] { y[m, n] = cumsum(x[m, 0] * 2.0 for n) }
+"""
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("name", ["of_scalar", "of_constant", "of_index", "of_a_column"])
+def test_a_body_that_reads_nothing_along_the_scan(target: str, name: str) -> None:
+    """A scan of a value that does not vary along its axis (IREE cloned the body into the scan's dispatch and
+    failed on its stack: "exceeded stack allocation limit")."""
+    module = text_module(UNREAD)
+    # a row's one value summed 97 times (Triton's tree of partial sums on 4097 equal terms leaves the rule's bound)
+    x = seeded("unread", name).standard_normal((3, 97) if name == "of_a_column" else 4097).astype(np.float32)
+    assert_conforms(getattr(build(module, target), name)(x), module.kernels[name], x, what=f"{target} {name}")

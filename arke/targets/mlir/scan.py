@@ -82,6 +82,19 @@ class _Scan:
             r = self._linear()
         else:
             x = self._map(op.body, op.axes, self.tag)
+            if not any(isinstance(n, ir.Load) and any(isinstance(i, ir.Idx) and i.name == op.axis
+                                                      for s in n.indices for i in ir.walk(s))
+                       for n in ir.walk(op.body)):
+                # a body that reads no tensor along the scanned axis, fused into the scan's dispatch: IREE
+                # sizes its temporary as unbounded on the stack ("exceeded stack allocation limit")
+                t = self.ctx.tensor_type(self.shape, self.elem)
+                kept, tied = self.ctx.fresh("c"), self.ctx.fresh("c")
+                self.ctx.emit(f"{kept} = util.optimization_barrier {x} : {t}")
+                sizes = [self.lw._size(d) for d in self.shape if not isinstance(d, sympy.Integer)]
+                if sizes:
+                    self.ctx.emit(f"{tied} = flow.tensor.tie_shape {kept} : {t}{{{', '.join(sizes)}}}")
+                    kept = tied
+                x = kept
             ident = self.ctx.fresh("c")
             self.ctx.emit(f"{ident} = arith.constant {_identity(op.kind, op.dtype)} : {self.elem}")
             start = self._fill(ident, self.elem)
