@@ -422,6 +422,8 @@ def _check_one_device(fn: S.Function, tensors: Mapping[str, Any]) -> None:
     for name, value in tensors.items():
         if not isinstance(value, torch.Tensor):
             continue
+        if value.device.type == "meta":  # no values at all: that, rather than a device to move it to
+            check_tensor_kind(fn.name, f"parameter `{name}`", name, value)
         if first is None:
             first = (name, value.device)
         elif value.device != first[1]:

@@ -407,3 +407,12 @@ def test_a_clause_dividing_by_zero_is_an_arith_guard_error() -> None:
             call()
         assert err.value.rule == "arith"
     assert torch.equal(torch.as_tensor(arke.build(when).g(torch.ones(6, 3))), torch.full((6, 3), 2.0))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_meta_tensor_beside_a_cpu_one_is_called_what_it_is(target: str) -> None:
+    """A meta tensor among CPU ones: it holds no values (Triton's device check asked to move it to the CPU)."""
+    lib = arke.build(arke.loads("kernel two(x: f32[N], y: f32[N]) -> f32[N] { return x[n] + y[n] }"), target=target)
+    with pytest.raises(GuardError, match="`y` is on the meta device, which holds no values") as err:
+        lib.two(torch.ones(3), torch.ones(3, device="meta"))
+    assert err.value.param == "y"
