@@ -8,7 +8,8 @@ Cephes' single-precision routines. Accuracy (against the correctly rounded resul
 
 * ``log``, ``log2``: about 1 ulp (Cephes ``logf``), subnormals, zeros, infinities, NaN exact;
 * ``sin``, ``cos``: about 1 ulp for ``|x| < 8192`` (three-part Cody-Waite reduction by pi/4);
-  beyond that the reduction loses bits, as Cephes' does;
+  beyond that, where the reduction would lose bits (as Cephes' does), ``|x|`` is first taken to
+  [0, 2π) exactly in f64 (:mod:`arke.targets.turns`): within a few units of 2**-24 for every f32;
 * ``tanh``: about 2 ulp (polynomial below 0.625, ``1 - 2/(exp(2|x|)+1)`` above);
 * ``erf``: Taylor series below 1 (about 1 ulp), Abramowitz-Stegun 7.1.26 above (within 1.5e-7);
 * ``pow``: ``exp(b log|a|)`` with the sign and special cases torch gives; its relative error
@@ -20,8 +21,10 @@ Cephes' single-precision routines. Accuracy (against the correctly rounded resul
 from __future__ import annotations
 
 import math
+import struct
 
 from arke.targets.llvm.lib import expf, float_const
+from arke.targets.turns import CHUNKS
 
 _FMA = "declare float @llvm.fmuladd.f32(float, float, float)"
 _FABS = "declare float @llvm.fabs.f32(float)"
@@ -98,12 +101,41 @@ _SIN_POLY = [-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1]
 _COS_POLY = [2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2]
 
 
+#: From this |x| on, sin and cos first take |x| to [0, 2π) exactly (the Cody-Waite steps lose bits past it).
+TURN_FROM = 8192.0
+
+
+def _f64(v: float) -> str:
+    return f"0x{struct.unpack('<Q', struct.pack('<d', v))[0]:016X}"
+
+
+def _turn(ax: str, out: str, negative: str) -> list[str]:
+    """``out = |2π·t|`` and ``negative = t < 0`` for ``t = ax / 2π`` mod 1 centred on [-1/2, 1/2], the turn summed
+    in f64 from exact products of ``ax`` with 1/2π's 24-bit chunks (:mod:`arke.targets.turns`): right for every
+    f32; inf and NaN give NaN."""
+    lines = [f"  %tw = fpext float {ax} to double"]
+    acc = "0.0"
+    for i, c in enumerate(reversed(CHUNKS)):
+        lines += [f"  %tp{i} = fmul double %tw, {_f64(c)}", f"  %tfl{i} = call double @llvm.floor.f64(double %tp{i})",
+                  f"  %tf{i} = fsub double %tp{i}, %tfl{i}", f"  %ts{i} = fadd double {acc}, %tf{i}"]
+        acc = f"%ts{i}"
+    return [*lines, f"  %tfl = call double @llvm.floor.f64(double {acc})", f"  %tt0 = fsub double {acc}, %tfl",
+                    "  %thi = fcmp ogt double %tt0, 0.5", "  %tt1 = fsub double %tt0, 1.0",
+                    "  %tt = select i1 %thi, double %tt1, double %tt0", f"  {negative} = fcmp olt double %tt, 0.0",
+                    f"  %tr = fmul double %tt, {_f64(2 * math.pi)}", "  %trf = fptrunc double %tr to float",
+                    f"  {out} = call float @llvm.fabs.f32(float %trf)"]
+
+
 def _trig(name: str, cosine: bool) -> str:
     sp, s = _horner("%z", _SIN_POLY, "sp")
     cp, c = _horner("%z", _COS_POLY, "cp")
     # octant j of |x| (rounded up to even), j mod 8 in 0..3 plus a sign flip
     lines = [f"define internal float @{name}(float %x) alwaysinline {{", "entry:",
-             "  %ax = call float @llvm.fabs.f32(float %x)",
+             "  %ax0 = call float @llvm.fabs.f32(float %x)",
+             f"  %huge = fcmp oge float %ax0, {_c(TURN_FROM)}", "  br i1 %huge, label %turn, label %core",
+             "turn:", *_turn("%ax0", "%axr", "%rneg"), "  br label %core",
+             "core:", "  %ax = phi float [ %ax0, %entry ], [ %axr, %turn ]",
+             "  %back = phi i1 [ false, %entry ], [ %rneg, %turn ]",  # the turn came out negative
              f"  %q = fmul float %ax, {_c(4 / math.pi)}",
              "  %j00 = fptosi float %q to i32", "  %j0 = freeze i32 %j00",  # poison only for huge/NaN x: NaN anyway
              "  %odd = and i32 %j0, 1", "  %j1 = add i32 %j0, %odd", "  %y = sitofp i32 %j1 to float",
@@ -124,7 +156,7 @@ def _trig(name: str, cosine: bool) -> str:
                   "  %big = icmp sgt i32 %jj, 1", "  %flip = xor i1 %hi, %big"]
     else:
         lines += ["  %v0 = select i1 %mid, float %pc, float %ps",
-                  "  %xneg = fcmp olt float %x, 0.0", "  %flip = xor i1 %hi, %xneg"]
+                  "  %xneg0 = fcmp olt float %x, 0.0", "  %xneg = xor i1 %xneg0, %back", "  %flip = xor i1 %hi, %xneg"]
     lines += ["  %nv = fneg float %v0", "  %v = select i1 %flip, float %nv, float %v0", "  ret float %v", "}"]
     return "\n".join(lines)
 
@@ -193,7 +225,7 @@ def nvptx_math(op: str) -> tuple[str, tuple[str, ...]]:
     if op in ("log", "log2"):
         return name, (*base, _log(name, op == "log2"))
     if op in ("sin", "cos"):
-        return name, (*base, _trig(name, op == "cos"))
+        return name, (*base, "declare double @llvm.floor.f64(double)", _trig(name, op == "cos"))
     if op == "tanh":
         return name, (*base, *exp_defs, _tanh(name, exp_name))
     if op == "erf":
