@@ -9,6 +9,7 @@ one element of the op's result (:func:`element_count` threads in all), launched 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -24,8 +25,9 @@ BLOCK = 128
 
 
 def entry_name(kernel: str, k: int) -> str:
-    """The PTX entry of dispatch ``k`` (PTX names take no dots, so not the CPU's ``<kernel>.d<k>``)."""
-    return f"{kernel}_d{k}"
+    """The PTX entry of dispatch ``k`` (PTX and C names take no dots, so not the CPU's ``<kernel>.d<k>``; an
+    imported kernel's ``std.nn.linear`` is ``std_nn_linear``)."""
+    return f"{re.sub(r'[^A-Za-z0-9_]', '_', kernel)}_d{k}"
 
 
 def element_count(op: ir.MapOp | ir.ReduceOp | ir.ContractOp) -> Dim:
