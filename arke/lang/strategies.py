@@ -175,7 +175,10 @@ def _decision(d: ast.Decision, target: str | None, indices: Mapping[str, IndexIn
     if target is not None and target not in honouring:
         err("AK4009", f"`{d.name}` has no effect on target `{target}`", d.name_span,  # type: ignore[operator]
             hint="it applies to " + ", ".join(sorted(honouring)))
-        return []  # warned, and left out of the StrategyIR: it would mean nothing there
+        # warned, and left out of the StrategyIR (it would mean nothing there); still checked as a decision for
+        # any target: a misspelt index or a value out of range is an error whichever target the block names
+        _decision(d, None, indices, operands, kernel, error)
+        return []
     if spec.subject == "none":
         if d.items or d.value is None:
             err("AK4004", f"`{d.name}` takes one value, as in `{d.name} = {_example(spec)}`",  # type: ignore[operator]

@@ -373,3 +373,15 @@ def test_spec_has_a_section_per_code() -> None:
 
 def test_severities_are_lsp_numbers() -> None:
     assert {s.value for s in Severity} == {1, 2, 3, 4}
+
+
+_RMS = ("kernel rms(x: f32[M, N], w: f32[N]) -> f32[M, N]\n{\n  inv[m] = rsqrt(mean(x[m, n] * x[m, n] for n))\n"
+        "  return x[m, n] * inv[m] * w[n]\n}\n")
+
+
+@pytest.mark.parametrize(("decision", "code"), [("vectorize q = 4", "AK4003"), ("unroll n = 65", "AK4004"),
+                                                ("parallel n", "AK4005"), ("pack zz = 2", "AK4003")])
+def test_a_decision_without_effect_on_its_target_is_still_checked(decision: str, code: str) -> None:
+    """AK4009 (no effect on cuda) is a warning; the decision's own mistake is still the error it is on any target."""
+    diags = arke.check(_RMS + f"@strategy(rms, target = cuda) {{\n  {decision}\n}}\n")
+    assert [d.code for d in diags] == ["AK4009", code], [str(d) for d in diags]
