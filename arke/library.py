@@ -74,9 +74,11 @@ class Kernel:
                 every = (*self.strategies(), *self._tuned)
                 strategy = every[index] if index >= 0 else None
                 try:
-                    if strategy is not None:
-                        warn_unhonoured(self.library, self.name, self.ir_name, strategy)
+                    reported = warn_unhonoured(self.library, self.name, self.ir_name, strategy) \
+                        if strategy is not None else set()
                     self._variants[index] = _compile(self.library, self.ir_name, strategy)
+                    if strategy is not None:
+                        warn_schedule_notes(self.name, self._variants[index], reported)
                 except Exception as err:
                     if index < len(self.strategies()):  # the source's own strategy (or the defaults): its error
                         raise
@@ -257,13 +259,33 @@ class Library:
         return [*super().__dir__(), *self.kernels]
 
 
-def warn_unhonoured(library: Library, name: str, ir_name: str, strategy: sir.Strategy) -> None:
+def warn_unhonoured(library: Library, name: str, ir_name: str, strategy: sir.Strategy) -> set[tuple[str, str | None]]:
     """Warn (AK4014) for each decision of ``strategy`` that no dispatch of the kernel honours on the
-    library's target and architecture (the checker reports the ones it can know as diagnostics too)."""
+    library's target and architecture (the checker reports the ones it can know as diagnostics too);
+    the (kind, subject) of each decision warned about."""
     from arke.targets.downgrades import StrategyDowngradeWarning, unhonoured
 
+    reported = set()
     for found in unhonoured(library.backend, library.module.semantic, ir_name, strategy, library.arch, name):
         warnings.warn(StrategyDowngradeWarning(found), stacklevel=4)
+        reported.add((found.decision.kind, found.decision.subject))
+    return reported
+
+
+def warn_schedule_notes(name: str, compiled: Any, reported: set[tuple[str, str | None]]) -> None:
+    """Warn (AK4013, as ``akc build`` prints it) for each decision the target's schedule could not express and
+    no AK4014 named already: the MLIR target's transform script drops a `split` on a scan's axis, say, which
+    only the rendered ops show (its notes, in the artifact)."""
+    import json
+
+    from arke.targets.downgrades import StrategyDowngradeWarning
+
+    artifact = getattr(compiled, "artifact", None)
+    for note in json.loads(artifact.meta.get("notes", "[]")) if artifact is not None else []:
+        if (note["decision"], note.get("subject")) not in reported:
+            warning = StrategyDowngradeWarning(f"AK4013: kernel `{name}`: {note['message']}")
+            warning.code = "AK4013"
+            warnings.warn(warning, stacklevel=4)
 
 
 def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> CPUKernel:

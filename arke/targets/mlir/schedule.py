@@ -218,8 +218,8 @@ def _unused(d: _Decided, ops: Sequence[OpLoops]) -> list[Note]:
             have = kinds.get(subject, set())
             if not have or (wanted is not None and wanted not in have):
                 what = "no loop" if not have else f"no {wanted} loop"
-                out.append(Note(kind, subject, f"`{kind} {subject}`: no op of the kernel has {what} over "
-                                               f"`{subject}`, so the decision has nothing to apply to"))
+                out.append(Note(kind, subject, f"`{kind} {subject}`: the kernel has {what} over `{subject}` "
+                                               "for the MLIR target to apply it to"))
     return out
 
 

@@ -307,3 +307,24 @@ def test_one_script_for_two_kernels(tmp_path: Path) -> None:
     out = _apply("module {\n" + "\n".join(funcs) + "\n}\n", transform_module(sequences), tmp_path)
     rms, soft = out.split("func.func @softmax")
     assert rms.count("scf.forall (") == 2 and "scf.forall" not in soft
+
+
+def test_arke_build_warns_what_the_schedule_drops() -> None:
+    """`split n` on a scan's axis has no reduction loop to split: `arke.build` warns it as AK4013 (only `akc
+    build` said so before), worded without a double negative, and once."""
+    pytest.importorskip("iree.compiler", reason="the mlir target needs IREE (pip install 'arke[mlir]')")
+    import warnings
+
+    import numpy as np
+
+    from arke.targets.downgrades import StrategyDowngradeWarning
+
+    module = arke.loads("kernel cs(x: f32[M, N]) -> f32[M, N] { return cumsum(x[m, n] for n) }\n"
+                        "@strategy(cs, target = mlir) { split n = 4; parallel m }\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        arke.build(module, target="mlir").cs(np.ones((3, 5), np.float32))
+    found = [w.message for w in caught if isinstance(w.message, StrategyDowngradeWarning)]
+    assert [(w.code, str(w)) for w in found] == [
+        ("AK4013", "AK4013: kernel `cs`: `split n`: the kernel has no reduction loop over `n` for the MLIR target "
+                   "to apply it to")]
