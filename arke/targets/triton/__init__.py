@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from arke.targets.base import SINGLE, Resource, Target
 from arke.targets.space import Takes, takes
+from arke.targets.triton.blocks import limits
 
 if TYPE_CHECKING:
     from arke.ir import semantic as ir
@@ -31,19 +32,22 @@ _POW2 = (1, "Triton's blocks are powers of two")
 #: attention.py: the algorithm, blocks per role and split_kv's chunks).
 TAKES: dict[str, dict[str, Takes]] = {
     "contraction": {"tile": takes("m n k", why="a contraction program is blocked along its rows, columns and depth "
-                                               "only", powers=_DOT), **_GPU},
+                                               "only", powers=_DOT, limits=limits("m n k")), **_GPU},
     "attention": {
         "algorithm": takes(values=("flash", "split_kv"),
                            why="`algorithm = materialized` runs as flash here (no row of scores is kept)"),
         "tile": takes("query key feature value", why="an attention program is blocked along its query, key, "
-                                                     "feature and value indices only", powers=_DOT),
+                                                     "feature and value indices only", powers=_DOT,
+                      limits=limits("query key feature value")),
         "split": takes("key", unless=_KEYS, why="only the key index is split (into split_kv's chunks)"),
         **_GPU,
     },
-    "rows": {"tile": takes("inner reduced", why=_ROW_BLOCKS, powers=_POW2),
-             "vectorize": takes("inner reduced", why=_ROW_BLOCKS, powers=_POW2), **_GPU},
-    SINGLE: {"tile": takes("last last_reduced", why=_BLOCKS, powers=_POW2),
-             "vectorize": takes("last last_reduced", why=_BLOCKS, powers=_POW2), **_GPU},
+    "rows": {"tile": takes("inner reduced", why=_ROW_BLOCKS, powers=_POW2, limits=limits("inner reduced")),
+             "vectorize": takes("inner reduced", why=_ROW_BLOCKS, powers=_POW2, limits=limits("inner reduced")),
+             **_GPU},
+    SINGLE: {"tile": takes("last last_reduced", why=_BLOCKS, powers=_POW2, limits=limits("last last_reduced")),
+             "vectorize": takes("last last_reduced", why=_BLOCKS, powers=_POW2,
+                                limits=limits("last last_reduced")), **_GPU},
 }
 _GRID = "every program of a GPU grid runs at once: there is no loop to split over workers"
 DROPS: dict[str, dict[str, str]] = {

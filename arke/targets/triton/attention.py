@@ -56,6 +56,7 @@ from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.plan.exprs import attention_modes, decided, product
 from arke.targets.artifact import LaunchSpec, UnsupportedError
 from arke.targets.space import rounded_up
+from arke.targets.triton.blocks import capped
 from arke.targets.triton.expr import STORAGE, Source
 from arke.targets.triton.gemm import (
     WIDE_DOT,
@@ -115,7 +116,7 @@ class _Flash:
 
         def block(option: str, name: str | None, default: int) -> int:
             """A block: the strategy's tile of ``name``, else the fit step's choice, else ``default``."""
-            tile = decided(plan, "tile", name) if name is not None else None
+            tile = capped(decided(plan, "tile", name)) if name is not None else None
             if tile is not None:
                 tiled.append(option)
             return rounded_up(tile or plan.fitted_option(entry, option) or default, MIN_DOT)

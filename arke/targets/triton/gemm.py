@@ -38,6 +38,7 @@ from arke.plan.dispatch import Dispatch, KernelPlan
 from arke.plan.exprs import decided, product
 from arke.targets.artifact import LaunchSpec, UnsupportedError
 from arke.targets.space import rounded_up  # the blocks tiles run as (AK4014 says the same)
+from arke.targets.triton.blocks import capped
 from arke.targets.triton.expr import COMPUTE, Emitter, Source
 
 #: Default blocks (rows, columns, depth) and warps of a contraction program in f32 (an IEEE f32
@@ -181,8 +182,8 @@ class _Gemm:
         half = self.half_operands() is not None
         dm, dn, dk = HALF_BLOCKS if half else (BLOCK_M, BLOCK_N, BLOCK_K)
         self.warps = HALF_WARPS if half else WARPS
-        tiles = {"BLOCK_M": MIN_DOT if c.m is None else decided(plan, "tile", c.m),
-                 "BLOCK_N": decided(plan, "tile", c.n), "BLOCK_K": decided(plan, "tile", c.k)}
+        tiles = {"BLOCK_M": MIN_DOT if c.m is None else capped(decided(plan, "tile", c.m)),
+                 "BLOCK_N": capped(decided(plan, "tile", c.n)), "BLOCK_K": capped(decided(plan, "tile", c.k))}
         defaults = {"BLOCK_M": dm, "BLOCK_N": dn, "BLOCK_K": dk}
         # a block no decision set takes the fit step's choice (spec/codegen.md §9.5), else the default
         self.blocks = {k: rounded_up(v or plan.fitted_option(entry, k) or defaults[k], MIN_DOT)

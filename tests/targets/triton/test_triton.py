@@ -152,9 +152,10 @@ def test_missing_triton_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_tensors_on_two_devices_are_refused_before_launch() -> None:
-    # A meta tensor stands in for a second device: the guard fires before anything is copied or launched.
+    # A meta tensor stands in for a second device: the guard fires before anything is copied or launched (and says
+    # what a meta tensor is: one without values)
     x, w = torch.randn(3, 4), torch.empty(4, device="meta")
-    with pytest.raises(GuardError, match="`w` is on meta, but `x` is on cpu") as err:
+    with pytest.raises(GuardError, match="`w` is on the meta device, which holds no values") as err:
         _lib().scale(x, w)
     assert err.value.rule == "device" and err.value.param == "w"
 
