@@ -149,8 +149,13 @@ def _linear_parts(node: fx.Node) -> tuple[Any, Any, Any, bool, str | None]:
     w, kn = _weight(b)
     why = _plain(_meta(a), "the input") or _plain(_meta(b), "the weight")
     if why is None and bias is not None:
-        bt = _meta(bias)
-        why = _plain(bt, "the bias") or (None if bt.dim() == 1 else "a bias of more than one axis")
+        bt, bm = _meta(bias), _meta(b)
+        # a bias of one element broadcast over N columns (torch allows it; N = 1 is the same either way):
+        # only the static 1 is possible besides N, so no symbolic size is compared (no guard is added)
+        broadcast = bt.dim() == 1 and type(bt.shape[0]) is int and bt.shape[0] == 1 and \
+            not (bm is not None and bm.dim() == 2 and type(bm.shape[1]) is int and bm.shape[1] == 1)
+        why = _plain(bt, "the bias") or ("a bias of more than one axis" if bt.dim() != 1 else
+                                          "a bias of one element broadcast over the columns" if broadcast else None)
     if why is None and w is None:
         why = "the second operand is not a weight (an input of the graph)"
     return a, w, bias, kn, why

@@ -132,3 +132,19 @@ def test_attention_at_another_scale_is_taken() -> None:
     torch.testing.assert_close(got, f(q, k, v), rtol=1e-5, atol=1e-5)
     report = backend.reports()[-1]
     assert report.taken["attention"] == 1 and not report.left, str(report)
+
+
+@pytest.mark.parametrize("mode", [None, "arke"])
+def test_a_bias_of_one_element_is_left_to_torch(mode: str | None) -> None:
+    """`F.linear(x, w, b)` with b of shape [1] (torch broadcasts it over the columns) is not `linear_bias`: it
+    failed the kernel's N check (the whole graph fell back with a traceback, or the call raised)."""
+    torch._dynamo.reset()
+
+    def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, w, b)
+
+    args = (torch.randn(5, 40), torch.randn(30, 40), torch.tensor([0.5]))
+    options = {"arke.kernels": mode} if mode else None
+    with pytest.warns(backend.ArkeFallbackWarning, match="a bias of one element broadcast over the columns"):
+        got = torch.compile(f, backend="arke", options=options)(*args)
+    torch.testing.assert_close(got, f(*args), rtol=1e-5, atol=1e-5)

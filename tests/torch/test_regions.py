@@ -318,3 +318,17 @@ def test_the_report_names_what_was_not_translated_and_what_has_no_definition() -
     assert any("int64" in why for _, why in report.untranslated), report
     assert any("sort" in op for op in report.foreign), report
     assert "not translated" in str(report) and "without a .ak definition" in str(report)
+
+
+def test_a_gather_with_a_shorter_index_is_left_to_torch_with_the_reason() -> None:
+    """torch lets a gather's index be shorter than the input along the other axes (it reads their first rows):
+    the region would have read the input's whole axis (the checker's AK3003 about a generated kernel)."""
+    torch._dynamo.reset()
+    w, i = torch.randn(6, 50), torch.randint(0, 50, (3, 4))
+
+    def f(i: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return w.gather(1, i) * 2
+
+    got = torch.compile(f, backend="arke", options={"arke.fuse": "all"})(i, w)
+    assert torch.equal(got, f(i, w))
+    assert "a gather whose index is 3 long on axis 0, where the input is 6" in str(backend.reports()[-1])
