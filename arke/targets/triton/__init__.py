@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from arke.targets.base import SINGLE, Resource, Target
 from arke.targets.space import Takes, takes
-from arke.targets.triton.blocks import limits
+from arke.targets.triton.blocks import MAX_LINE, limits
 
 if TYPE_CHECKING:
     from arke.ir import semantic as ir
@@ -42,12 +42,13 @@ TAKES: dict[str, dict[str, Takes]] = {
         "split": takes("key", unless=_KEYS, why="only the key index is split (into split_kv's chunks)"),
         **_GPU,
     },
-    "rows": {"tile": takes("inner reduced", why=_ROW_BLOCKS, powers=_POW2, limits=limits("inner reduced")),
-             "vectorize": takes("inner reduced", why=_ROW_BLOCKS, powers=_POW2, limits=limits("inner reduced")),
-             **_GPU},
-    SINGLE: {"tile": takes("last last_reduced", why=_BLOCKS, powers=_POW2, limits=limits("last last_reduced")),
+    "rows": {"tile": takes("inner reduced", why=_ROW_BLOCKS, powers=_POW2, limits=limits("inner reduced", MAX_LINE)),
+             "vectorize": takes("inner reduced", why=_ROW_BLOCKS, powers=_POW2,
+                                limits=limits("inner reduced", MAX_LINE)), **_GPU},
+    SINGLE: {"tile": takes("last last_reduced", why=_BLOCKS, powers=_POW2,
+                           limits=limits("last last_reduced", MAX_LINE)),
              "vectorize": takes("last last_reduced", why=_BLOCKS, powers=_POW2,
-                                limits=limits("last last_reduced")), **_GPU},
+                                limits=limits("last last_reduced", MAX_LINE)), **_GPU},
 }
 _GRID = "every program of a GPU grid runs at once: there is no loop to split over workers"
 DROPS: dict[str, dict[str, str]] = {

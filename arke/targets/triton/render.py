@@ -34,7 +34,7 @@ from arke.plan.dispatch import Buffer, Dispatch, KernelPlan, PlanOp
 from arke.plan.exprs import product
 from arke.targets.artifact import Artifact, LaunchSpec, Renderer, UnsupportedError
 from arke.targets.space import rounded_up
-from arke.targets.triton.blocks import capped
+from arke.targets.triton.blocks import MAX_LINE, capped
 from arke.targets.triton.expr import COMPUTE, HELPERS, STORAGE, Emitter, Source, accumulator, fold, identity
 from arke.targets.triton.trig import TRIG_HELPERS
 
@@ -77,7 +77,7 @@ class _Dispatch:
             for kind in ("tile", "vectorize"):
                 dec = self.plan.decision(kind, a)
                 if dec is not None and isinstance(dec.value, int):
-                    value = capped(dec.value)
+                    value = capped(dec.value, MAX_LINE)
         if value is not None:
             self.fixed.append(name)
         self.constexprs[name] = rounded_up(value or self.plan.fitted_option(self.entry, name) or default, 1)
