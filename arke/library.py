@@ -283,9 +283,7 @@ def warn_schedule_notes(name: str, compiled: Any, reported: set[tuple[str, str |
     artifact = getattr(compiled, "artifact", None)
     for note in json.loads(artifact.meta.get("notes", "[]")) if artifact is not None else []:
         if (note["decision"], note.get("subject")) not in reported:
-            warning = StrategyDowngradeWarning(f"AK4013: kernel `{name}`: {note['message']}")
-            warning.code = "AK4013"
-            warnings.warn(warning, stacklevel=4)
+            warnings.warn(StrategyDowngradeWarning(f"AK4013: kernel `{name}`: {note['message']}"), stacklevel=4)
 
 
 def _compile(library: Library, ir_name: str, strategy: sir.Strategy | None) -> CPUKernel:

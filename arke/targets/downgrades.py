@@ -45,10 +45,13 @@ class StrategyDowngradeWarning(UserWarning):
     code = CODE
 
     def __init__(self, downgrade: Downgrade | str):
-        # a str: the warning rebuilt from its message (pickling, pytest-xdist's workers): no downgrade
+        # a str: the warning rebuilt from its message (pickling, pytest-xdist's workers), or a target's own note
+        # (the MLIR schedule's AK4013): no downgrade; the code is the message's first word
         text = downgrade if isinstance(downgrade, str) else f"{CODE}: {downgrade.message()} (hint: {downgrade.hint})"
         super().__init__(text)
         self.downgrade = downgrade if not isinstance(downgrade, str) else None
+        if isinstance(downgrade, str) and downgrade.startswith("AK") and ":" in downgrade:
+            self.code = downgrade.split(":", 1)[0]
 
 
 @dataclass(frozen=True)

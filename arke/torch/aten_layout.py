@@ -223,9 +223,9 @@ def _gather(cx: Context, node: fx.Node) -> Value:
     """``gather(x, d, index)``: axis ``d`` read at ``index[i..]`` (the index has the output's shape)."""
     if _arg(node, 3, "sparse_grad", False):
         raise Untranslatable("a sparse gather")
-    src, index = cx.value(_a(node)[0]), cx.value(_a(node)[2])
-    d = _norm_dim(_a(node)[1], len(src.shape))
-    for a, (have, want) in enumerate(zip(src.shape, index.shape, strict=False)):
+    src, index = (tuple(dim_text(s) for s in meta(_a(node)[k]).shape) for k in (0, 2))  # (not translated twice)
+    d = _norm_dim(_a(node)[1], len(src))
+    for a, (have, want) in enumerate(zip(src, index, strict=False)):
         if a != d and have != want:  # torch reads the input's first rows there: a slice the region does not make
             raise Untranslatable(f"a gather whose index is {want} long on axis {a}, where the input is {have}")
     return _take(cx, node, lambda index, idx, d: index.at(idx))

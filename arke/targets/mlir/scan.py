@@ -22,7 +22,6 @@ there), so the pair at position 0 is ``(a₀, a₀·init + b₀)``; an exclusive
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import sympy
@@ -30,6 +29,7 @@ import sympy
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim
+from arke.plan.exprs import loads_in, product
 from arke.targets.artifact import UnsupportedError
 from arke.targets.mlir.body import STORAGE, Body, Source
 from arke.targets.mlir.lowering import Lowering, _acc_dtype, _identity
@@ -55,11 +55,9 @@ def _plain_body() -> Body:
     return Body(lambda n: "", lambda d: "", lambda ld: Source(), "q")
 
 
-def _product(dims: Iterable[Dim]) -> Dim:
-    out: Dim = sympy.Integer(1)
-    for d in dims:
-        out = out * d
-    return out
+def _reads_along(e: ir.SExpr, axis: str) -> bool:
+    """Whether ``e`` loads a tensor at a subscript that runs along ``axis``."""
+    return any(isinstance(i, ir.Idx) and i.name == axis for ld in loads_in(e) for s in ld.indices for i in ir.walk(s))
 
 
 class _Scan:
@@ -82,19 +80,8 @@ class _Scan:
             r = self._linear()
         else:
             x = self._map(op.body, op.axes, self.tag)
-            if not any(isinstance(n, ir.Load) and any(isinstance(i, ir.Idx) and i.name == op.axis
-                                                      for s in n.indices for i in ir.walk(s))
-                       for n in ir.walk(op.body)):
-                # a body that reads no tensor along the scanned axis, fused into the scan's dispatch: IREE
-                # sizes its temporary as unbounded on the stack ("exceeded stack allocation limit")
-                t = self.ctx.tensor_type(self.shape, self.elem)
-                kept, tied = self.ctx.fresh("c"), self.ctx.fresh("c")
-                self.ctx.emit(f"{kept} = util.optimization_barrier {x} : {t}")
-                sizes = [self.lw._size(d) for d in self.shape if not isinstance(d, sympy.Integer)]
-                if sizes:
-                    self.ctx.emit(f"{tied} = flow.tensor.tie_shape {kept} : {t}{{{', '.join(sizes)}}}")
-                    kept = tied
-                x = kept
+            if not _reads_along(op.body, op.axis):
+                x = self._kept_apart(x)
             ident = self.ctx.fresh("c")
             self.ctx.emit(f"{ident} = arith.constant {_identity(op.kind, op.dtype)} : {self.elem}")
             start = self._fill(ident, self.elem)
@@ -116,6 +103,20 @@ class _Scan:
             self.checks.append(low.check)
         return low.result
 
+    def _kept_apart(self, x: str) -> str:
+        """``x`` behind an optimization barrier, its dynamic sizes tied: a body that reads no tensor along the
+        scanned axis is cloned into the scan's dispatch by IREE, which then sizes its temporary as unbounded on
+        the stack ("exceeded stack allocation limit")."""
+        t = self.ctx.tensor_type(self.shape, self.elem)
+        kept = self.ctx.fresh("c")
+        self.ctx.emit(f"{kept} = util.optimization_barrier {x} : {t}")
+        sizes = [self.lw._size(d) for d in self.shape if not isinstance(d, sympy.Integer)]
+        if not sizes:
+            return kept
+        tied = self.ctx.fresh("c")
+        self.ctx.emit(f"{tied} = flow.tensor.tie_shape {kept} : {t}{{{', '.join(sizes)}}}")
+        return tied
+
     def _fill(self, value: str, elem: str) -> str:
         out_type = self.ctx.tensor_type(self.outer_shape, elem)
         v = self.ctx.fresh("f")
@@ -132,8 +133,8 @@ class _Scan:
         k = self.dim
         groups = [g for g in (list(range(k)), [k], list(range(k + 1, len(self.shape)))) if g]
         outer_groups = [g for g in (list(range(k)), list(range(k, len(self.outer_shape)))) if g]
-        shape = tuple(_product(self.shape[i] for i in g) for g in groups)
-        outer_shape = tuple(_product(self.outer_shape[i] for i in g) for g in outer_groups)
+        shape = tuple(product([self.shape[i] for i in g]) for g in groups)
+        outer_shape = tuple(product([self.outer_shape[i] for i in g]) for g in outer_groups)
         x = self._reshape("collapse", x, self.shape, shape, groups, elem)
         start = self._reshape("collapse", start, self.outer_shape, outer_shape, outer_groups, elem)
         t = self.ctx.tensor_type(shape, elem)

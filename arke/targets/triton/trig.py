@@ -20,10 +20,10 @@ The absolute error is within a few units of 2**-24 for every f32 argument, the b
 
 from __future__ import annotations
 
+from arke.targets.turns import TWO_OVER_PI  # the digits of 2/π (the MLIR and CUDA-C reductions read them too)
+
 #: Below this ``|x|`` the three-part Cody–Waite reduction is accurate to a few ulps of 1.
 FAST_LIMIT = 131072.0
-#: The binary digits of 2/π in 32-bit words (the first holds bits 1..32 after the point).
-TWO_OVER_PI = (0xA2F9836E, 0x4E441529, 0xFC2757D1, 0xF534DDC0, 0xDB629599, 0x3C439041)
 #: π/2 in three f32 parts (``C1`` is π/2 rounded to f32, each next part what the previous ones miss).
 PIO2 = (1.5707963705062866, -4.371138828673793e-08, -1.7151245100058819e-15)
 
