@@ -8,7 +8,7 @@ its target's folder, behind :class:`arke.targets.base.Target` (where the registr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from arke.plan.dispatch import KernelPlan
@@ -52,7 +52,24 @@ class Artifact:
 
 
 class UnsupportedError(NotImplementedError):
-    """A plan uses something a renderer cannot express (named like JAX's lowering errors)."""
+    """A plan uses something a renderer cannot express (named like JAX's lowering errors).
+
+    ``code`` is the diagnostic a strategy decision behind it gets (spec/diagnostics.md): ``AK4004``
+    for a value the target cannot lower, ``AK4012`` for tiles, warps or stages that need more
+    registers or shared memory than the GPU has; None where no decision is to blame (an op the
+    target has no form for). The message then starts with the code; ``detail`` is the rest."""
+
+    def __init__(self, message: str, *, code: str | None = None):
+        super().__init__(f"{code}: {message}" if code else message)
+        self.code = code
+        self.detail = message
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the code survives pickling (worker processes)
+        return (_unsupported, (self.detail, self.code))
+
+
+def _unsupported(message: str, code: str | None) -> UnsupportedError:
+    return UnsupportedError(message, code=code)
 
 
 class Renderer:

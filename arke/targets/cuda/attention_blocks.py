@@ -99,8 +99,10 @@ class Choices:
         self.stages = decided(plan, "stages", None)
         self.p, self.split, self.auto, self.half = p, split, auto, half
 
-    def fail(self, what: str, works: str) -> UnsupportedError:
-        return UnsupportedError(f"{self.entry}: {what} cannot run on the cuda attention kernel; {works}")
+    def fail(self, what: str, works: str, code: str = "AK4004") -> UnsupportedError:
+        """A strategy's blocks this kernel cannot run: a value it cannot lower (AK4004), or more shared memory
+        than the GPU has (AK4012)."""
+        return UnsupportedError(f"{self.entry}: {what} cannot run on the cuda attention kernel; {works}", code=code)
 
     def decision(self, role: str, default: int | None = None) -> str:
         """The tile decision on ``role``'s index, or (none made) the default it would get."""
@@ -112,7 +114,8 @@ class Choices:
         b = self.tensor_cores() if self.half else self.simt()
         if b.shared() > SHARED_LIMIT:
             raise self.fail(f"tiles {b.m} x {b.n} (features {b.d}, values {b.e}, {b.stages} stages) need "
-                            f"{b.shared()} bytes of shared memory", f"use smaller tiles (at most {SHARED_LIMIT})")
+                            f"{b.shared()} bytes of shared memory", f"use smaller tiles (at most {SHARED_LIMIT})",
+                            "AK4012")
         return b
 
     def tensor_cores(self) -> Blocks:

@@ -194,29 +194,31 @@ class _TensorCore:
         for axis, value, step in ((c.m, self.bm, 16), (c.n, self.bn, 8), (c.k, self.bk, 16)):
             if value % step:
                 raise UnsupportedError(f"{where}: tile {axis} = {value} is not a multiple of {step}; use a "
-                                       f"multiple of {step} ({', '.join(str(step * q) for q in (1, 2, 4, 8))})")
+                                       f"multiple of {step} ({', '.join(str(step * q) for q in (1, 2, 4, 8))})",
+                                       code="AK4004")
         if self.warps > 32:
-            raise UnsupportedError(f"{where}: warps = {self.warps} is over 32 (1024 threads)")
+            raise UnsupportedError(f"{where}: warps = {self.warps} is over 32 (1024 threads)", code="AK4004")
         if _warp_grid(self.bm, self.bn, self.warps) is None:
             ok = [w for w in (1, 2, 4, 8, 16, 32) if _warp_grid(self.bm, self.bn, w) is not None]
             raise UnsupportedError(f"{where}: warps = {self.warps} cannot split a {self.bm} × {self.bn} block "
                                    f"(tile {c.m} × tile {c.n}) into whole 16 × 8 warp tiles; warps can be "
-                                   f"{', '.join(map(str, ok)) or 'none: use larger tiles'}")
+                                   f"{', '.join(map(str, ok)) or 'none: use larger tiles'}", code="AK4004")
         acc = self.bm * self.bn // (32 * self.warps)
         if acc > MAX_ACC:
             raise UnsupportedError(f"{where}: tile {c.m} = {self.bm}, tile {c.n} = {self.bn} with warps = "
                                    f"{self.warps} leave {acc} accumulators per thread, over the {MAX_ACC} that "
-                                   f"fit in registers; use more warps or smaller tiles")
+                                   f"fit in registers; use more warps or smaller tiles", code="AK4012")
         if self.stages < 2:
             raise UnsupportedError(f"{where}: stages = {self.stages}; the cp.async pipeline needs at least 2 "
-                                   "shared-memory buffers (stages = 2, 3 or 4)")
+                                   "shared-memory buffers (stages = 2, 3 or 4)", code="AK4004")
         per_stage = 2 * (self.layout(True, self.bm).size + self.layout(True, self.bn).size)
         per_stage = max(per_stage, 2 * (self.layout(False, self.bm).size + self.layout(False, self.bn).size))
         if self.stages * per_stage > SMEM_LIMIT:
             fit = SMEM_LIMIT // per_stage
             raise UnsupportedError(f"{where}: stages = {self.stages} of a {self.bm} × {self.bn} × {self.bk} tile "
                                    f"need {self.stages * per_stage} bytes of shared memory, over {SMEM_LIMIT}; "
-                                   + (f"use stages <= {fit}" if fit >= 2 else f"use a smaller tile {c.k}"))
+                                   + (f"use stages <= {fit}" if fit >= 2 else f"use a smaller tile {c.k}"),
+                                   code="AK4012")
 
     def render(self) -> tuple[str, LaunchSpec]:
         g, c = self.g, self.c

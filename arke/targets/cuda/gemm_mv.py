@@ -56,7 +56,7 @@ def render_matvec(plan: KernelPlan, d: Dispatch, entry: str, gate: Dim) -> tuple
     assert isinstance(c, Contraction)
     warps = decided(plan, "warps", None) or MV_WARPS
     if warps > 32:
-        raise UnsupportedError(f"{entry} (matrix-vector): warps = {warps} is over 32 (1024 threads)")
+        raise UnsupportedError(f"{entry} (matrix-vector): warps = {warps} is over 32 (1024 threads)", code="AK4004")
     threads = 32 * warps
     g = GemmText(plan, d, entry, threads)
     per_thread = n_contiguous(c)

@@ -82,19 +82,19 @@ class _Simt:
         self.double = (decided(plan, "stages", None) or 2) >= 2
         where = f"{entry} (f32 SIMT tiles)"
         if warps > 32:
-            raise UnsupportedError(f"{where}: warps = {warps} is over 32 (1024 threads)")
+            raise UnsupportedError(f"{where}: warps = {warps} is over 32 (1024 threads)", code="AK4004")
         grid = thread_grid(self.bm, self.bn, self.threads)
         if grid is None:
             valid = ", ".join(map(str, _fitting_warps(self.bm, self.bn))) or "none: use tiles with more factors of 2"
             raise UnsupportedError(f"{where}: tile {c.m} = {self.bm}, tile {c.n} = {self.bn} cannot be split "
                                    f"into equal row × column blocks of warps = {warps} ({self.threads} threads); "
-                                   f"warps can be {valid}")
+                                   f"warps can be {valid}", code="AK4004")
         self.ty, self.tx = grid
         self.tm, self.tn = self.bm // self.ty, self.bn // self.tx
         if self.tm * self.tn > MAX_OUTPUTS:
             raise UnsupportedError(f"{where}: tile {c.m} = {self.bm}, tile {c.n} = {self.bn} with warps = {warps} "
                                    f"give each thread {self.tm * self.tn} outputs, over the {MAX_OUTPUTS} that fit in "
-                                   "registers; use more warps or smaller tiles")
+                                   "registers; use more warps or smaller tiles", code="AK4012")
         self.g = GemmText(plan, d, entry, self.threads)
         pa = c.plain_a()
         # rows of a tile along the operand's contiguous axis, so neighbouring threads read neighbours
@@ -106,7 +106,7 @@ class _Simt:
         self.shared = 4 * self.buffers * self.bk * (self.sa + self.sb)
         if self.shared > SMEM_LIMIT:
             raise UnsupportedError(f"{where}: a {self.bm} × {self.bn} × {self.bk} tile needs {self.shared} bytes of "
-                                   f"shared memory, over {SMEM_LIMIT}; use a smaller tile {c.k}")
+                                   f"shared memory, over {SMEM_LIMIT}; use a smaller tile {c.k}", code="AK4012")
 
     def render(self) -> tuple[str, LaunchSpec]:
         g, c = self.g, self.c

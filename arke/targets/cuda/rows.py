@@ -87,7 +87,7 @@ def warps(plan: KernelPlan) -> int:
     n = d.value
     if not isinstance(n, int) or not 1 <= n <= WARP or n & (n - 1):
         raise UnsupportedError(f"{plan.name}: `warps = {n}` cannot run a rows dispatch on the cuda target: "
-                               "it takes 1, 2, 4, 8, 16 or 32 warps (32 to 1024 threads per block)")
+                               "it takes 1, 2, 4, 8, 16 or 32 warps (32 to 1024 threads per block)", code="AK4004")
     return n
 
 

@@ -54,7 +54,7 @@ def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Calla
     for name in names:
         ir_name = module.kernel_map[name]
         shapes = variants(module, ir_name, target)
-        for label, strategy in shapes:
+        for which, (label, strategy) in enumerate(shapes):
             plan = make_plan(module.semantic, ir_name, strategy, families=renderer.families)
             called = name if len(shapes) == 1 else f"{name}.{label.replace(' ', '')}"
             try:
@@ -64,9 +64,12 @@ def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Calla
                     continue
                 ptx = to_ptx(artifact.source, name, plan)
             except caught as err:
-                decided = ", ".join(f"{d.kind}{' ' + d.subject if d.subject else ''}" for d in plan.decisions)
-                print(f"akc: `{name}` ({decided or 'default strategy'}): the {target} target cannot compile it "
-                      f"for {arch}: {err}", file=sys.stderr)
+                if getattr(err, "code", None) and strategy is not None:  # a decision's value: at that decision
+                    _report(err, args.path, name, target, arch, which)
+                else:
+                    decided = ", ".join(f"{d.kind}{' ' + d.subject if d.subject else ''}" for d in plan.decisions)
+                    print(f"akc: `{name}` ({decided or 'default strategy'}): the {target} target cannot compile it "
+                          f"for {arch}: {err}", file=sys.stderr)
                 failed += 1
                 continue
             cubin = b""
@@ -85,13 +88,33 @@ def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Calla
     return 1 if failed else 0
 
 
+def _report(err: Any, path: str, kernel: str, target: str, arch: str, which: int) -> None:
+    """A strategy decision the target cannot lower (AK4004) or fit on ``arch`` (AK4012), at the decision the
+    message names (else the strategy's first sizing decision)."""
+    from arke.lang.diagnostics import make
+    from arke.lang.render import Sources, print_diagnostics
+    from arke.lang.source import read_source_bytes
+    from arke.targets.triton.build_cli import decision_span
+
+    text = read_source_bytes(path).decode("utf-8") if path != "-" else ""
+    detail = str(getattr(err, "detail", err))
+    named = tuple((k, None) for k in ("tile", "warps", "stages", "algorithm", "split") if f"{k} " in detail)
+    span = decision_span(path, text, kernel, named, which, target)
+    print_diagnostics([make(err.code, f"`{kernel}`: the {target} target cannot run this strategy on {arch}: {detail}",
+                            span)], Sources({path: text}), sys.stderr)
+
+
 def _write(outputs: list[tuple[str, str, bytes]], emit: str, output: str | None, arch: str) -> None:
     if output is None:
         sys.stdout.write("".join(ptx for _, ptx, _ in outputs))
         return
+    if not outputs:  # every kernel failed, and each said why: nothing to write (nor a folder to make)
+        return
     if len(outputs) == 1 and not os.path.isdir(output) and not output.endswith(os.sep):
         targets = [(outputs[0], output)]
     else:
+        if os.path.exists(output) and not os.path.isdir(output):
+            raise _usage(f"-o {output}: {len(outputs)} files to write, and this is a file; give a folder")
         os.makedirs(output, exist_ok=True)
         targets = [(o, os.path.join(output, f"{o[0]}.{arch}.{emit}")) for o in outputs]
     for (_, ptx, cubin), where in targets:

@@ -50,15 +50,15 @@ def _renderer() -> Any:
 
 
 def decision_span(path: str, text: str, kernel: str, decisions: tuple[tuple[str, str | None], ...],
-                  which: int | None = 0) -> Span:
-    """Where to point AK4012/AK4015: the first sizing decision of the kernel's ``which``-th triton strategy in
-    the file (None: the defaults, which no strategy wrote), else that strategy block, else the kernel's name,
+                  which: int | None = 0, target: str = "triton") -> Span:
+    """Where to point AK4012/AK4015: the first sizing decision of the kernel's ``which``-th ``target`` strategy
+    in the file (None: the defaults, which no strategy wrote), else that strategy block, else the kernel's name,
     else the file's first line."""
     from arke.lang.parser import parse
 
     tree, _ = parse(text, path)
     kinds = [k for k, _ in decisions] or list(SIZING)
-    ours = [st for st in tree.strategies if st.kernel == kernel and st.target in (None, "triton")]
+    ours = [st for st in tree.strategies if st.kernel == kernel and st.target in (None, target)]
     if which is not None and which < len(ours):
         strat = ours[which]
         for d in strat.decisions:

@@ -212,4 +212,4 @@ def test_cli_an_impossible_decision_is_reported_against_the_kernel(tmp_path: Pat
     path.write_text(GPU_AK + "@strategy(mm, target = cuda) { tile m = 64, n = 64, k = 20 }\n", encoding="utf-8")
     status, _, err = run_cli(capsys, "build", str(path), "--target", "cuda", "--emit", "source", "--kernel", "mm")
     assert status == 1 and "Traceback" not in err
-    assert "`mm` (tile m, tile n, tile k)" in err and "tile k = 20" in err
+    assert "error[AK4004]: `mm`" in err and "tile k = 20" in err, err

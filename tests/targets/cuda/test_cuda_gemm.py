@@ -21,6 +21,7 @@ from __future__ import annotations
 import multiprocessing
 import re
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
 
 import cuda_host
 import pytest
@@ -277,21 +278,42 @@ kernel f(x: f32[M, K], w: f32[N, K]) -> f32[M, N] { return sum(x[m, k] * w[n, k]
 """
 
 
-@pytest.mark.parametrize(("name", "variant", "message"), [
-    ("h", 0, r"tile k = 24 is not a multiple of 16; use a multiple of 16 \(16, 32"),
-    ("h", 1, r"tile m = 24 is not a multiple of 16"),
-    ("h", 2, r"warps = 4 cannot split a 16 × 8 block .* warps can be 1\b"),
-    ("h", 3, r"stages = 1; the cp.async pipeline needs at least 2"),
-    ("h", 4, r"stages = 4 of a 128 × 128 × 128 tile need \d+ bytes of shared memory"),
-    ("h", 5, r"tile m = 256, tile n = 256 with warps = 8 leave 256 accumulators"),
-    ("f", 0, r"tile m = 48, tile n = 40 cannot be split .* warps = 32"),
-    ("f", 1, r"give each thread 512 outputs"),
+@pytest.mark.parametrize(("name", "variant", "message", "code"), [
+    ("h", 0, r"tile k = 24 is not a multiple of 16; use a multiple of 16 \(16, 32", "AK4004"),
+    ("h", 1, r"tile m = 24 is not a multiple of 16", "AK4004"),
+    ("h", 2, r"warps = 4 cannot split a 16 × 8 block .* warps can be 1\b", "AK4004"),
+    ("h", 3, r"stages = 1; the cp.async pipeline needs at least 2", "AK4004"),
+    ("h", 4, r"stages = 4 of a 128 × 128 × 128 tile need \d+ bytes of shared memory", "AK4012"),
+    ("h", 5, r"tile m = 256, tile n = 256 with warps = 8 leave 256 accumulators", "AK4012"),
+    ("f", 0, r"tile m = 48, tile n = 40 cannot be split .* warps = 32", "AK4004"),
+    ("f", 1, r"give each thread 512 outputs", "AK4012"),
 ])
-def test_unusable_strategies_are_refused(name: str, variant: int, message: str) -> None:
+def test_unusable_strategies_are_refused(name: str, variant: int, message: str, code: str) -> None:
+    """Each names the decision and what works, under the code of spec/diagnostics.md: a value the target
+    cannot lower is AK4004, more registers or shared memory than the GPU has AK4012."""
     module = text_module(BAD)
     plan = plan_of(module, name, module.strategies.for_kernel(module.kernel_map[name], "cuda")[variant])
-    with pytest.raises(UnsupportedError, match=message):
+    with pytest.raises(UnsupportedError, match=message) as caught:
         RENDERER.render(plan)
+    assert caught.value.code == code and str(caught.value).startswith(f"{code}: ")
+
+
+def test_akc_build_reports_an_unusable_strategy_at_its_decision(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`akc build --target cuda` showed such a refusal as a plain line with no code and no place, and then,
+    with -o naming a file an earlier build wrote, failed again with "File exists". It is now the diagnostic
+    at the decision, the exit status 1, and nothing written."""
+    from arke.cli import app as cli
+
+    src = tmp_path / "bad.ak"
+    src.write_text(BAD)
+    out = tmp_path / "out.cu"
+    out.write_text("an earlier build")
+    assert cli.main(["build", str(src), "--target", "cuda", "--kernel", "f", "--emit", "source", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{src}:12:43: error[AK4004]:" in err and "warps = 32" in err, err
+    assert f"{src}:14:43: error[AK4012]:" in err and "give each thread 512 outputs" in err, err
+    assert "File exists" not in err and out.read_text() == "an earlier build"
 
 
 # ---------------------------------------------------------------- NVRTC + ptxas
