@@ -274,8 +274,8 @@ def warn_unhonoured(library: Library, name: str, ir_name: str, strategy: sir.Str
 
 def warn_schedule_notes(name: str, compiled: Any, reported: set[tuple[str, str | None]]) -> None:
     """Warn (AK4013, as ``akc build`` prints it) for each decision the target's schedule could not express and
-    no AK4014 named already: the MLIR target's transform script drops a `split` on a scan's axis, say, which
-    only the rendered ops show (its notes, in the artifact)."""
+    no AK4014 named already: a safety net for what only the rendered ops show (the MLIR transform script's notes,
+    in the artifact), so no decision is dropped silently where the target's ``honoured`` did not foresee it."""
     import json
 
     from arke.targets.downgrades import StrategyDowngradeWarning

@@ -79,6 +79,23 @@ class MLIRTarget(Target):
 
         return RENDERER
 
+    def honoured(self, decision: sir.Decision, dispatch: Any, others: Any = (), arch: str | None = None
+                 ) -> str | None:
+        """As every target's, and: a scan is ``iree_linalg_ext.scan``, whose axis is no reduction loop of a linalg
+        op, so `split` along it has nothing to split (the schedule's note said so only in ``arke.build``)."""
+        why = super().honoured(decision, dispatch, others, arch)
+        if why is not None or decision.kind != "split" or decision.subject is None:
+            return why
+        from arke.ir import semantic as ir
+
+        scanned = any(isinstance(op, ir.ScanOp) and op.scan_axis.name == decision.subject for op in dispatch.members)
+        reduced = any(isinstance(op, ir.ReduceOp | ir.ContractOp) and
+                      any(a.name == decision.subject for a in op.reduce_axes) for op in dispatch.members)
+        if scanned and not reduced:
+            return (f"a scan runs as `iree_linalg_ext.scan`, which has no reduction loop over `{decision.subject}` "
+                    "to split: IREE runs the scan in order")
+        return None
+
     def cache_key(self, artifact: Artifact, arch: str | None = None) -> str:
         """The key of the CPU build (``arch`` set: the CUDA build for it)."""
         from arke.targets.mlir.kernel import vmfb_key

@@ -41,3 +41,23 @@ def test_the_scan_is_one_linear_op() -> None:
 def test_scans_compile_for_cuda(name: str) -> None:
     plan = make_plan(scan_cases.module().semantic, name, None, families=RENDERER.families)
     assert iree.compile_vmfb(str(RENDERER.render(plan).source), "cuda")[:2] == b"PK"
+
+
+def test_a_split_along_the_scan_axis_is_ak4014_everywhere() -> None:
+    """`split n` on a scan's axis passed `akc check`, was listed as applied by `--explain`, and only
+    `arke.build` said (as AK4013) that nothing took it: the scan has no reduction loop in linalg. It is now
+    AK4014 in all three; a split of a reduction beside it is still taken."""
+    import arke
+    from arke.targets.mlir import TARGET
+
+    src = ("kernel cs(x: f32[M, N]) -> f32[M, N] {\n  return cumsum(x[m, n] for n)\n}\n"
+           "kernel rs(x: f32[M, N]) -> f32[M] {\n  return sum(x[m, n] for n)\n}\n"
+           "@strategy(cs, target = mlir) {\n  split n = 4\n}\n@strategy(rs, target = mlir) {\n  split n = 4\n}\n")
+    [d] = arke.check(src)
+    assert d.code == "AK4014" and d.span.line == 8 and "iree_linalg_ext.scan" in d.message, d
+    module = arke.loads(src)
+    for name, dropped in (("cs", True), ("rs", False)):
+        [strategy] = module.strategies.for_kernel(name, "mlir")
+        plan = make_plan(module.semantic, name, strategy, families=RENDERER.families)
+        [split] = strategy.decisions
+        assert (TARGET.honoured(split, plan.dispatches[0]) is not None) is dropped
