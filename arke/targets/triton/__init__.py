@@ -12,8 +12,8 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from arke.targets.base import SINGLE, Resource, Target
-from arke.targets.space import Takes, takes
-from arke.targets.triton.blocks import MAX_LINE, limits
+from arke.targets.space import RUNS_AS, Takes, dispatch_family, takes
+from arke.targets.triton.blocks import MAX_LINE, WHY, limits
 
 if TYPE_CHECKING:
     from arke.ir import semantic as ir
@@ -68,6 +68,29 @@ class TritonTarget(Target):
     runs_layers = True
     paged_attention = True  # k/v rows through a block table, keys past a length skipped (attention.py)
     torch_traceable = True  # each launch through torch.library.wrap_triton (arke/torch/triton_ops.py)
+
+    def honoured(self, decision: sir.Decision, dispatch: Any, others: Any = (), arch: str | None = None
+                 ) -> str | None:
+        """As every target's, and: a reduction's program holds its outputs' block by its reduce chunk in one
+        tensor, so a decided outputs' block gives way to a decided chunk past 2**20 elements in all
+        (blocks.two_wide)."""
+        why = super().honoured(decision, dispatch, others, arch)
+        if why is not None or decision.kind not in ("tile", "vectorize") or not isinstance(decision.value, int):
+            return why
+        from arke.ir import semantic as ir
+        from arke.targets.triton.blocks import outer_runs_as
+
+        op = dispatch.op
+        if dispatch_family(dispatch) != SINGLE or not isinstance(op, ir.ReduceOp | ir.ContractOp) or \
+                not op.axes or not op.reduce_axes or decision.subject != op.axes[-1].name:
+            return None
+        chunk = [d.value for d in others if d.kind in ("tile", "vectorize") and d.subject == op.reduce_axes[-1].name
+                 and isinstance(d.value, int)]
+        runs = outer_runs_as(decision.value, chunk[-1]) if chunk else None
+        if runs is None:
+            return None
+        return (f"{WHY}: beside a reduce chunk of {min(chunk[-1], MAX_LINE)} along `{op.reduce_axes[-1].name}` "
+                f"(`{decision.kind} {decision.subject} = {decision.value}` {RUNS_AS} {runs})")
 
     def layer_device(self) -> Any:
         from arke.targets.triton.kernel import device

@@ -34,7 +34,7 @@ from arke.plan.dispatch import Buffer, Dispatch, KernelPlan, PlanOp
 from arke.plan.exprs import product
 from arke.targets.artifact import Artifact, LaunchSpec, Renderer, UnsupportedError
 from arke.targets.space import rounded_up
-from arke.targets.triton.blocks import MAX_LINE, capped
+from arke.targets.triton.blocks import MAX_LINE, capped, two_wide
 from arke.targets.triton.expr import COMPUTE, HELPERS, STORAGE, Emitter, Source, accumulator, fold, identity
 from arke.targets.triton.trig import TRIG_HELPERS
 
@@ -82,6 +82,11 @@ class _Dispatch:
             self.fixed.append(name)
         self.constexprs[name] = rounded_up(value or self.plan.fitted_option(self.entry, name) or default, 1)
         return name
+
+    def two_wide(self, outer: str, inner: str) -> None:
+        """Blocks ``outer`` × ``inner`` of one tensor, within Triton's 2**20 elements (blocks.two_wide)."""
+        self.constexprs[outer], self.constexprs[inner] = two_wide(self.constexprs[outer], self.constexprs[inner],
+                                                                  inner in self.fixed)
 
     def launch_options(self) -> tuple[tuple[str, int], ...]:
         opts = list(self.constexprs.items())
@@ -153,6 +158,7 @@ class _Dispatch:
     def reduce_program(self, op: ir.ReduceOp | ir.ContractOp) -> None:
         bo = self.block_for([a.name for a in op.axes[-1:]], BLOCK_O, "BLOCK_O")
         br = self.block_for([a.name for a in op.reduce_axes[-1:]], BLOCK_R, "BLOCK_R")
+        self.two_wide(bo, br)
         self.grid = ceil_div(product([a.extent for a in op.axes]), self.constexprs[bo])
         pid, o = self.src.fresh(), self.src.fresh()
         self.src.line(f"{pid} = tl.program_id(0).to(tl.int64)", 1)
@@ -219,6 +225,7 @@ class _Dispatch:
         bo = self.block_for([], BLOCK_O, "BLOCK_O")
         br = self.block_for([a.name for m in members if not isinstance(m, ir.MapOp) for a in m.reduce_axes],
                             ROW_BLOCK_R, "BLOCK_R")
+        self.two_wide(bo, br)
         for op in members:
             assert not isinstance(op, ir.ScanOp), "a scan is never a rows member (plan/rows.py)"
             fixed = {a.name: v for a, v in zip(op.axes[:r], row_vars)}

@@ -44,3 +44,31 @@ def test_a_block_too_large_runs_capped_with_a_warning(case: str) -> None:
     assert any(isinstance(w.message, StrategyDowngradeWarning) and f"would run as {most} or less" in str(w.message)
                for w in caught)
     assert_conforms(got, module.kernels[name], *args, what=f"triton {case}")
+
+
+REDUCTIONS = {
+    # a decided reduce chunk of 2**20: the default 16 outputs beside it held 2**24 elements (a launch error)
+    "chunk": ("@strategy(rs, target = triton) { tile n = 1048576 }\n", []),
+    # both decided: the outputs' block gives way, said as AK4014
+    "both": ("@strategy(rs, target = triton) { tile m = 2048, n = 2048 }\n", ["AK4014"]),
+    # a decided outputs' block: the default reduce chunk gives way, nothing to say
+    "outputs": ("@strategy(rs, target = triton) { tile m = 1048576 }\n", []),
+}
+
+
+@pytest.mark.parametrize("case", list(REDUCTIONS))
+def test_a_reductions_two_blocks_fit_one_tensor(case: str) -> None:
+    """A reduction's program holds its outputs' block by its reduce chunk in one tensor: together they stay
+    within 2**20 elements (blocks.two_wide), and only a decision that gives way is warned."""
+    strategy, codes = REDUCTIONS[case]
+    source = "kernel rs(x: f32[M, N]) -> f32[M] { return sum(x[m, n] for n) }\n" + strategy
+    assert [d.code for d in arke.check(source)] == codes
+    module = text_module(source)
+    x = seeded("blocks", case).standard_normal((5, 300)).astype(np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = arke.build(module, target="triton").rs(x)
+    said = [w.message for w in caught if isinstance(w.message, StrategyDowngradeWarning)]
+    assert [w.code for w in said] == codes, said
+    assert all("would run as 512" in str(w) for w in said)
+    assert_conforms(got, module.kernels["rs"], x, what=f"triton {case}")
