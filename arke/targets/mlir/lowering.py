@@ -12,6 +12,8 @@ on computes one flag per element, or-ed into a 0-d ``i8`` tensor (:meth:`Lowerin
 
 from __future__ import annotations
 
+import sympy
+
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim
@@ -54,6 +56,7 @@ class Lowering(OpLowering):
             if isinstance(op, ir.ReduceOp):
                 if op.dtype.is_bool:
                     v = body.let(f"arith.extui {v} : i1 to i8")
+                v = self._kept_term(body, v, acc_ty)
                 unsigned = op.dtype.is_bool or op.dtype.is_unsigned
                 v = body.combine(op.kind, "%out", v, acc_ty + "u" if unsigned else acc_ty)
             else:
@@ -71,7 +74,10 @@ class Lowering(OpLowering):
             self.ctx.emit(f"{filled} = linalg.fill ins({self._literal(op.kind, op.dtype)} : {acc_ty}) "
                           f"outs({init} : {out_type}) -> {out_type}")
             init = filled
-        ins = self._inputs(operands, [lp.name for lp in par])
+        red = [lp for lp in self.loops if lp.kind == "reduction"]
+        ins = self._inputs(operands, [lp.name for lp in (*par, *red)] if reduce else [lp.name for lp in par])
+        if reduce:
+            ins.append(self._opaque_zero(red))
         r = self._generic(tag, ins, (init, out_type, tuple(lp.name for lp in par)), body, result[0], acc_ty)
         if reduce and op.dtype != acc:
             r = self._round(r, out_shape, acc, op.dtype)
@@ -80,6 +86,36 @@ class Lowering(OpLowering):
         if body.flags:
             lowered.check = self._check(tag)
         return lowered
+
+    @staticmethod
+    def _kept_term(body: Body, v: str, ty: str) -> str:
+        """A reduction's term ``v`` tied to :meth:`_opaque_zero`'s block argument: ``zero == 0 ? v : 0``.
+
+        IREE folds a term that reads no input (``x ** 0``, ``x * 0 + 1`` on integers, ``n`` alone), and its CPU
+        vectorizer then adds it once per vector of the reduced loop, not once per element (``sum(x ** 0 for
+        n)`` over 3 gave 1). A term that reads an input it cannot see through is reduced element by element."""
+        zero = body.let("arith.constant 0 : i8")
+        keep = body.let(f"arith.cmpi eq, %zero, {zero} : i8")
+        other = body.let(f"arith.constant {'0.0' if ty.startswith('f') else '0'} : {ty.rstrip('u')}")
+        return body.let(f"arith.select {keep}, {v}, {other} : {ty.rstrip('u')}")
+
+    def _opaque_zero(self, red: list[Loop]) -> tuple[str, str, tuple[str, ...], str]:
+        """An input over the reduced loops holding zeros IREE cannot see (behind an optimization barrier, its
+        dynamic sizes tied), read as ``%zero`` by :meth:`_kept_term`: bytes, one per reduced element."""
+        shape = tuple(lp.extent for lp in red)
+        t = self.ctx.tensor_type(shape, "i8")
+        c = self.ctx.fresh("c")
+        self.ctx.emit(f"{c} = arith.constant 0 : i8")
+        filled = self.ctx.fresh("f")
+        self.ctx.emit(f"{filled} = linalg.fill ins({c} : i8) outs({self.ctx.empty(shape, 'i8')} : {t}) -> {t}")
+        kept = self.ctx.fresh("c")
+        self.ctx.emit(f"{kept} = util.optimization_barrier {filled} : {t}")
+        sizes = [self._size(d) for d in shape if not isinstance(sympy.sympify(d), sympy.Integer)]
+        if sizes:
+            tied = self.ctx.fresh("c")
+            self.ctx.emit(f"{tied} = flow.tensor.tie_shape {kept} : {t}{{{', '.join(sizes)}}}")
+            kept = tied
+        return kept, t, tuple(lp.name for lp in red), "%zero"
 
     def _literal(self, kind: str, dtype: DType) -> str:
         v = self.ctx.fresh("c")

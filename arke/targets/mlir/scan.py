@@ -29,7 +29,7 @@ import sympy
 from arke.ir import semantic as ir
 from arke.ir.dtypes import DType
 from arke.ir.shapes import Dim
-from arke.plan.exprs import loads_in, product
+from arke.plan.exprs import product
 from arke.targets.artifact import UnsupportedError
 from arke.targets.mlir.body import STORAGE, Body, Source
 from arke.targets.mlir.lowering import Lowering, _acc_dtype, _identity
@@ -55,11 +55,6 @@ def _plain_body() -> Body:
     return Body(lambda n: "", lambda d: "", lambda ld: Source(), "q")
 
 
-def _reads_along(e: ir.SExpr, axis: str) -> bool:
-    """Whether ``e`` loads a tensor at a subscript that runs along ``axis``."""
-    return any(isinstance(i, ir.Idx) and i.name == axis for ld in loads_in(e) for s in ld.indices for i in ir.walk(s))
-
-
 class _Scan:
     def __init__(self, ctx: FuncContext, op: ir.ScanOp, guards: tuple[ir.Guard, ...], tag: str):
         self.ctx, self.op, self.guards, self.tag = ctx, op, guards, tag
@@ -79,9 +74,7 @@ class _Scan:
         if op.kind == "linear":
             r = self._linear()
         else:
-            x = self._map(op.body, op.axes, self.tag)
-            if not _reads_along(op.body, op.axis):
-                x = self._kept_apart(x)
+            x = self._kept_apart(self._map(op.body, op.axes, self.tag))
             ident = self.ctx.fresh("c")
             self.ctx.emit(f"{ident} = arith.constant {_identity(op.kind, op.dtype)} : {self.elem}")
             start = self._fill(ident, self.elem)
@@ -105,8 +98,10 @@ class _Scan:
 
     def _kept_apart(self, x: str) -> str:
         """``x`` behind an optimization barrier, its dynamic sizes tied: a body that reads no tensor along the
-        scanned axis is cloned into the scan's dispatch by IREE, which then sizes its temporary as unbounded on
-        the stack ("exceeded stack allocation limit")."""
+        scanned axis, or one IREE folds to such (``x ** 0``, ``x % 1``), is cloned into the scan's dispatch by
+        IREE, which then sizes its temporary as unbounded on the stack ("exceeded stack allocation limit",
+        "stack allocation size overflows 64 bits"). IREE gives a scan a dispatch of its own whatever its body,
+        so keeping every body apart costs no fusion."""
         t = self.ctx.tensor_type(self.shape, self.elem)
         kept = self.ctx.fresh("c")
         self.ctx.emit(f"{kept} = util.optimization_barrier {x} : {t}")

@@ -68,10 +68,14 @@ def rendered(module: str, kernel: str) -> str:
 @pytest.mark.parametrize(("module", "kernel"), KERNELS, ids=[f"{m}.{k}" for m, k in KERNELS])
 def test_stdlib_kernel_verifies(module: str, kernel: str, tmp_path: Path) -> None:
     source = rendered(module, kernel)
-    # upstream dialects only, but for a scan's iree_linalg_ext.scan (arke/targets/mlir/scan.py)
+    # upstream dialects only, but for a scan's iree_linalg_ext.scan (arke/targets/mlir/scan.py), and the
+    # barrier and shape tie that keep IREE from folding a scan's body or a reduction's term (spec/codegen.md §8)
     used = set(re.findall(r"^\s*(?:%\w+ = )?([a-z_]+)\.[a-z_]+", source, flags=re.M))
-    scans = any(isinstance(op, ir.ScanOp) for op in plan_of(module, kernel).function.ops)
-    allowed = {"func", "arith", "math", "tensor", "linalg", "scf"} | ({"iree_linalg_ext"} if scans else set())
+    ops = plan_of(module, kernel).function.ops
+    scans = any(isinstance(op, ir.ScanOp) for op in ops)
+    kept = scans or any(isinstance(op, ir.ReduceOp) for op in ops)
+    allowed = {"func", "arith", "math", "tensor", "linalg", "scf"} | ({"iree_linalg_ext"} if scans else set()) | \
+        ({"util", "flow"} if kept else set())
     assert used <= allowed, used
     out = iree_opt(source, tmp=tmp_path)
     assert "linalg." in out
@@ -108,9 +112,10 @@ def test_whole_stdlib_compiles_for_cuda_sm80() -> None:
 
 
 def test_kernels_iree_cannot_compile_for_cuda_are_refused_first() -> None:
-    """``cuda_unsupported`` names exactly the stdlib kernels IREE's CUDA pipeline fails on (an
-    argmax's 64-bit reduction of positions; a reduction bounded by a length read from a tensor), and
-    IREE does fail on them: when it learns to, this fails and the refusal must go."""
+    """``cuda_unsupported`` names exactly the stdlib kernels the mlir target refuses for CUDA: an argmax's
+    64-bit reduction of positions, which IREE's CUDA pipeline fails on (when it learns to, this fails and
+    the refusal must go), and a reduction bounded by a length read from a tensor, which compiles since each
+    reduction's term is tied to an input but has not run on a GPU (lift it after a GPU run conforms)."""
     from arke.targets.mlir.kernel import IREEError, compile_vmfb
 
     refused = [f"{m}.{k}" for m, k in KERNELS if cuda_unsupported(plan_of(m, k))]
@@ -122,8 +127,7 @@ def test_kernels_iree_cannot_compile_for_cuda_are_refused_first() -> None:
         compile_vmfb(rendered("std.nn", "greedy"), device="cuda", arch="sm_80")
     with pytest.raises(IREEError, match="failed to distribute"):
         compile_vmfb(rendered("std.lm", "sample_all"), device="cuda", arch="sm_80")
-    with pytest.raises(IREEError, match="failed to distribute"):
-        compile_vmfb(rendered("std.decoder", "attn_paged"), device="cuda", arch="sm_80")
+    assert len(compile_vmfb(rendered("std.decoder", "attn_paged"), device="cuda", arch="sm_80")) > 1000
 
 
 GQA = """

@@ -61,3 +61,31 @@ def test_a_split_along_the_scan_axis_is_ak4014_everywhere() -> None:
         plan = make_plan(module.semantic, name, strategy, families=RENDERER.families)
         [split] = strategy.decisions
         assert (TARGET.honoured(split, plan.dispatches[0]) is not None) is dropped
+
+
+FOLDED = {  # terms IREE folds to values that read no input (IREE 3.13)
+    "pow0": "kernel k(x: i64[M, N]) -> i64[M] { return sum(x[m, n] ** 0 for n) }",
+    "times0": "kernel k(x: i64[M, N]) -> i64[M] { return sum(x[m, n] * 0 + n for n) }",
+    "mean": "kernel k(x: f32[M, N]) -> f32[M] { return mean(x[m, n] ** 0.0 for n) }",
+    "prod": "kernel k(x: i64[M, N]) -> i64[M] { return prod(x[m, n] * 0 + 2 for n) }",
+    "same": "kernel k(x: i64[M, N]) -> i64 { return sum(i64(bool(x[m, n]) == bool(x[m, n])) for m, n) }",
+    "cumsum": "kernel k(x: i64[M, N]) -> i64[M, N] { return cumsum(x[m, n] ** 0 for n) }",
+    "cummax": "kernel k(x: i64[M, N]) -> i64[M, N] { return cummax(x[m, n] * 0 + n for n) }",
+}
+
+
+@pytest.mark.parametrize("case", list(FOLDED))
+@pytest.mark.parametrize("n", [3, 37])
+def test_a_term_iree_folds_still_runs_over_every_element(case: str, n: int) -> None:
+    """`sum(x ** 0 for n)` over 3 gave 1 on mlir: IREE folded the term to a constant and its CPU vectorizer
+    added it once per vector of the reduced loop; a scan of such a body failed to compile ("stack allocation
+    size overflows 64 bits"). Every reduction's term is tied to an opaque input, every scan's body kept apart."""
+    import numpy as np
+
+    import arke
+
+    module = arke.loads(FOLDED[case])
+    x = np.arange(2 * n).reshape(2, n)
+    x = x.astype(np.float32 if "f32" in FOLDED[case] else np.int64)
+    got = build(module, "mlir").kernels["k"](x)
+    assert_conforms(got, module.kernels["k"], x, what=f"{case} over {n}")
