@@ -399,10 +399,15 @@ class BundleKernel:
             return
         try:
             functions = self.bundle.functions
-            fn = functions[self.record["function"]]
+            fn = functions.get(self.record["function"])
         except (KeyError, TypeError, ValueError):  # a manifest without its SemanticIR: the library's message
             return
-        run_function(fn, functions, {p.name: a for p, a in zip(fn.params, args)})
+        try:
+            run_function(fn, functions, {p.name: a for p, a in zip(fn.params, args)})
+        except GuardError:
+            raise  # the interpreter's explanation: which subscript, which value, which axis
+        except Exception:  # it could not tell (prepacked panels, say): the library's message
+            return
 
 
 _NP_TO_ARKE = {"bool": "bool", "int8": "i8", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",

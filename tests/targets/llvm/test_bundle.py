@@ -185,6 +185,8 @@ def test_out_and_a_failing_call(variants: tuple[Path, arke.Module]) -> None:
     target = torch.full((3,), 7.0)
     err = _error(lambda: lib.pick(table, torch.tensor([0, 10, 3], dtype=torch.int32), out=target))
     assert err.rule == "index"
+    # the interpreter explains it, as arke.build does (its SemanticIR was looked up as a dict, and never found)
+    assert "subscript 0 of `x` is 10, outside its axis 0 of size 10" in str(err), err
     assert torch.equal(target, torch.full((3,), 7.0)), "a failed call wrote its out="
     assert isinstance(lib.scale(x.numpy(), w.numpy()), np.ndarray)
 
