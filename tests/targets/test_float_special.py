@@ -16,6 +16,8 @@ SOURCE = """
 kernel pw(x: f32[N], y: f32[N]) -> f32[N] { return pow(x, y) }
 kernel powered(x: f32[N], p: f32 = 2.0) -> f32[N] { return x[n] ** p }
 kernel two_to(x: f32[N]) -> f32[N] { return exp2(x) }
+kernel rem(x: f32[N], y: f32[N]) -> f32[N] { return x[n] % y[n] }
+kernel inv_rem(x: f32[N], y: f32[N]) -> f32[N] { return 1.0 / (x[n] % y[n]) }
 """
 
 # normal values only: subnormals are flushed to zero on the mlir target (spec/codegen.md §7)
@@ -48,3 +50,21 @@ def test_exp2_over_its_whole_range(target: str) -> None:
                         [float("inf"), float("-inf"), float("nan"), 128.0, -150.0, 0.0, -0.0]]).astype(np.float32)
     module = text_module(SOURCE)
     assert_conforms(build(module, target).two_to(x), module.kernels["two_to"], x, what=f"{target} exp2")
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+def test_a_zero_remainder_takes_the_divisors_sign(target: str) -> None:
+    """Python's float `%` (spec/language.md §8.2): `5.0 % -1.0` is -0.0. Every target gave +0.0 (fmod's zero
+    keeps the dividend's sign), which shows after a division: `1 / (5 % -1)` was +inf, not -inf. Over the
+    special values and 4097 elements, so the vector lanes and the scalar tail both run it."""
+    xs, ys = zip(*itertools.product(VALUES, VALUES))
+    x = np.resize(np.array(xs, np.float32), 4097)
+    y = np.resize(np.array(ys, np.float32), 4097)
+    module = text_module(SOURCE)
+    lib = build(module, target)
+    want = module.kernels["rem"](x, y)
+    got = np.asarray(lib.rem(x, y))
+    assert_conforms(got, module.kernels["rem"], x, y, what=f"{target} %")
+    zero = np.asarray(want) == 0
+    assert np.array_equal(np.signbit(got[zero]), np.signbit(np.asarray(want)[zero])), f"{target}: the sign of a zero"
+    assert_conforms(lib.inv_rem(x, y), module.kernels["inv_rem"], x, y, what=f"{target} 1 / %")

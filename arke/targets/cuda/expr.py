@@ -121,8 +121,8 @@ static inline long long ak_mod_dim(long long a, long long b) { long long r = a %
 static inline float ak_fmax(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
 static inline float ak_fmin(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
 static inline float ak_fmod(float a, float b) {
-  float r = fmodf(a, b); /* exact; then moved into the divisor's sign, as Python's % */
-  return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+  float r = fmodf(a, b); /* exact; then moved into the divisor's sign, as Python's % (a zero takes b's sign) */
+  return r == 0.0f ? copysignf(0.0f, b) : ((r < 0.0f) != (b < 0.0f)) ? r + b : r;
 }
 """
 

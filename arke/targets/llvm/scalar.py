@@ -349,7 +349,10 @@ class ScalarEmitter(Emitter):
             self.emit(f"{diff} = xor i1 {rn}, {bn}")
             self.emit(f"{fix} = and i1 {nz}, {diff}")
             self.emit(f"{plus} = fadd float {r}, {b}")
-            self.emit(f"{t} = select i1 {fix}, float {plus}, float {r}")
+            moved = self.let(f"select i1 {fix}, float {plus}, float {r}")
+            self.declare("declare float @llvm.copysign.f32(float, float)")
+            signed = self.let(f"call float @llvm.copysign.f32(float 0.0, float {b})")
+            self.emit(f"{t} = select i1 {nz}, float {moved}, float {signed}")  # a zero takes the divisor's sign
         else:
             raise UnsupportedError(f"unimplemented primitive in llvm lowering: {op}")
         return t

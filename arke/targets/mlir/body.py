@@ -384,8 +384,11 @@ class Body:
         if op == "floordiv":
             q = self.let(f"arith.divf {a}, {b} : f32")
             return self.let(f"math.floor {q} : f32")
-        if op == "mod":  # Python's %: fmod, then moved into the divisor's sign (exact)
-            return self._divisor_sign(self.let(f"arith.remf {a}, {b} : f32"), b, "f32")
+        if op == "mod":  # Python's %: fmod, then moved into the divisor's sign (exact); a zero takes b's sign
+            r = self._divisor_sign(self.let(f"arith.remf {a}, {b} : f32"), b, "f32")
+            zero = self.let(f"arith.cmpf oeq, {r}, {self.const(0.0, 'f32')} : f32")
+            signed = self.let(f"math.copysign {r}, {b} : f32")
+            return self.let(f"arith.select {zero}, {signed}, {r} : f32")
         raise UnsupportedError(f"mlir: binary `{op}` on floats")
 
     def _float_pow(self, a: str, b: str) -> str:

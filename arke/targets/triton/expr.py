@@ -95,9 +95,13 @@ def floordiv_text(a: str, b: str) -> str:
     return f"({a} // {b} - (({a} % {b} != 0) & (({a} % {b} < 0) != ({b} < 0))).to({a}.dtype))"
 
 
-def mod_text(a: str, b: str) -> str:
-    """Python's modulo of two names (the divisor's sign; Triton's ``%`` is C's) as one expression."""
-    return f"tl.where(({a} % {b} != 0) & (({a} % {b} < 0) != ({b} < 0)), {a} % {b} + {b}, {a} % {b})"
+def mod_text(a: str, b: str, floats: bool = False) -> str:
+    """Python's modulo of two names (the divisor's sign; Triton's ``%`` is C's) as one expression; on
+    ``floats`` a zero remainder takes the divisor's sign too (``5.0 % -1.0`` is -0.0)."""
+    moved = f"tl.where(({a} % {b} != 0) & (({a} % {b} < 0) != ({b} < 0)), {a} % {b} + {b}, {a} % {b})"
+    if not floats:
+        return moved
+    return f"tl.where({a} % {b} == 0, tl.where({b} < 0, -0.0, 0.0), {moved})"
 
 
 def max_text(kind: str, a: str, b: str) -> str:
@@ -362,7 +366,7 @@ class Emitter:
             if op == "floordiv":
                 return self.let(f"tl.floor(tl.div_rn({a}, {b}))")
             if op == "mod":
-                return self.let(mod_text(a, b))
+                return self.let(mod_text(a, b, floats=True))
             if op in ("max", "min"):
                 return self.let(max_text(op, a, b))
             if op == "pow":

@@ -51,3 +51,12 @@ def test_integer_division_by_zero_raises_the_error_word() -> None:
     _, err = cuda_host.run(module, "idiv", x, np.array([2, 3, -2], dtype=np.int32))
     assert err == 0
 
+
+
+def test_a_zero_float_remainder_takes_the_divisors_sign() -> None:
+    """Python's float `%`: `5.0 % -1.0` is -0.0 (fmodf's zero kept the dividend's sign)."""
+    module = text_module("kernel rem(x: f32[N], y: f32[N]) -> f32[N] { return 1.0 / (x[n] % y[n]) }")
+    x, y = np.array([5.0, -3.0, 2.0, -0.0, 0.0], np.float32), np.array([-1.0, 1.0, 1.0, 3.0, -3.0], np.float32)
+    got, err = cuda_host.run(module, "rem", x, y)
+    assert err == 0
+    assert np.array_equal(np.asarray(got), np.array([-np.inf, np.inf, np.inf, np.inf, -np.inf], np.float32)), got
