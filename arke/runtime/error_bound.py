@@ -240,8 +240,12 @@ class _Body:
             logged = mul(b, un("log", absolute(a)))
             return add(scaled(slope, da), scaled(mul(e, un("log", absolute(a))), db),
                        ulps(LIBM_ULPS * 2.0, mul(e, add(c(1.0), absolute(logged)))))
-        if op == "mod":
-            return add(da, db)
+        if op == "mod":  # a - b·floor(a / b), exact: slope 1 in a, -floor(a / b) = (e - a) / b in b ...
+            bound = add(da, scaled(div(S.Binary("sub", f32(a), f32(e), F32), b), db))
+            if bound is None:
+                return None
+            # ... and never more than the width of the range both sides lie in, |b| and b's own error
+            return S.Binary("min", bound, add(div(absolute(b), c(U32)), db), F32)
         if op == "floordiv":
             return None  # a step
         raise NotImplementedError(f"no error bound for binary `{op}`")
