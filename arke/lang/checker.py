@@ -291,6 +291,7 @@ def late_checks(calls: dict[str, list[tuple[str, Span]]], strategies: tuple[ast.
     """What needs every kernel checked first: call cycles, then the strategies (their StrategyIR, and
     with the lowered ``functions`` the decisions no dispatch of their kernel honours: AK4014)."""
     _report_cycles(calls, diags)
+    _report_call_depth(calls, functions, diags)
     return check_strategies(strategies, scope, indices, diags, functions)
 
 
@@ -388,6 +389,41 @@ def _report_cycles(calls: dict[str, list[tuple[str, Span]]], diags: list[Diagnos
     for name in calls:
         if name not in state:
             visit(name)
+
+
+#: The longest chain of kernel calls a kernel may make (the inliner and the interpreter recurse along it).
+MAX_CALL_DEPTH = 64
+
+
+def _report_call_depth(calls: dict[str, list[tuple[str, Span]]], functions: tuple[semantic.Function, ...],
+                       diags: list[Diagnostic]) -> None:
+    """AK1006 at each call that makes a chain of kernel calls longer than :data:`MAX_CALL_DEPTH` (only where
+    it crosses the limit: the kernels above it are follow-ons). A cycle is AK2006's."""
+    callees = {f.name: {op.callee for op in f.ops if isinstance(op, semantic.CallOp)} for f in functions}
+    for name, made in calls.items():
+        callees.setdefault(name, set()).update(c for c, _ in made)
+    depth: dict[str, int] = {}
+    for root in callees:  # depth-first, without recursion: a chain may be thousands of kernels long
+        stack, open_ = [root], set()
+        while stack:
+            name = stack[-1]
+            if name in depth:
+                stack.pop()
+                continue
+            todo = [c for c in callees.get(name, ()) if c not in depth and c not in open_]
+            if todo and name not in open_:
+                open_.add(name)
+                stack.extend(todo)
+                continue
+            depth[name] = 1 + max((depth.get(c, 0) for c in callees.get(name, ())), default=0)
+            open_.discard(name)
+            stack.pop()
+    for made in calls.values():
+        for callee, span in made:
+            if depth.get(callee, 1) == MAX_CALL_DEPTH:
+                diags.append(make("AK1006", f"this call makes a chain of {MAX_CALL_DEPTH + 1} kernel calls, more "
+                                            f"than the {MAX_CALL_DEPTH} the compiler takes", span,
+                                  hint="call fewer kernels in a chain: write several steps in one kernel"))
 
 
 def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:

@@ -400,3 +400,35 @@ def test_a_byte_order_mark_is_no_column() -> None:
     text = "\ufeffkernel f(x: f32[N]) -> f32[N] { return x + q }\n"
     (diag,) = [d for d in arke.check(text) if d.is_error]
     assert (diag.code, diag.span.line, diag.span.col) == ("AK2001", 1, text.index("q"))
+
+
+@pytest.mark.parametrize("statements", [255, 300])
+def test_a_long_chain_of_statements_builds(statements: int) -> None:
+    """`t1 = t0 * 1.0`, ..., each statement shallow: the checker takes it, and the fused rows kernel nests
+    them into one expression a few hundred deep. The LLVM rows emitter (four Python frames a level) ran out of
+    Python's default recursion at ~250: renderers now run under `deep_recursion`."""
+    import numpy as np
+
+    lines = ["kernel g(x: f32[N]) -> f32[N] {", "  t0[i] = x[i] + 1.0"]
+    lines += [f"  t{k + 1}[i] = t{k}[i] * 1.0" for k in range(statements)]
+    module = arke.loads("\n".join([*lines, f"  return t{statements}", "}"]) + "\n")
+    x = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(arke.build(module).g(x), x + 1)
+
+
+def test_a_chain_of_kernel_calls_past_the_limit_is_AK1006() -> None:
+    """500 kernels each calling the one before passed the checker; the inliner and the interpreter then
+    recursed too deep. A chain longer than MAX_CALL_DEPTH is AK1006 at the call that crosses it."""
+    import numpy as np
+
+    from arke.lang.checker import MAX_CALL_DEPTH
+
+    lines = ["kernel g0(x: f32[N]) -> f32[N] { return x[n] + 1.0 }"]
+    lines += [f"kernel g{k}(x: f32[N]) -> f32[N] {{ return g{k - 1}(x) }}" for k in range(1, 200)]
+    [diag] = arke.check("\n".join(lines) + "\n")
+    assert (diag.code, diag.span.line) == ("AK1006", MAX_CALL_DEPTH + 1), diag
+    module = arke.loads("\n".join(lines[:MAX_CALL_DEPTH]) + "\n")
+    x = np.arange(3, dtype=np.float32)
+    name = f"g{MAX_CALL_DEPTH - 1}"
+    np.testing.assert_array_equal(module.kernels[name](x), x + 1)
+    np.testing.assert_array_equal(getattr(arke.build(module), name)(x), x + 1)

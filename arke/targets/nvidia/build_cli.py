@@ -15,6 +15,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from arke.lang.source import Span
+
+#: The decisions that size a GPU launch (what AK4012 and AK4015 point at).
+SIZING = ("tile", "stages", "warps")
+
 
 def _usage(message: str) -> Exception:
     from arke.cli.app import UsageError
@@ -88,13 +93,34 @@ def build_each(args: argparse.Namespace, arch: str, renderer: Any, to_ptx: Calla
     return 1 if failed else 0
 
 
+def decision_span(path: str, text: str, kernel: str, decisions: tuple[tuple[str, str | None], ...],
+                  which: int | None = 0, target: str = "triton") -> Span:
+    """Where to point AK4012/AK4015: the first sizing decision of the kernel's ``which``-th ``target`` strategy
+    in the file (None: the defaults, which no strategy wrote), else that strategy block, else the kernel's name,
+    else the file's first line."""
+    from arke.lang.parser import parse
+
+    tree, _ = parse(text, path)
+    kinds = [k for k, _ in decisions] or list(SIZING)
+    ours = [st for st in tree.strategies if st.kernel == kernel and st.target in (None, target)]
+    if which is not None and which < len(ours):
+        strat = ours[which]
+        for d in strat.decisions:
+            if d.name in kinds:
+                return d.span
+        return strat.kernel_span
+    for k in tree.kernels:
+        if k.name == kernel:
+            return k.name_span
+    return Span(path, 1, 1, 1, 1, 0, 0)
+
+
 def _report(err: Any, path: str, kernel: str, target: str, arch: str, which: int) -> None:
     """A strategy decision the target cannot lower (AK4004) or fit on ``arch`` (AK4012), at the decision the
     message names (else the strategy's first sizing decision)."""
     from arke.lang.diagnostics import make
     from arke.lang.render import Sources, print_diagnostics
     from arke.lang.source import read_source_bytes
-    from arke.targets.triton.build_cli import decision_span
 
     text = read_source_bytes(path).decode("utf-8") if path != "-" else ""
     detail = str(getattr(err, "detail", err))

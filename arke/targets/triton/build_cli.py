@@ -19,14 +19,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from arke.lang.diagnostics import Diagnostic, make
-from arke.lang.source import Span, read_source_bytes
+from arke.lang.source import read_source_bytes
+from arke.targets.nvidia.build_cli import decision_span
 
 if TYPE_CHECKING:
     from arke.targets.nvidia.cubin import CompiledEntry
     from arke.targets.triton.aot import ResourceError
     from arke.targets.triton.fit import Unfit
 
-SIZING = ("tile", "stages", "warps")
 
 
 def _usage(message: str) -> Exception:
@@ -47,28 +47,6 @@ def _renderer() -> Any:
     if found is None:
         raise _usage("the Triton renderer (arke.targets.triton.render) is not available in this build")
     return found
-
-
-def decision_span(path: str, text: str, kernel: str, decisions: tuple[tuple[str, str | None], ...],
-                  which: int | None = 0, target: str = "triton") -> Span:
-    """Where to point AK4012/AK4015: the first sizing decision of the kernel's ``which``-th ``target`` strategy
-    in the file (None: the defaults, which no strategy wrote), else that strategy block, else the kernel's name,
-    else the file's first line."""
-    from arke.lang.parser import parse
-
-    tree, _ = parse(text, path)
-    kinds = [k for k, _ in decisions] or list(SIZING)
-    ours = [st for st in tree.strategies if st.kernel == kernel and st.target in (None, target)]
-    if which is not None and which < len(ours):
-        strat = ours[which]
-        for d in strat.decisions:
-            if d.name in kinds:
-                return d.span
-        return strat.kernel_span
-    for k in tree.kernels:
-        if k.name == kernel:
-            return k.name_span
-    return Span(path, 1, 1, 1, 1, 0, 0)
 
 
 def resource_diagnostic(err: ResourceError, path: str, text: str, kernel: str, which: int | None = 0

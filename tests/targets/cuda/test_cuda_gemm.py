@@ -305,15 +305,20 @@ def test_akc_build_reports_an_unusable_strategy_at_its_decision(tmp_path: Path,
     at the decision, the exit status 1, and nothing written."""
     from arke.cli import app as cli
 
+    text = ("kernel f(x: f32[M, K], w: f32[N, K]) -> f32[M, N] { return sum(x[m, k] * w[n, k] for k) }\n"
+            "@strategy(f, target = cuda) { tile m = 128, n = 128\n  warps = 1 }\n")
     src = tmp_path / "bad.ak"
-    src.write_text(BAD)
+    src.write_text(text)
     out = tmp_path / "out.cu"
     out.write_text("an earlier build")
-    assert cli.main(["build", str(src), "--target", "cuda", "--kernel", "f", "--emit", "source", "-o", str(out)]) == 1
+    assert cli.main(["build", str(src), "--target", "cuda", "--emit", "source", "-o", str(out)]) == 1
     err = capsys.readouterr().err
-    assert f"{src}:12:43: error[AK4004]:" in err and "warps = 32" in err, err
-    assert f"{src}:14:43: error[AK4012]:" in err and "give each thread 512 outputs" in err, err
+    col = text.splitlines()[1].index("tile") + 1
+    assert f"{src}:2:{col}: error[AK4012]:" in err and "give each thread 512 outputs" in err, err
     assert "File exists" not in err and out.read_text() == "an earlier build"
+    src.write_text(text.replace("warps = 1", "warps = 32").replace("128, n = 128", "48, n = 40"))
+    assert cli.main(["build", str(src), "--target", "cuda", "--emit", "source", "-o", str(out)]) == 1
+    assert f"{src}:2:{col}: error[AK4004]:" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- NVRTC + ptxas
