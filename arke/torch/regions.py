@@ -245,6 +245,19 @@ def _symbols(region: Region) -> set[Any]:
     return found
 
 
+def _sizes_of_one_or_more(region: Region, fake_mode: Any) -> None:
+    """Untranslatable where a size of the region may be 0 as it runs (a data-dependent size from a boolean
+    mask, ``nonzero`` or ``.item()``, or any size under ``backed_size_oblivious``): a kernel's dims are 1 or
+    more, and torch's ops give an empty result, or a reduction's identity, there."""
+    env = getattr(fake_mode, "shape_env", None)
+    if env is None:
+        return
+    for sym in sorted(_symbols(region), key=str):
+        found = env.var_to_range.get(sym)
+        if found is not None and found.lower < 1:
+            raise Untranslatable(f"size {sym} may be 0 as it runs, and a kernel's dims are 1 or more")
+
+
 def _dim_sources(graph: fx.Graph, region: Region) -> list[tuple[str, fx.Node, int | None]]:
     """The sizes the kernel cannot read from its tensors' axes (a parameter ``[(S33 * S50), 128]`` whose
     result is ``[S33, S50, 128]``): each a dim parameter, named as in the text, with where the graph has its
@@ -340,6 +353,7 @@ def fuse(gm: fx.GraphModule, fake_mode: Any, min_elements: int = MIN_ELEMENTS) -
             done.small += 1
             continue
         try:
+            _sizes_of_one_or_more(region, fake_mode)
             dims = _dim_sources(graph, region)
             text, perms = _source(region, outputs, "r", [d for d, _, _ in dims])  # named by a digest of its
             # text: equal regions share it

@@ -332,3 +332,31 @@ def test_a_gather_with_a_shorter_index_is_left_to_torch_with_the_reason() -> Non
     got = torch.compile(f, backend="arke", options={"arke.fuse": "all"})(i, w)
     assert torch.equal(got, f(i, w))
     assert "a gather whose index is 3 long on axis 0, where the input is 6" in str(backend.reports()[-1])
+
+
+@pytest.mark.parametrize("config", ["capture_dynamic_output_shape_ops", "capture_scalar_outputs"])
+def test_a_size_that_may_be_zero_stays_with_torch(config: str) -> None:
+    """A data-dependent size (a boolean mask's rows, an `.item()` slice) may be 0 as the graph runs: the
+    region's kernel refused it ("dims must be at least 1") where torch gives an empty result, or a sum's
+    identity. Such a region is left to Inductor, with the reason."""
+    def masked(x: torch.Tensor) -> torch.Tensor:
+        return ((x[x[:, 0] > 0] * 2).exp() + 1).sum(0)
+
+    def sliced(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return ((x[:k.item()] * 2).exp() + 1).sum(0)
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(**{config: True}), torch.no_grad():
+        x = torch.randn(1024, 64)
+        none = -x.abs() - 0.1
+        if config == "capture_dynamic_output_shape_ops":
+            g = torch.compile(masked, backend="arke", options={"arke.fuse": "all"})
+            torch.testing.assert_close(g(x.abs() + 0.1), masked(x.abs() + 0.1))
+            got, want = g(none), masked(none)
+        else:
+            g = torch.compile(sliced, backend="arke", options={"arke.fuse": "all"})
+            torch.testing.assert_close(g(x, torch.tensor(5)), sliced(x, torch.tensor(5)))
+            got, want = g(x, torch.tensor(0)), sliced(x, torch.tensor(0))
+    torch.testing.assert_close(got, want)
+    reasons = [why for r in backend.reports() for _, why in r.unfused]
+    assert any("may be 0 as it runs" in why for why in reasons), reasons
