@@ -130,14 +130,16 @@ class Kernel:
                 dims, variant, defaults = hit
                 args = {n: a for k, (n, a) in enumerate(zip(self._tensor_params, arrays)) if k not in self._dim_slots}
                 args.update(defaults)
-                return variant.run_prepared(args, dims, False, threads, out)
+                result = variant.run_prepared(args, dims, False, threads, out)
+                return result if out is None else _written(result)
         args, dims, any_torch = prepare_args(self.function, arrays, scalars, keep_device=not self.library.on_host)
         variant = self.variant(self.choose(dims))
         if key is not None:
             if len(self._calls) >= 64:  # a bounded memo: shapes that keep changing fall back to full checks
                 evict_oldest(self._calls)
             self._calls[key] = (dims, variant, {n: args[n] for n in self._scalar_params})
-        return variant.run_prepared(args, dims, not any_torch, threads, out)
+        result = variant.run_prepared(args, dims, not any_torch, threads, out)
+        return result if out is None else _written(result)
 
     def _signature(self, arrays: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The shapes, dtypes and device of a call that fills exactly the tensor parameters with plain (dense)
@@ -270,6 +272,16 @@ def warn_unhonoured(library: Library, name: str, ir_name: str, strategy: sir.Str
         warnings.warn(StrategyDowngradeWarning(found), stacklevel=4)
         reported.add((found.decision.kind, found.decision.subject))
     return reported
+
+
+def _written(result: Any) -> Any:
+    """``out=`` after a kernel wrote it: each torch tensor's version counter moves on, as after torch's own
+    out= ops, so what keys on it (autograd's checks, a compiled graph's packed copy of a weight) sees the
+    write. A kernel writing in place bypasses torch, which would not count it."""
+    for t in result if isinstance(result, tuple) else (result,):
+        if isinstance(t, torch.Tensor):
+            torch.autograd.graph.increment_version(t)
+    return result
 
 
 def warn_schedule_notes(name: str, compiled: Any, reported: set[tuple[str, str | None]]) -> None:

@@ -197,6 +197,8 @@ class BundleKernel:
                     self._pool.give(o)
             raise
         if out is not None:
+            for o in outs:  # written in place, behind torch's back: its version counter moves on, as after torch's
+                torch.autograd.graph.increment_version(o)  # own out= ops (a compiled graph keys packed copies on it)
             users = tuple(out) if isinstance(out, tuple | list) else (out,)
             return users[0] if len(users) == 1 else users
         for o in outs:  # reused only once the caller lets go of it

@@ -121,11 +121,13 @@ def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, mode: str,
 
 def _packed(w: torch.Tensor, kn: bool = False) -> torch.Tensor | None:
     """``w`` packed once into the contraction kernels' panels (a weight is read by every call: its layout for
-    the micro-kernel is worth a copy), repacked when it is written in place; None where the target has none.
+    the micro-kernel is worth a copy), repacked when it is written in place; None where the target has none,
+    or ``w`` is no ``nn.Parameter``.
     ``kn``: ``w`` is stored [K, N] (its transpose is packed)."""
-    if w.is_inference() and not isinstance(w, torch.nn.Parameter):
-        # an inference tensor has no version counter: a caller's in-place write to data (not a model's
-        # weight) could not be seen, so it is read as it is at each call (the kernel packs as it goes)
+    if not isinstance(w, torch.nn.Parameter):
+        # a model's weight is a Parameter; any other operand is data a caller may write behind torch's version
+        # counter (through NumPy's shared memory, an inference tensor's missing counter), so it is read as it is
+        # at each call (the kernel packs as it goes): a kept copy would go stale unseen
         return None
     key = (id(w), kn)
     found = _PACKED.get(key)

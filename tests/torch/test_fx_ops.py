@@ -83,6 +83,20 @@ def test_an_inference_tensor_that_is_data_is_read_as_it_is_at_each_call() -> Non
                                    atol=1e-4)
 
 
+def test_data_shared_with_numpy_is_read_as_it_is_at_each_call() -> None:
+    """Any second operand that is no Parameter was packed once and kept, keyed on its version counter: a
+    write through NumPy's shared memory (or any path around the counter) was then never seen."""
+    import numpy as np
+
+    arr = np.random.default_rng(3).standard_normal((24, 40)).astype(np.float32)
+    y, x = torch.from_numpy(arr), torch.randn(5, 24)
+    with torch.no_grad():
+        g = torch.compile(lambda x, y: x @ y, backend="arke", options={"arke.kernels": "arke"})
+        torch.testing.assert_close(g(x, y), x @ y, rtol=1e-5, atol=1e-4)
+        arr *= 2.0
+        torch.testing.assert_close(g(x, y), x @ y, rtol=1e-5, atol=1e-4)
+
+
 def test_an_inference_tensor_weight_is_packed() -> None:
     """A model made under inference_mode has weights without a version counter."""
     with torch.inference_mode():

@@ -75,8 +75,14 @@ def test_opcheck_every_stdlib_kernel(name: str) -> None:
 def test_out_overload_writes_in_place_and_declares_it() -> None:
     x, w = torch.randn(5, 16), torch.randn(16)
     y = torch.full((5, 16), 7.0)
+    version = y._version
     assert ops().rmsnorm.out(x, w, out=y) is None  # a mutating operator returns nothing
     torch.testing.assert_close(y, library().rmsnorm(x, w), rtol=0, atol=0)
+    # the write is counted, as torch's own out= ops count theirs (a compiled graph keys packed copies on it)
+    assert y._version > version
+    version = y._version
+    library().rmsnorm(x, w, out=y)
+    assert y._version > version
     assert ops().rmsnorm.out._schema.arguments[-1].alias_info.is_write  # functionalization sees the write
     torch.library.opcheck(ops().rmsnorm.out, (x, w), {"out": torch.empty(5, 16)})
 
