@@ -249,6 +249,9 @@ def test_build_refusals(tmp_path: Path) -> None:
         build_bundle(mod, tmp_path / "b", ["nope"])
     with pytest.raises(BuildError, match="is an aarch64 CPU"):
         build_bundle(mod, tmp_path / "b", cpu="neoverse-n1", triple="x86_64-linux-gnu")
+    # an architecture Arke knows no CPU of: said so (it offered "--cpu (one of: )", and refused every CPU)
+    with pytest.raises(BuildError, match="bundles for aarch64 and x86_64 CPUs, not for riscv64"):
+        build_bundle(mod, tmp_path / "b", triple="riscv64-linux-gnu")
     assert not (tmp_path / "b").exists()
 
 

@@ -66,8 +66,13 @@ def machine(cpu: str | None = None, triple: str | None = None) -> Machine:
     llvm.initialize_all_asmprinters()
     if cpu is None:
         if triple is not None and arch_of(triple) != platform.machine():
+            named = [n for n, c in CPUS.items() if c.arch == arch_of(triple)]
+            if not named:
+                raise BundleError(f"--triple {triple}: Arke builds bundles for "
+                                  f"{' and '.join(sorted({c.arch for c in CPUS.values()}))} CPUs, not for "
+                                  f"{arch_of(triple)}")
             raise BundleError(f"--triple {triple} is another architecture than this host's: name its CPU with --cpu "
-                              f"(one of: {', '.join(n for n, c in CPUS.items() if c.arch == arch_of(triple))})")
+                              f"(one of: {', '.join(named)})")
         from arke.targets.llvm.isa import host_units
         from arke.targets.llvm.jit import host_vector_bits
 
