@@ -208,6 +208,10 @@ class Database:
                     _metadata(sa).create_all(engine)
                 with engine.connect() as c:  # a file that is not a database fails here
                     c.execute(sa.text("SELECT COUNT(*) FROM arke_tuning")).scalar()
+                    if self.writer and path is not None:  # a damaged page past the header: before a measurement
+                        found = c.execute(sa.text("PRAGMA quick_check")).scalar()  # is made, not at its write
+                        if found != "ok":
+                            raise RuntimeError(f"database disk image is malformed ({found})")
                 break
             except Exception as err:
                 engine.dispose()

@@ -149,6 +149,26 @@ def test_a_corrupted_file_is_set_aside(tmp_path: Path) -> None:
     assert len(aside) == 2 and all(p.read_bytes() == damaged for p in aside)
 
 
+def test_a_damaged_table_page_behind_a_good_header_is_set_aside_before_a_measurement(tmp_path: Path) -> None:
+    """A database whose header and schema read well but whose table's page is damaged passed the opening
+    count: the tuner measured, then failed at the write and lost the measurement. A writer checks the pages
+    (SQLite's quick_check) as it opens, and sets such a file aside."""
+    path = tmp_path / "tuning.db"
+    first = tdb.Database(str(path))
+    first.add(_record(_key({"M": 64, "N": 64, "K": 64})))
+    first.close()
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big") or 65536
+    data[page:page + 3000] = b"Z" * 3000  # page 2: the table's root
+    path.write_bytes(bytes(data))
+    database = tdb.Database(str(path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        database.add(_record(_key({"M": 8, "N": 8, "K": 8})))
+    assert any("set aside" in str(w.message) for w in caught) and database.count() == 1
+    assert [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]
+
+
 @pytest.mark.parametrize("what", ["folder", "text"])
 def test_what_is_not_a_database_is_never_moved(tmp_path: Path, what: str) -> None:
     """A folder, or a file that is not SQLite (a user's), named as the database: a clear error for a tuner, a
