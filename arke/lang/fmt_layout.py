@@ -332,7 +332,9 @@ class _Printer:
             return [_Line(CONTINUATION, self.flat(outputs), 0, False, False)]
         items = _kids(outputs)
         c = [t for t in outputs.children if isinstance(t, Token)]
-        explode = self._commented(items, c[1], c[-1])
+        # from `->` on: a comment after the arrow ends up after `)` (in the list) once formatted, so it lays the
+        # list out one output per line from the first pass, as a second pass would
+        explode = self._commented(items, c[0], c[-1])
         col = CONTINUATION + len("-> (")
         parts = self.items(items, col, col, 1, explode)
         parts[0] = "-> (" + parts[0]

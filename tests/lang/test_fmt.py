@@ -560,3 +560,12 @@ def test_a_comment_before_a_long_header_settles_after_one_pass(where: str) -> No
            "  return x[n, c, l]\n}\n")
     once = format_source(src)
     assert format_source(once) == once and "# c" in once
+
+
+def test_a_comment_after_the_arrow_of_a_long_header_settles_after_one_pass() -> None:
+    """A comment after `->` went after the outputs' `)` on the first pass, where the second pass found it in the
+    list and laid the outputs one per line: the first pass now does so already."""
+    src = ("kernel qkv_projection_long_name(x: f32[N, C], wn: f32[C], bn: f32[C], wq: f32[C, C], bq: f32[C], "
+           "eps: f32 = 1e-5) ->  # c\n(q: f32[N, C], k: f32[N, C], v: f32[N, C]) {\n  return x, x, x\n}\n")
+    once = format_source(src)
+    assert format_source(once) == once and "# c" in once
