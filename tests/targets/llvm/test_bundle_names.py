@@ -173,3 +173,18 @@ def test_two_dtype_variables_are_read_back_and_refusals_name_them(tmp_path: Path
         lib.mix(np.ones(3), np.ones(3, np.int8))
     with pytest.raises(arke.GuardError, match="missing tensor `b`"):
         lib.mix(np.ones(3, np.float32))
+
+
+def test_a_where_clause_past_64_bits_is_said_as_such(tmp_path: Path) -> None:
+    """The bundle's guards compute in 64 bits; a clause whose values pass that (N**5 at N = 7000) was refused
+    as "a dim or a result's element count is beyond the 64-bit sizes", though N and the result are small."""
+    from arke.runtime.errors import ShapeError
+
+    src = "kernel w5(x: f32[N]) -> f32[N] where N * N * N * N * N > 9223372036854775806 { return x[n] * 2.0 }\n"
+    build_bundle(arke.loads(src, "<w5>"), tmp_path / "b")
+    with pytest.raises(ShapeError, match=r"where clause .* cannot be checked in the bundle's 64-bit integers at "
+                                         r"N = 7000") as caught:
+        load_bundle(tmp_path / "b").w5(np.ones(7000, np.float32))
+    assert caught.value.rule == "where"
+    with pytest.raises(ShapeError, match="does not hold: N = 5"):
+        load_bundle(tmp_path / "b").w5(np.ones(5, np.float32))

@@ -186,9 +186,16 @@ def _check(k: str, name: str, fn: S.Function, dims: list[str]) -> list[str]:
         shown = [s for s in sorted(cond_dims(g.cond)) if s in dims]
         values = ", ".join(f"{s} = {P}lld" for s in shown)
         text = g.text if len(g.text) <= 200 else f"{g.text[:140]} … {g.text[-50:]}"
-        L.append(f"    if (!{c_cond(g.cond)} && !bad) "
-                 + _fail("ARKE_ERR_SHAPE", "where", None, name,
-                         f"where clause `{text}` does not hold: {values}", *(f"(long long)d_{s}" for s in shown)))
+        shown_args = [f"(long long)d_{s}" for s in shown]
+        # its own overflow flag: a clause whose intermediate values pass 64 bits is said as such (the Python
+        # guards compute it exactly), not as a dim or size beyond 64 bits
+        L.append(f"    if (!bad) {{ int held, wide; {{ int bad = 0; held = {c_cond(g.cond)}; wide = bad; }}")
+        L.append("      if (wide) " + _fail("ARKE_ERR_SHAPE", "where", None, name,
+                                            f"where clause `{text}` cannot be checked in the bundle's 64-bit "
+                                            f"integers at {values}: its values pass 2**63 (arke.build checks it "
+                                            "exactly)", *shown_args))
+        L.append("      if (!held) " + _fail("ARKE_ERR_SHAPE", "where", None, name,
+                                             f"where clause `{text}` does not hold: {values}", *shown_args) + " }")
     for rtype in fn.result_types:
         count = " ".join("ak_mul(" for _ in rtype.shape) + "INT64_C(1)" + "".join(
             f", {c_dim(d)}, &bad)" for d in rtype.shape)
