@@ -425,17 +425,16 @@ def build_kernel(module: ir.Module, ir_name: str, strategy: Any, threads: int = 
 
 
 def cuda_unsupported(plan: KernelPlan) -> str | None:
-    """Why the mlir target does not build ``plan`` for IREE's CUDA pipeline (None when it does): a 64-bit
-    integer reduction whose terms are reduced positions (the ``min`` of positions an ``argmax`` becomes,
-    spec/codegen.md §1) fails IREE's vector distribution ("failed to distribute"; the i32 form compiles,
-    but a position may need 64 bits). A reduction bounded by a length (spec/language.md §8.11) failed it
-    too until every reduction's term was tied to an input (lowering.py ``_kept_term``); it compiles now,
-    but no GPU has run it, so it stays refused until one does. The cpu device, and the cuda and triton
-    targets, run such kernels."""
+    """Why IREE's CUDA pipeline cannot compile ``plan`` (None when it can): a reduction bounded by a
+    length (spec/language.md §8.11) fails IREE's vector distribution; so does a 64-bit integer
+    reduction whose terms are reduced positions (the ``min`` of positions an ``argmax`` becomes,
+    spec/codegen.md §1) fails IREE's vector distribution ("failed to distribute"); the i32 form
+    compiles, but a position may need 64 bits. The cpu device, and the cuda and triton targets,
+    run such kernels."""
     for op in plan.function.ops:
         if isinstance(op, ir.ReduceOp) and (op.limits or _length_masked(op.body, {a.name for a in op.reduce_axes})):
-            return (f"{plan.name}: the mlir target does not build this kernel for device='cuda': a reduction "
-                    "bounded by a length (paged attention's) has not been run on IREE's CUDA pipeline; build "
+            return (f"{plan.name}: the mlir target cannot compile this kernel for device='cuda': IREE's CUDA "
+                    "pipeline does not distribute a reduction bounded by a length (paged attention's); build "
                     "it for device='cpu', or with the cuda or triton target")
         if not (isinstance(op, ir.ReduceOp) and op.dtype is DType.I64):
             continue
