@@ -267,6 +267,8 @@ def _module_and_names(args: argparse.Namespace) -> tuple[Any, list[str]] | int:
         return module
     module = specialised(module, parse_dtypes(getattr(args, "dtypes", "")))
     names = [args.kernel] if args.kernel else list(module.names)
+    if args.kernel and args.kernel not in module.names:  # a generic kernel: each specialisation it stands for
+        names = [n for n in module.names if n.startswith(args.kernel + "__")] or names
     for n in names:
         if n not in module.kernel_map:
             raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
@@ -388,6 +390,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.kernel not in lib.kernels:
         raise _usage(f"`{args.path}` has no kernel `{args.kernel}`; it has: {', '.join(lib.kernels)}")
     kernel = lib.kernels[args.kernel]
+    if not hasattr(kernel, "function"):  # a generic kernel: one specialisation runs, which --dtypes picks
+        raise _usage(f"`{args.kernel}` is generic ({kernel.generic.constraint()}): pick its dtypes with --dtypes, "
+                     f"as in --dtypes {kernel.generic.vars[0][0]}={kernel.generic.vars[0][3][0]}")
     fn = kernel.function
     if args.repeat < 1 or (args.threads is not None and args.threads < 1):
         raise _usage("--repeat and --threads take positive whole numbers")
@@ -413,8 +418,9 @@ def _run(args: argparse.Namespace) -> int:
     except GuardError as err:
         print(f"akc: {err}", file=sys.stderr)
         return 1
-    got_t = got if isinstance(got, tuple) else (got,)
-    want_t = want if isinstance(want, tuple) else (want,)
+    # a kernel of scalars alone gives NumPy values: compared as tensors too
+    got_t = tuple(torch.as_tensor(x) for x in (got if isinstance(got, tuple) else (got,)))
+    want_t = tuple(torch.as_tensor(x) for x in (want if isinstance(want, tuple) else (want,)))
     worst = 0.0
     for a, b in zip(got_t, want_t):
         if a.numel():

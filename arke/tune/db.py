@@ -194,6 +194,13 @@ class Database:
                     path.parent.mkdir(parents=True, exist_ok=True)
                 except OSError as err:
                     raise TuningDatabaseError(f"cannot make the folder of the tuning database {path}: {err}") from None
+                # said before anything is measured (SQLite finds it only at the first write): a read-only file or
+                # folder (SQLite writes its journal beside the file), an immutable file, a read-only mount
+                unwritable = [p for p in (path, path.parent) if p.exists() and not os.access(p, os.W_OK)]
+                if unwritable:
+                    raise TuningDatabaseError(f"the tuning database {self.shown()} cannot be written ({unwritable[0]} "
+                                              "is read-only): make it writable, or give another with --db or "
+                                              "ARKE_TUNING_DB (nothing was measured)")
         try:
             # a server that accepts and never answers must not hang a build: libpq's and MySQL's own limit
             server = self.url.split(":", 1)[0].split("+", 1)[0] in ("postgresql", "postgres", "mysql", "mariadb")

@@ -50,6 +50,8 @@ def _poisoned_like(value: Any) -> Any:
 
     if isinstance(value, tuple):
         return tuple(_poisoned_like(v) for v in value)
+    if not isinstance(value, torch.Tensor):  # a kernel of scalars alone gives NumPy values
+        value = torch.as_tensor(value)
     if value.is_floating_point():
         return torch.full_like(value, math.nan)
     if value.dtype == torch.bool:

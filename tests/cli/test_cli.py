@@ -551,3 +551,29 @@ def test_fmt_and_lsp_are_akc_commands(tmp_path: Path) -> None:
     assert messy.read_text(encoding="utf-8") == "kernel f(x: f32[N]) -> f32[N] {\n  return x[n] * 2\n}\n"
     helped = akc("lsp", "--help")
     assert helped.returncode == 0 and "language server" in helped.stdout
+
+
+GENERIC_AND_SCALAR = """kernel sc(x: W[N]) -> W[N] where W in {f32, bf16} {
+  return W(f32(x[n]) * 2.0)
+}
+kernel s0(x: f32) -> f32 { return x * 2.0 }
+"""
+
+
+def test_a_generic_kernel_named_by_kernel_builds_each_specialisation(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`akc build --kernel sc` on a generic kernel was an internal error (exit 3) on every target: it builds each
+    specialisation, as the file without --kernel does; `akc run` asks for --dtypes; a kernel of scalars alone
+    runs (its NumPy result was an internal error)."""
+    path = tmp_path / "g.ak"
+    path.write_text(GENERIC_AND_SCALAR)
+    assert cli.main(["build", str(path), "--kernel", "sc"]) == 0
+    out = capsys.readouterr().out
+    assert "sc__W_f32" in out and "sc__W_bf16" in out
+    assert cli.main(["build", str(path), "--target", "cuda", "--kernel", "sc", "--emit", "source"]) == 0
+    assert "kernel sc__W_bf16" in capsys.readouterr().out
+    assert cli.main(["run", str(path), "sc", "--dims", "N=8"]) == 2
+    assert "pick its dtypes with --dtypes" in capsys.readouterr().err
+    assert cli.main(["run", str(path), "sc", "--dims", "N=8", "--dtypes", "W=bf16"]) == 0
+    assert cli.main(["run", str(path), "s0"]) == 0
+    assert "max |llvm - interpreter| = 0" in capsys.readouterr().out

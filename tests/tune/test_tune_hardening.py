@@ -55,6 +55,33 @@ def test_a_read_only_database_is_an_error_and_stays(tmp_path: Path, monkeypatch:
         assert c.execute("select x from notes").fetchall() == [("precious",)]
 
 
+def test_a_file_that_cannot_be_written_is_said_before_a_measurement(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """An immutable file or a read-only mount passed the opening (SQLite finds it at the first write): the
+    tuner measured the defaults and lost them, and the agent's check passed. The file's and its folder's
+    writability is asked of the OS as a writer opens (root passes a chmod, so the OS's answer is faked here)."""
+    import os
+
+    path = tmp_path / "t.db"
+    tdb.Database(str(path)).count()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(path) else real(p, mode))
+    with pytest.raises(tdb.TuningDatabaseError, match=r"cannot be written .* is read-only.*nothing was measured"):
+        tdb.Database(str(path)).count()
+    with pytest.raises(ValueError, match="cannot be written"):
+        Agent(str(path), str(tmp_path / "log.jsonl")).check_db()
+
+
+def test_a_kernel_of_scalars_alone_is_measured() -> None:
+    """Its result is a NumPy value: the worker's poisoned out= assumed a torch tensor ("the defaults did not
+    run")."""
+    from arke.tune import worker
+
+    reply = worker.measure({"source": "kernel s0(x: f32) -> f32 { return x * 2.0 }\n", "kernel": "s0",
+                            "target": "llvm", "dims": {}, "strategy": "", "samples": 1})
+    assert reply["status"] == "ok", reply
+
+
 def test_dims_are_keyed_as_a_build_keys_them() -> None:
     fn = arke.loads(GROUPS).semantic.get("gsum")
     assert checked_dims(fn, "gsum", {"B": 2, "C": 8, "L": 4}) == {"G": 4, "B": 2, "C": 8, "L": 4}

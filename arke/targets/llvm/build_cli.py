@@ -28,6 +28,8 @@ def cmd_build_llvm(args: argparse.Namespace) -> int:
     if isinstance(lib, int):
         return lib
     names = [args.kernel] if args.kernel else list(lib.module.names)
+    if args.kernel and args.kernel not in lib.module.names:  # a generic kernel: each specialisation it stands for
+        names = [n for n in lib.module.names if n.startswith(args.kernel + "__")] or names
     for n in names:
         if n not in lib.kernels:
             raise UsageError(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(lib.kernels)}")
