@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from arke.models.deepseek import DeepseekLayer, MlaConfig
+from arke.models.hf import positive
 from arke.models.lm import CausalLM
 
 
@@ -102,7 +103,7 @@ def deepseek_from_pretrained(path: Path, config: Any, target: str, dtype: torch.
 
     if dtype != torch.float32:
         raise ValueError("DeepSeek-V2 runs with f32 activations (weights may be bf16: weights='bf16')")
-    total = int(config.num_hidden_layers)
+    total = positive(config, "num_hidden_layers")  # config.json's own count: said as such when it is not one
     count = total if layers is None else layers
     if not isinstance(count, int) or not 1 <= count <= total:
         raise ValueError(f"layers must be between 1 and {total} (the model's layers), not {layers!r}")

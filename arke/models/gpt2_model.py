@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from arke.models.gpt2 import NAMES, Gpt2Layer, gpt2_config
-from arke.models.hf import _tensors
+from arke.models.hf import _tensors, positive
 from arke.models.lm import CausalLM
 
 #: where a checkpoint keeps the model's tensors: GPT2LMHeadModel's ``transformer.``, GPT2Model's none
@@ -38,7 +38,7 @@ def gpt2_from_pretrained(path: Path, config: Any, target: str, dtype: torch.dtyp
     if dtype != torch.float32:
         raise ValueError("GPT-2 runs with f32 activations (dtype=torch.float32); use weights='bf16' for bf16 weights")
     spec = gpt2_config(config)
-    total = int(config.n_layer)
+    total = positive(config, "n_layer")  # config.json's own count: said as such when it is not one
     count = total if layers is None else layers
     if not isinstance(count, int) or not 1 <= count <= total:
         raise ValueError(f"layers must be between 1 and {total} (the model's layers), not {layers!r}")

@@ -76,7 +76,7 @@ def from_pretrained(folder: str | os.PathLike[str], target: str = "llvm", dtype:
         raise ValueError(f"unsupported model type {kind!r}; arke.models knows "
                          f"{', '.join([*SUPPORTED, 'gpt2', 'deepseek_v2'])}")
     kind = _model_type(config)
-    total = int(config.num_hidden_layers)
+    total = positive(config, "num_hidden_layers")  # config.json's own count: said as such when it is not one
     count = total if layers is None else layers
     if not isinstance(count, int) or not 1 <= count <= total:
         raise ValueError(f"layers must be between 1 and {total} (the model's layers), not {layers!r}")
