@@ -139,6 +139,8 @@ def test_config_values_no_model_can_have_are_refused(tmp_path: Path, key: str, v
     record = json.loads((folder / "config.json").read_text())
     if key == "rope_scaling":
         record.pop("rope_parameters", None)
+    if key == "num_hidden_layers":
+        record.pop("layer_types", None)  # transformers checks its length against the count
     (folder / "config.json").write_text(json.dumps(record | {key: value}))
     with pytest.raises(ValueError, match=message):
         arke.models.from_pretrained(folder)
