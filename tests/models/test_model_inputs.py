@@ -127,7 +127,6 @@ def test_weights_a_layer_does_not_compute_are_refused(tmp_path: Path, overrides:
     ("num_attention_heads", 0, "num_attention_heads must be a positive integer, not 0"),
     # said as config.json's (it was "layers must be between 1 and 0 ..., not None", of an option nobody gave)
     ("num_hidden_layers", 0, "config.json: num_hidden_layers must be a positive integer, not 0"),
-    ("num_hidden_layers", -1, "config.json: num_hidden_layers must be a positive integer, not -1"),
     ("vocab_size", 200, r"the token embeddings are \[320, 64\], but config.json says vocabulary 200"),
     ("sliding_window", -1, "sliding_window must be a positive number of tokens or null, not -1"),
     ("sliding_window", 0, "sliding_window must be a positive number of tokens or null, not 0"),
