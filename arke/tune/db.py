@@ -12,7 +12,8 @@ ever returns records whose every key matches: another machine's, toolchain's or 
 Writers commit one record per transaction, so tuners sharing a database interleave safely (SQLite
 waits on its lock for up to 30 s). A SQLite database that is damaged (its header says SQLite, its contents
 cannot be read) is reported and set aside by a tuner (renamed ``<name>.corrupt-<time>-<pid>``) and a
-new one started; a folder, a file that is not SQLite, or a database locked by another process is a
+new one started, under a lock on ``<name>.lock`` so that tuners finding the same damage at once set it aside
+once; a folder, a file that is not SQLite, or a database locked by another process is a
 clear error, and nothing is moved. A lookup (a build) never creates or moves a file. Never a traceback,
 never data taken for good that is not.
 """
@@ -25,6 +26,7 @@ import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -236,16 +238,35 @@ class Database:
                                               "or give another with --db or ARKE_TUNING_DB (nothing was moved)") \
                         from None
                 damaged = any(w in text for w in ("not a database", "malformed", "corrupt"))
-                if path is None or not path.exists() or not self.writer or not _is_sqlite(path) or not damaged:
+                if path is None or not self.writer or not damaged:
                     raise TuningDatabaseError(f"cannot use the tuning database {self.shown()}: "
                                               f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
-                engine = self._set_aside(sa, path, err)
+                engine = self._set_aside(sa, path, err)  # what the file is now, it decides under a lock
                 break
         self._engine = engine
         return engine
 
     def _set_aside(self, sa: Any, path: Path, err: Exception) -> Any:
-        """Rename a damaged SQLite database (its header says it is one) out of the way and start a new one."""
+        """Rename a damaged SQLite database (its header says it is one) out of the way and start a new one, under
+        an exclusive lock beside it: tuners that find the same damage at once rename it once, and a later one
+        finds the new database sound and uses it (it renamed the new one, records and all, before)."""
+        import fcntl
+
+        if path.exists() and path.stat().st_size and not _is_sqlite(path):  # a user's file: never moved, no lock
+            raise TuningDatabaseError(f"cannot use the tuning database {self.shown()}: "
+                                      f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
+        with open(path.with_name(path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if not path.exists() or path.stat().st_size == 0 or _sound(path):  # another set it aside meanwhile
+                    engine = sa.create_engine(self.url, connect_args={"timeout": LOCK_TIMEOUT_S})
+                    _created(sa, engine)
+                    return engine
+                return self._rename_and_start(sa, path, err)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _rename_and_start(self, sa: Any, path: Path, err: Exception) -> Any:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         aside = path.with_name(f"{path.name}.corrupt-{stamp}-{os.getpid()}")
         n = 1
@@ -257,7 +278,7 @@ class Database:
         self.notes.append(note)
         warnings.warn(note, RuntimeWarning, stacklevel=4)
         engine = sa.create_engine(self.url, connect_args={"timeout": LOCK_TIMEOUT_S})
-        _metadata(sa).create_all(engine)
+        _created(sa, engine)
         return engine
 
     def _sqlite_path(self) -> Path | None:
@@ -402,6 +423,26 @@ def _check_path(path: Path) -> None:
                                   f"{path / 'tuning.db'}")
     if path.exists() and not path.is_file():
         raise TuningDatabaseError(f"the tuning database {path} is not a regular file: name a file")
+
+
+def _created(sa: Any, engine: Any) -> None:
+    """The table made in a new database; another process making it at the same moment is as good."""
+    try:
+        _metadata(sa).create_all(engine)
+    except sa.exc.OperationalError as err:
+        if "already exists" not in str(err):
+            raise
+
+
+def _sound(path: Path) -> bool:
+    """Whether the SQLite file at ``path`` reads whole (its pages check out); False for a damaged one."""
+    import sqlite3
+
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=LOCK_TIMEOUT_S)) as c:
+            return bool(c.execute("PRAGMA quick_check").fetchone() == ("ok",))
+    except sqlite3.Error:
+        return False
 
 
 def _is_sqlite(path: Path) -> bool:

@@ -169,6 +169,35 @@ def test_a_damaged_table_page_behind_a_good_header_is_set_aside_before_a_measure
     assert [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]
 
 
+def test_tuners_that_find_the_same_damage_set_it_aside_once(tmp_path: Path) -> None:
+    """Four tuners opening one damaged file at once: each renamed whatever was at the path, so one renamed the
+    new database another had just started (its records gone from the live file), and others failed with
+    "table arke_tuning already exists" or "malformed". Under the lock beside it, the file is set aside once and
+    every writer's record lands in the new database."""
+    path = tmp_path / "tuning.db"
+    path.write_bytes(b"SQLite format 3\x00" + b"this is not a database" * 100)
+    errors: list[BaseException] = []
+
+    def tune(n: int) -> None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                mine = tdb.Database(str(path))
+                mine.add(_record(_key({"M": 8 * (n + 1), "N": 8, "K": 8})))
+                mine.close()
+        except BaseException as err:  # a failing writer is the finding
+            errors.append(err)
+
+    workers = [threading.Thread(target=tune, args=(n,)) for n in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    assert len([p for p in tmp_path.iterdir() if ".corrupt-" in p.name]) == 1
+    assert tdb.Database(str(path)).count() == 4
+
+
 @pytest.mark.parametrize("what", ["folder", "text"])
 def test_what_is_not_a_database_is_never_moved(tmp_path: Path, what: str) -> None:
     """A folder, or a file that is not SQLite (a user's), named as the database: a clear error for a tuner, a
