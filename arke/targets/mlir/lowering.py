@@ -266,27 +266,26 @@ class Lowering(OpLowering):
         return out
 
 
-#: Ops IREE folds to a constant when both operands are the same value (``x - x``, ``x == x``, ``min(x, x)``).
-_SAME_FOLDS = frozenset({"sub", "xor", "eq", "ne", "lt", "le", "gt", "ge", "min", "max", "and", "or", "div",
-                         "floordiv", "mod"})
+#: Integer ops IREE folds to a constant when both operands are the same value (``x - x``, ``x == x``); on floats
+#: it cannot (``inf - inf``, ``nan == nan``: the NaN tests of top-k and arg-reductions stay as they are).
+_SAME_FOLDS = frozenset({"sub", "xor", "eq", "ne", "lt", "le", "gt", "ge"})
 
 
 def may_fold_away(term: ir.SExpr) -> bool:
     """Whether IREE may fold a reduction's ``term`` into one that reads no input (then :meth:`Lowering._kept_term`
-    ties it to one): it reads none already, or holds what folds to a constant whatever the input: a product or
-    ``and`` with 0, a power of 0, an op on two equal operands, a selection between equal values. A term of
-    none of these (every norm, softmax, product) keeps IREE's fused, vectorised reduction as it is: the tie
-    costs a byte read, a compare and a select per element, and an input that stops fusion (3x on rmsnorm)."""
+    ties it to one): it reads none already, or holds what folds to a constant whatever the input: an integer
+    product or ``and`` with 0, a power of 0, an integer op on two equal operands. A term of none of these
+    (every norm, softmax, product, top-k round) keeps IREE's fused, vectorised reduction as it is: the tie costs a
+    byte read, a compare and a select per element, and an input that stops fusion (3x on rmsnorm)."""
     loads = False
     for e in ir.walk(term):
         if isinstance(e, ir.Load):
             loads = True
-        elif isinstance(e, ir.Select) and e.a == e.b:
-            return True
         elif isinstance(e, ir.Binary):
-            if e.op in _SAME_FOLDS and e.a == e.b:
+            integer = not e.a.dtype.is_float
+            if e.op in _SAME_FOLDS and integer and e.a == e.b:
                 return True
-            if e.op in ("mul", "and") and any(isinstance(x, ir.Const) and not x.value for x in (e.a, e.b)):
+            if e.op in ("mul", "and") and integer and any(isinstance(x, ir.Const) and not x.value for x in (e.a, e.b)):
                 return True
             if e.op == "pow" and isinstance(e.b, ir.Const) and not e.b.value:
                 return True
