@@ -68,12 +68,17 @@ def test_steps_that_cannot_be_replayed_run_the_usual_path(monkeypatch: pytest.Mo
     assert unreplayable(loaded("gpt2")) == "ARKE_NO_REPLAY is set"
     monkeypatch.delenv("ARKE_NO_REPLAY")
     monkeypatch.setenv("ARKE_NO_TEAM", "1")  # launches on a thread pool: prepared as they run, not recorded
-    for lm in (mixtral, loaded("gpt2")):
-        usual, replayed, token = _twins(lm)
-        for _ in range(3):
-            want = lm(token[:, None], usual)
-            assert torch.equal(lm.decode_step(token[:, None], replayed), want)
-            token = want.argmax(-1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # one thread runs no pool (and records): an earlier test may have left torch at 1
+    try:
+        for lm in (mixtral, loaded("gpt2")):
+            usual, replayed, token = _twins(lm)
+            for _ in range(3):
+                want = lm(token[:, None], usual)
+                assert torch.equal(lm.decode_step(token[:, None], replayed), want)
+                token = want.argmax(-1)
+    finally:
+        torch.set_num_threads(threads)
     assert replayed.graph.recording is None and "one by one" in replayed.graph.failed
 
 
