@@ -79,7 +79,21 @@ def loop_rate(fn: Callable[[int, Any], None], per_step: float, threads: int, sec
         start = time.perf_counter()
         for w in workers:
             w.start()
-        for w in workers:
-            w.join()
+        _join(workers)
         best = max(best, threads * n * per_step / (time.perf_counter() - start))
     return best
+
+
+def _join(workers: list[threading.Thread]) -> None:
+    """Wait for every worker, even when Ctrl-C interrupts the wait: they run JIT'd code whose engine the
+    interrupted caller frees as it unwinds (the process then died of a segmentation fault, not exit 130). Their
+    loops are bounded (about ``seconds``), so the wait is too; the interrupt is raised once they are done."""
+    interrupted: BaseException | None = None
+    for w in workers:
+        while w.is_alive():
+            try:
+                w.join()
+            except KeyboardInterrupt as err:
+                interrupted = err
+    if interrupted is not None:
+        raise interrupted
