@@ -19,7 +19,7 @@ import torch
 from arke import knobs
 from arke.ir import strategy as sir
 from arke.runtime.guards import cond_holds, dim_params, prepare_args
-from arke.runtime.limits import in_memory
+from arke.runtime.limits import count_writes, in_memory
 from arke.runtime.pool import evict_oldest
 from arke.targets import base as targets
 
@@ -275,12 +275,8 @@ def warn_unhonoured(library: Library, name: str, ir_name: str, strategy: sir.Str
 
 
 def _written(result: Any) -> Any:
-    """``out=`` after a kernel wrote it: each torch tensor's version counter moves on, as after torch's own
-    out= ops, so what keys on it (autograd's checks, a compiled graph's packed copy of a weight) sees the
-    write. A kernel writing in place bypasses torch, which would not count it."""
-    for t in result if isinstance(result, tuple) else (result,):
-        if isinstance(t, torch.Tensor):
-            torch.autograd.graph.increment_version(t)
+    """``out=`` (``result``) after a kernel wrote it, its writes counted (:func:`~arke.runtime.limits.count_writes`)."""
+    count_writes(result if isinstance(result, tuple) else (result,))
     return result
 
 

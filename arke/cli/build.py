@@ -266,13 +266,19 @@ def _module_and_names(args: argparse.Namespace) -> tuple[Any, list[str]] | int:
     if isinstance(module, int):
         return module
     module = specialised(module, parse_dtypes(getattr(args, "dtypes", "")))
-    names = [args.kernel] if args.kernel else list(module.names)
-    if args.kernel and args.kernel not in module.names:  # a generic kernel: each specialisation it stands for
-        names = [n for n in module.names if n.startswith(args.kernel + "__")] or names
+    return module, chosen_kernels(module, args.kernel, args.path)
+
+
+def chosen_kernels(module: Any, kernel: str | None, path: str) -> list[str]:
+    """The kernels a build command makes: ``kernel`` (a generic one: each specialisation it stands for, as
+    :func:`specialised` named them), else every kernel the file defines; a usage error for an unknown name."""
+    names = [kernel] if kernel else list(module.names)
+    if kernel and kernel not in module.names:
+        names = [n for n in module.names if n.startswith(kernel + "__")] or names
     for n in names:
         if n not in module.kernel_map:
-            raise _usage(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
-    return module, names
+            raise _usage(f"`{path}` has no kernel `{n}`; it has: {', '.join(module.kernel_map)}")
+    return names
 
 
 def parse_dtypes(text: str) -> dict[str, str]:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
 from importlib import resources
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from arke.lang.generics import Dispatch, dispatch, merge, per_specialisation
 from arke.lang.indices import IndexInfo
 from arke.lang.kernels import KernelChecker
 from arke.lang.parser import parse
+from arke.lang.recursion import deep_recursion
 from arke.lang.signatures import Signature, build_signature
 from arke.lang.source import Source, Span
 from arke.lang.strategies import check_strategies
@@ -128,22 +129,24 @@ def stdlib_modules() -> list[str]:
     return sorted("std." + p.stem for p in root.glob("*.ak"))
 
 
+#: The recursion limit while a file is checked (its trees are as deep as its expressions nest).
+CHECK_RECURSION = 6000
+
+
 def check_text(text: str, path: str, _stack: tuple[str, ...] = (), _prefix: str = "") -> CheckResult:
     """Check one file's text and what it imports; the IR is built whenever the file is clean."""
     text = text.removeprefix("\ufeff")  # a byte-order mark: not a column (editors hide it), nor a character
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 6000))  # long operator chains make deep (but finite) trees
     collecting = gc.isenabled()
     gc.disable()  # the AST and IR hold no cycles: the collector's passes would only cost (~10%)
     try:
-        return _check_text(text, path, _stack, _prefix)
+        with deep_recursion(CHECK_RECURSION):  # long operator chains make deep (but finite) trees
+            return _check_text(text, path, _stack, _prefix)
     except RecursionError:
         end = len(text.rstrip())
         src = Source(path, text)
         return CheckResult((make("AK1006", "an expression is nested too deeply or is too long to check",
                                  src.span(0, min(end, 1)), hint="split long expressions into named steps"),))
     finally:
-        sys.setrecursionlimit(limit)
         if collecting:
             gc.enable()
 
@@ -402,22 +405,13 @@ def _report_call_depth(calls: dict[str, list[tuple[str, Span]]], functions: tupl
     callees = {f.name: {op.callee for op in f.ops if isinstance(op, semantic.CallOp)} for f in functions}
     for name, made in calls.items():
         callees.setdefault(name, set()).update(c for c, _ in made)
+    try:  # callees first: a chain may be thousands of kernels long, so no recursion along it
+        order = list(TopologicalSorter(callees).static_order())
+    except CycleError:
+        return  # AK2006 says so; a loop has no depth
     depth: dict[str, int] = {}
-    for root in callees:  # depth-first, without recursion: a chain may be thousands of kernels long
-        stack, open_ = [root], set()
-        while stack:
-            name = stack[-1]
-            if name in depth:
-                stack.pop()
-                continue
-            todo = [c for c in callees.get(name, ()) if c not in depth and c not in open_]
-            if todo and name not in open_:
-                open_.add(name)
-                stack.extend(todo)
-                continue
-            depth[name] = 1 + max((depth.get(c, 0) for c in callees.get(name, ())), default=0)
-            open_.discard(name)
-            stack.pop()
+    for name in order:
+        depth[name] = 1 + max((depth[c] for c in callees.get(name, ())), default=0)
     for made in calls.values():
         for callee, span in made:
             if depth.get(callee, 1) == MAX_CALL_DEPTH:

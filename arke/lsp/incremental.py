@@ -38,7 +38,6 @@ from __future__ import annotations
 import gc
 import itertools
 import logging
-import sys
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -47,6 +46,7 @@ from lark.exceptions import UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from arke.ir import semantic
 from arke.lang import ast
 from arke.lang.checker import (
+    CHECK_RECURSION,
     CheckResult,
     check_kernel,
     check_text,
@@ -64,6 +64,7 @@ from arke.lang.indices import IndexInfo
 from arke.lang.lark_parser import _lark
 from arke.lang.parse_errors import _syntax_diagnostic, _too_deep
 from arke.lang.parser import _ITEM_START, _header_only, _parse_one
+from arke.lang.recursion import deep_recursion
 from arke.lang.signatures import Signature, build_signature
 from arke.lang.source import Source, Span
 
@@ -294,12 +295,11 @@ class IncrementalChecker:
 
     def check(self, text: str) -> Outcome:
         """Check ``text``: the diagnostics are exactly ``check_text(text, path)``'s."""
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, 6000))  # as check_text: long operator chains make deep trees
         collecting = gc.isenabled()
         gc.disable()  # as check_text: the AST and IR hold no cycles
         try:
-            return self._check(text)
+            with deep_recursion(CHECK_RECURSION):  # as check_text: long operator chains make deep trees
+                return self._check(text)
         except _Fallback as why:
             reason = str(why)
         except RecursionError:
@@ -309,7 +309,6 @@ class IncrementalChecker:
             self._chunks, self._last = {}, set()  # what it left half done is not reused
             reason = INTERNAL_ERROR
         finally:
-            sys.setrecursionlimit(limit)
             if collecting:
                 gc.enable()
         log.info("checking %s as a whole: %s", self.path, reason)

@@ -32,7 +32,15 @@ from arke.runtime.bundle_files import BundleError as BundleError  # what load_bu
 from arke.runtime.bundle_files import bundle_error as _fail
 from arke.runtime.bundle_files import read_manifest
 from arke.runtime.errors import GuardError
-from arke.runtime.limits import check_tensor_kind, check_threads, numpy_in, numpy_out, refuse_huge_broadcast, resolved
+from arke.runtime.limits import (
+    check_tensor_kind,
+    check_threads,
+    count_writes,
+    numpy_in,
+    numpy_out,
+    refuse_huge_broadcast,
+    resolved,
+)
 from arke.runtime.panels import _PANELS, VNNI_KEY, panels_of
 from arke.runtime.pool import BufferPool, evict_oldest
 
@@ -197,8 +205,7 @@ class BundleKernel:
                     self._pool.give(o)
             raise
         if out is not None:
-            for o in outs:  # written in place, behind torch's back: its version counter moves on, as after torch's
-                torch.autograd.graph.increment_version(o)  # own out= ops (a compiled graph keys packed copies on it)
+            count_writes(outs)
             users = tuple(out) if isinstance(out, tuple | list) else (out,)
             return users[0] if len(users) == 1 else users
         for o in outs:  # reused only once the caller lets go of it

@@ -8,6 +8,8 @@
 * :func:`refuse_huge_broadcast`: a target whose kernels read dense memory copies a non-contiguous
   input first; a broadcast (stride-0) view that would grow beyond :data:`BROADCAST_COPY_LIMIT`
   bytes is refused instead of silently materialised.
+* :func:`count_writes`: ``out=`` tensors a kernel wrote in place have their writes counted, as torch's own
+  out= ops count theirs.
 
 Each problem is a :class:`~arke.runtime.errors.GuardError` naming the kernel, the parameter and
 what to do.
@@ -168,3 +170,12 @@ def numpy_out(kernel: str, what: str, o: Any, result: str) -> torch.Tensor:
         raise GuardError(kernel, f"{what} is a NumPy view with negative strides (strides {list(o.strides)}); pass a "
                          "contiguous array (write into a fresh one, then copy)", rule="dim", param="out")
     return torch.from_numpy(o)
+
+
+def count_writes(tensors: Any) -> None:
+    """``out=`` tensors a kernel wrote in place, behind torch's back: each one's version counter moves on, as
+    after torch's own out= ops, so what keys on it (autograd's checks, a compiled graph's packed copy of a
+    weight) sees the write. NumPy arrays and anything else are left alone."""
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            torch.autograd.graph.increment_version(t)

@@ -8,12 +8,11 @@ its target's folder, behind :class:`arke.targets.base.Target` (where the registr
 from __future__ import annotations
 
 import functools
-import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from arke.lang.recursion import deep_recursion
 
 if TYPE_CHECKING:
     from arke.plan.dispatch import KernelPlan
@@ -81,34 +80,12 @@ def _unsupported(message: str, code: str | None) -> UnsupportedError:
 #: takes (``arke.lang.checker.MAX_EXPR_DEPTH``, 256 levels), up to four Python frames a level (the LLVM rows
 #: emitter), beside the plan's own frames; Python's default of 1000 gave a RecursionError on such a kernel.
 RENDER_RECURSION = 4000
-_DEEP = threading.Lock()
-_deep_users = 0
-_deep_saved = 0
-
-
-@contextmanager
-def deep_recursion() -> Iterator[None]:
-    """Raise the recursion limit to :data:`RENDER_RECURSION` (never lower it) while the body runs, and put it
-    back when the last of the threads inside leaves."""
-    global _deep_users, _deep_saved
-    with _DEEP:
-        if _deep_users == 0:
-            _deep_saved = sys.getrecursionlimit()
-            sys.setrecursionlimit(max(_deep_saved, RENDER_RECURSION))
-        _deep_users += 1
-    try:
-        yield
-    finally:
-        with _DEEP:
-            _deep_users -= 1
-            if _deep_users == 0:
-                sys.setrecursionlimit(_deep_saved)
 
 
 def _deep(render: Callable[[Any, KernelPlan], Artifact]) -> Callable[[Any, KernelPlan], Artifact]:
     @functools.wraps(render)
     def run(self: Any, plan: KernelPlan) -> Artifact:
-        with deep_recursion():
+        with deep_recursion(RENDER_RECURSION):
             return render(self, plan)
 
     return run
@@ -116,7 +93,7 @@ def _deep(render: Callable[[Any, KernelPlan], Artifact]) -> Callable[[Any, Kerne
 
 class Renderer:
     """Base of every target's renderer: a name, capabilities, and ``render(plan)`` (each subclass's ``render``
-    runs under :func:`deep_recursion`)."""
+    runs under :func:`~arke.lang.recursion.deep_recursion`)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

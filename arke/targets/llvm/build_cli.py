@@ -11,7 +11,7 @@ from arke.targets.base import UsageError
 
 def cmd_build_llvm(args: argparse.Namespace) -> int:
     """Render (and, for asm/obj, compile) the kernels of ``args.path`` for this CPU."""
-    from arke.cli.build import _library
+    from arke.cli.build import _library, chosen_kernels
     from arke.targets.llvm.jit import assembly, compile_object
 
     if args.emit in ("ptx", "cubin"):
@@ -27,12 +27,7 @@ def cmd_build_llvm(args: argparse.Namespace) -> int:
     lib = _library(args.path, "llvm", getattr(args, "dtypes", ""))
     if isinstance(lib, int):
         return lib
-    names = [args.kernel] if args.kernel else list(lib.module.names)
-    if args.kernel and args.kernel not in lib.module.names:  # a generic kernel: each specialisation it stands for
-        names = [n for n in lib.module.names if n.startswith(args.kernel + "__")] or names
-    for n in names:
-        if n not in lib.kernels:
-            raise UsageError(f"`{args.path}` has no kernel `{n}`; it has: {', '.join(lib.kernels)}")
+    names = chosen_kernels(lib.module, args.kernel, args.path)
     sources = [lib.kernels[n].source() for n in names]
     if args.emit == "obj":
         if not args.output:
