@@ -347,15 +347,16 @@ def test_a_size_that_may_be_zero_stays_with_torch(config: str) -> None:
 
     torch._dynamo.reset()
     with torch._dynamo.config.patch(**{config: True}), torch.no_grad():
-        x = torch.randn(1024, 64)
+        x = torch.randn(1024, 64, generator=torch.Generator().manual_seed(7))
         none = -x.abs() - 0.1
+        close = {"rtol": 1e-5, "atol": 1e-4}  # a sum of 1024 exponentials, in another order than torch's
         if config == "capture_dynamic_output_shape_ops":
             g = torch.compile(masked, backend="arke", options={"arke.fuse": "all"})
-            torch.testing.assert_close(g(x.abs() + 0.1), masked(x.abs() + 0.1))
+            torch.testing.assert_close(g(x.abs() + 0.1), masked(x.abs() + 0.1), **close)
             got, want = g(none), masked(none)
         else:
             g = torch.compile(sliced, backend="arke", options={"arke.fuse": "all"})
-            torch.testing.assert_close(g(x, torch.tensor(5)), sliced(x, torch.tensor(5)))
+            torch.testing.assert_close(g(x, torch.tensor(5)), sliced(x, torch.tensor(5)), **close)
             got, want = g(x, torch.tensor(0)), sliced(x, torch.tensor(0))
     torch.testing.assert_close(got, want)
     reasons = [why for r in backend.reports() for _, why in r.unfused]
